@@ -1,0 +1,127 @@
+//! The model zoo: builders for the models the papers evaluate and common
+//! references, each citing the implementation whose parameter count it matches.
+
+mod resnet;
+mod tiny;
+
+use crate::builder::Optimizer;
+use crate::{Graph, GraphError, GraphErrorKind};
+use std::collections::BTreeMap;
+
+/// A model's tunable knob (depth, width, sequence length, ...).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Knob {
+    pub name: &'static str,
+    pub default: u64,
+    pub help: &'static str,
+}
+
+/// The request a builder serves: batch size, knob values (defaults filled in),
+/// and the optimizer whose updates end the step.
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    pub batch: u64,
+    pub knobs: BTreeMap<String, u64>,
+    pub optimizer: Optimizer,
+}
+
+impl ModelRequest {
+    /// The value of a knob (every knob has a default, filled in by [`build`]).
+    pub fn knob(&self, name: &str) -> u64 {
+        self.knobs.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// A model the zoo can build.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// The reference implementation the builder follows.
+    pub source: &'static str,
+    pub knobs: &'static [Knob],
+    pub default_batch: u64,
+    /// Parameter count of the reference at default knobs, if published.
+    pub reference_param_count: Option<u64>,
+    /// Default optimizer: SGD + momentum for vision models, AdamW for transformers.
+    pub default_optimizer: fn() -> Optimizer,
+    /// Builds the graph; receives the model's registered name so one function can
+    /// serve a family.
+    pub build: fn(&'static str, &ModelRequest) -> Result<Graph, GraphError>,
+}
+
+/// Every model in the zoo, in listing order.
+pub fn models() -> Vec<ModelInfo> {
+    let mut all = Vec::new();
+    all.extend(resnet::models());
+    all.extend(tiny::models());
+    all
+}
+
+/// Looks a model up by name.
+pub fn find(name: &str) -> Result<ModelInfo, GraphError> {
+    models()
+        .into_iter()
+        .find(|m| m.name == name)
+        .ok_or_else(|| {
+            GraphErrorKind::UnknownModel {
+                name: name.to_string(),
+            }
+            .into()
+        })
+}
+
+/// Builds `name` at `batch` (default batch if `None`) with knob overrides and an
+/// optional optimizer override; unknown knobs and zero values are errors.
+pub fn build(
+    name: &str,
+    batch: Option<u64>,
+    knob_overrides: &BTreeMap<String, u64>,
+    optimizer: Option<Optimizer>,
+) -> Result<Graph, GraphError> {
+    let info = find(name)?;
+    let mut knobs: BTreeMap<String, u64> = info
+        .knobs
+        .iter()
+        .map(|k| (k.name.to_string(), k.default))
+        .collect();
+    for (k, &v) in knob_overrides {
+        if !knobs.contains_key(k) {
+            let known: Vec<&str> = info.knobs.iter().map(|k| k.name).collect();
+            return Err(bad_knob(
+                name,
+                format!(
+                    "unknown knob `{k}`; its knobs are: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+        if v == 0 {
+            return Err(bad_knob(name, format!("knob `{k}` must be at least 1")));
+        }
+        knobs.insert(k.clone(), v);
+    }
+    let batch = batch.unwrap_or(info.default_batch);
+    if batch == 0 {
+        return Err(bad_knob(name, "batch must be at least 1".into()));
+    }
+    let request = ModelRequest {
+        batch,
+        knobs,
+        optimizer: optimizer.unwrap_or_else(info.default_optimizer),
+    };
+    (info.build)(info.name, &request)
+}
+
+/// A knob error for `model`.
+pub(crate) fn bad_knob(model: &str, detail: String) -> GraphError {
+    GraphErrorKind::BadKnob {
+        model: model.to_string(),
+        detail,
+    }
+    .into()
+}

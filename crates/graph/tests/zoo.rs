@@ -1,0 +1,106 @@
+//! Every zoo model: builds and validates at a small batch, matches its reference
+//! parameter count within 0.5%, and its footprint agrees with a naive recount.
+
+use outcore_graph::{Graph, stats, zoo};
+use std::collections::BTreeMap;
+
+/// Peak live bytes recomputed naively: for every op position, sum the sizes of the
+/// storage owners whose interval covers it. Independent of `footprint()`'s
+/// difference-array sweep and its interval code.
+fn naive_footprint(g: &Graph) -> u64 {
+    let n = g.ops.len();
+    let mut first = vec![usize::MAX; g.tensors.len()];
+    let mut last = vec![0usize; g.tensors.len()];
+    let owner = |mut t: usize| {
+        loop {
+            let tensor = &g.tensors[t];
+            match tensor.view_of.or(tensor.inplace_update_of) {
+                Some(next) => t = next.index(),
+                None => return t,
+            }
+        }
+    };
+    for (pos, op) in g.ops.iter().enumerate() {
+        for t in op.inputs.iter().chain(&op.outputs) {
+            let o = owner(t.index());
+            first[o] = first[o].min(pos);
+            last[o] = last[o].max(pos);
+        }
+    }
+    let mut peak = 0;
+    for pos in 0..n {
+        let mut live = 0;
+        for t in &g.tensors {
+            if t.view_of.is_some() || t.inplace_update_of.is_some() {
+                continue;
+            }
+            let i = t.id.index();
+            let from_start = t.producer.is_none();
+            let to_end = t.is_output || (t.kind.is_persistent() && t.producer.is_none());
+            let starts = if from_start { 0 } else { first[i] };
+            let ends = if to_end {
+                n
+            } else if first[i] == usize::MAX {
+                starts
+            } else {
+                last[i]
+            };
+            if starts <= pos && pos <= ends {
+                live += t.size_bytes;
+            }
+        }
+        peak = peak.max(live);
+    }
+    peak
+}
+
+#[test]
+fn every_zoo_model_builds_validates_and_matches_its_parameter_count() {
+    for info in zoo::models() {
+        let graph = zoo::build(info.name, Some(2), &BTreeMap::new(), None)
+            .unwrap_or_else(|e| panic!("{} does not build: {e}", info.name));
+        let s = stats(&graph);
+        if let Some(reference) = info.reference_param_count {
+            let rel = (s.param_count as f64 - reference as f64).abs() / reference as f64;
+            assert!(
+                rel <= 0.005,
+                "{}: {} parameters vs {} in {} ({:.3}% off)",
+                info.name,
+                s.param_count,
+                reference,
+                info.source,
+                rel * 100.0
+            );
+        }
+        assert!(
+            s.n_ops_by_phase["backward"] > 0,
+            "{} has no backward",
+            info.name
+        );
+        if graph.ops.len() < 6000 {
+            assert_eq!(s.footprint_bytes, naive_footprint(&graph), "{}", info.name);
+        }
+    }
+}
+
+#[test]
+fn unknown_model_and_bad_knobs_are_errors() {
+    let err = zoo::build("resnet51", None, &BTreeMap::new(), None).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown model `resnet51`"),
+        "{err}"
+    );
+    let mut knobs = BTreeMap::new();
+    knobs.insert("depth".to_string(), 51);
+    let err = zoo::build("wide-resnet", None, &knobs, None).unwrap_err();
+    assert!(err.to_string().contains("depth 51"), "{err}");
+    let mut knobs = BTreeMap::new();
+    knobs.insert("heads".to_string(), 2);
+    let err = zoo::build("resnet50", None, &knobs, None).unwrap_err();
+    assert!(err.to_string().contains("unknown knob `heads`"), "{err}");
+    let err = zoo::build("mlp", Some(0), &BTreeMap::new(), None).unwrap_err();
+    assert!(
+        err.to_string().contains("batch must be at least 1"),
+        "{err}"
+    );
+}
