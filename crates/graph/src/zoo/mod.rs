@@ -1,8 +1,17 @@
 //! The model zoo: builders for the models the papers evaluate and common
 //! references, each citing the implementation whose parameter count it matches.
 
+mod densenet;
+mod inception;
+mod mobilenet;
+mod nasnet;
 mod resnet;
+mod rnn;
+mod squeezenet;
 mod tiny;
+mod transformer;
+mod unet;
+mod vgg;
 
 use crate::builder::Optimizer;
 use crate::{Graph, GraphError, GraphErrorKind};
@@ -54,6 +63,15 @@ pub struct ModelInfo {
 pub fn models() -> Vec<ModelInfo> {
     let mut all = Vec::new();
     all.extend(resnet::models());
+    all.extend(vgg::models());
+    all.extend(inception::models());
+    all.extend(densenet::models());
+    all.extend(mobilenet::models());
+    all.extend(squeezenet::models());
+    all.extend(nasnet::models());
+    all.extend(unet::models());
+    all.extend(rnn::models());
+    all.extend(transformer::models());
     all.extend(tiny::models());
     all
 }
