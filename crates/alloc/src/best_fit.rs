@@ -1,0 +1,438 @@
+//! `best-fit`: a model of PyTorch's `CUDACachingAllocator` (NNabla's default
+//! caching allocator follows the same scheme), the allocator the
+//! schedule-window paper (Sec. 4) blames for external fragmentation under
+//! out-of-core execution.
+//!
+//! # Modelled PyTorch behaviour
+//!
+//! * Requests are rounded up to multiples of 512 B (`kMinBlockSize`; a 0-byte
+//!   request takes 512 B).
+//! * Two pools: small (rounded size <= 1 MiB, `kSmallSize`) and large.
+//! * Segments ("`cudaMalloc` calls") are reserved from the device address
+//!   space: 2 MiB (`kSmallBuffer`) for the small pool; for the large pool
+//!   20 MiB (`kLargeBuffer`) when the request is < 10 MiB (`kMinLargeAlloc`),
+//!   otherwise the request rounded up to 2 MiB (`kRoundLarge`).
+//! * Best-fit: the smallest cached free block of the request's pool that fits
+//!   (lowest address among equals), from a set ordered by `(size, addr)`.
+//! * Splitting: the block is split when the remainder is >= 512 B in the small
+//!   pool, or > 1 MiB in the large pool; otherwise the allocation keeps the
+//!   whole block (internal fragmentation).
+//! * Freed blocks stay cached in their pool and coalesce with free neighbours
+//!   of the same segment; segments never merge with each other.
+//! * When no cached block fits and a new segment cannot be reserved, all
+//!   entirely free cached segments of both pools are released
+//!   (`release_cached_blocks`, as after a failed `cudaMalloc`) and the segment
+//!   reservation is retried once; if that fails too the request is out of
+//!   memory.
+//! * The device address space is itself managed first-fit over segments, so
+//!   fragmentation at segment level (free device space split between
+//!   segments) is real as well.
+//!
+//! # Not modelled
+//!
+//! CUDA streams and cross-stream event waits, expandable segments,
+//! `max_split_size_mb` (oversize blocks), `roundup_power2_divisions`,
+//! garbage-collection thresholds, graph-capture private pools, and the
+//! fragmentation caused by the CUDA context and other processes.
+//!
+//! Reserved bytes are the sum of live segments.
+
+use serde::{Deserialize, Serialize};
+
+use crate::blocks::BlockPool;
+use crate::error::invalid_config;
+use crate::extent::ExtentMap;
+use crate::hash::FastMap;
+use crate::stats::{AllocStats, FailureRecord};
+use crate::{
+    ALIGNMENT_BYTES, AllocError, AllocErrorKind, AllocId, Allocation, Allocator, AllocatorKind,
+    round_request, round_up,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// Parameters of `best-fit`; the defaults are PyTorch's constants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BestFitConfig {
+    /// Largest rounded request served by the small pool (`kSmallSize`).
+    pub small_size_bytes: u64,
+    /// Segment size of the small pool (`kSmallBuffer`).
+    pub small_segment_bytes: u64,
+    /// Segment size for large requests below `min_large_alloc_bytes`
+    /// (`kLargeBuffer`).
+    pub large_segment_bytes: u64,
+    /// Large requests at least this big get their own segment (`kMinLargeAlloc`).
+    pub min_large_alloc_bytes: u64,
+    /// Own segments are rounded up to this (`kRoundLarge`).
+    pub round_large_bytes: u64,
+}
+
+impl Default for BestFitConfig {
+    fn default() -> Self {
+        BestFitConfig {
+            small_size_bytes: MIB,
+            small_segment_bytes: 2 * MIB,
+            large_segment_bytes: 20 * MIB,
+            min_large_alloc_bytes: 10 * MIB,
+            round_large_bytes: 2 * MIB,
+        }
+    }
+}
+
+impl BestFitConfig {
+    fn validate(&self) -> Result<(), AllocError> {
+        let sizes = [
+            ("small_size_bytes", self.small_size_bytes),
+            ("small_segment_bytes", self.small_segment_bytes),
+            ("large_segment_bytes", self.large_segment_bytes),
+            ("round_large_bytes", self.round_large_bytes),
+        ];
+        for (name, value) in sizes {
+            if value == 0 || value % ALIGNMENT_BYTES != 0 {
+                return Err(invalid_config(format!(
+                    "best-fit {name} is {value}; it must be a positive multiple of 512"
+                )));
+            }
+        }
+        if self.small_segment_bytes < self.small_size_bytes {
+            return Err(invalid_config(
+                "best-fit small_segment_bytes is smaller than small_size_bytes; small segments must hold the largest small request",
+            ));
+        }
+        if self.large_segment_bytes < self.min_large_alloc_bytes {
+            return Err(invalid_config(
+                "best-fit large_segment_bytes is smaller than min_large_alloc_bytes; shared large segments must hold every request below min_large_alloc_bytes",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LiveBlock {
+    addr: u64,
+    size_bytes: u64,
+    small: bool,
+}
+
+/// PyTorch-style best-fit caching allocator (see the module docs).
+#[derive(Debug, Clone)]
+pub struct BestFitCaching {
+    config: BestFitConfig,
+    capacity_bytes: u64,
+    /// Unreserved device address space.
+    device: ExtentMap,
+    small: BlockPool,
+    large: BlockPool,
+    live: FastMap<AllocId, LiveBlock>,
+    stats: AllocStats,
+}
+
+impl BestFitCaching {
+    pub fn new(config: BestFitConfig, capacity_bytes: u64) -> Result<Self, AllocError> {
+        config.validate()?;
+        Ok(BestFitCaching {
+            config,
+            capacity_bytes,
+            device: ExtentMap::new(0, capacity_bytes),
+            small: BlockPool::default(),
+            large: BlockPool::default(),
+            live: FastMap::default(),
+            stats: AllocStats::default(),
+        })
+    }
+
+    /// With PyTorch's default constants.
+    pub fn with_defaults(capacity_bytes: u64) -> Self {
+        BestFitCaching {
+            config: BestFitConfig::default(),
+            capacity_bytes,
+            device: ExtentMap::new(0, capacity_bytes),
+            small: BlockPool::default(),
+            large: BlockPool::default(),
+            live: FastMap::default(),
+            stats: AllocStats::default(),
+        }
+    }
+
+    /// Cached free bytes inside reserved segments (PyTorch's "reserved but
+    /// unallocated").
+    pub fn cached_free_bytes(&self) -> u64 {
+        self.small.free_bytes() + self.large.free_bytes()
+    }
+
+    /// Releases every entirely free cached segment back to the device
+    /// (`torch.cuda.empty_cache()`); returns the bytes released.
+    pub fn empty_cache(&mut self) -> u64 {
+        let mut released = 0;
+        for (addr, size_bytes) in self
+            .small
+            .take_free_segments()
+            .into_iter()
+            .chain(self.large.take_free_segments())
+        {
+            self.device.release(addr, size_bytes);
+            released += size_bytes;
+        }
+        self.update_reserved();
+        released
+    }
+
+    fn update_reserved(&mut self) {
+        self.stats
+            .set_reserved(self.small.segment_bytes() + self.large.segment_bytes());
+    }
+
+    fn segment_size(&self, rounded_bytes: u64, small: bool) -> Option<u64> {
+        if small {
+            Some(self.config.small_segment_bytes)
+        } else if rounded_bytes < self.config.min_large_alloc_bytes {
+            Some(self.config.large_segment_bytes)
+        } else {
+            round_up(rounded_bytes, self.config.round_large_bytes)
+        }
+    }
+
+    fn should_split(&self, small: bool) -> impl Fn(u64) -> bool + use<> {
+        let small_size = self.config.small_size_bytes;
+        move |remainder: u64| {
+            if small {
+                remainder >= ALIGNMENT_BYTES
+            } else {
+                remainder > small_size
+            }
+        }
+    }
+
+    fn try_cached(&mut self, rounded_bytes: u64, small: bool) -> Option<(u64, u64)> {
+        let split = self.should_split(small);
+        let pool = if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        pool.allocate(rounded_bytes, split)
+    }
+
+    fn out_of_memory(&mut self, id: AllocId, requested_bytes: u64) -> AllocError {
+        let free_bytes = self.device.free_bytes() + self.cached_free_bytes();
+        let largest_free_block_bytes = self
+            .device
+            .largest_bytes()
+            .max(self.small.largest_free_bytes())
+            .max(self.large.largest_free_bytes());
+        self.stats.record_failure(Some(FailureRecord {
+            id,
+            requested_bytes,
+            free_bytes,
+            largest_free_block_bytes,
+        }));
+        AllocError::new(AllocErrorKind::OutOfMemory {
+            id,
+            requested_bytes,
+            free_bytes,
+            largest_free_block_bytes,
+            reserved_bytes: self.stats.reserved_bytes,
+            capacity_bytes: self.capacity_bytes,
+        })
+    }
+}
+
+impl Allocator for BestFitCaching {
+    fn name(&self) -> AllocatorKind {
+        AllocatorKind::BestFit
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    fn allocate(&mut self, id: AllocId, size_bytes: u64) -> Result<Allocation, AllocError> {
+        if self.live.contains_key(&id) {
+            self.stats.record_failure(None);
+            return Err(AllocErrorKind::DoubleAllocate { id }.into());
+        }
+        let Some(rounded) = round_request(size_bytes) else {
+            return Err(self.out_of_memory(id, size_bytes));
+        };
+        let small = rounded <= self.config.small_size_bytes;
+        let block = match self.try_cached(rounded, small) {
+            Some(block) => block,
+            None => {
+                let Some(segment_bytes) = self.segment_size(rounded, small) else {
+                    return Err(self.out_of_memory(id, size_bytes));
+                };
+                let segment_addr = match self.device.allocate_first_fit(segment_bytes) {
+                    Some(addr) => Some(addr),
+                    None => {
+                        // PyTorch: a failed cudaMalloc frees all cached
+                        // segments and retries once.
+                        if self.empty_cache() > 0 {
+                            self.device.allocate_first_fit(segment_bytes)
+                        } else {
+                            None
+                        }
+                    }
+                };
+                let Some(segment_addr) = segment_addr else {
+                    return Err(self.out_of_memory(id, size_bytes));
+                };
+                let pool = if small {
+                    &mut self.small
+                } else {
+                    &mut self.large
+                };
+                pool.add_segment(segment_addr, segment_bytes);
+                self.update_reserved();
+                match self.try_cached(rounded, small) {
+                    Some(block) => block,
+                    // Unreachable in practice: the fresh segment fits.
+                    None => return Err(self.out_of_memory(id, size_bytes)),
+                }
+            }
+        };
+        let (addr, _held_bytes) = block;
+        self.live.insert(
+            id,
+            LiveBlock {
+                addr,
+                size_bytes,
+                small,
+            },
+        );
+        self.stats.record_alloc(size_bytes);
+        Ok(Allocation {
+            id,
+            addr,
+            size_bytes,
+        })
+    }
+
+    fn free(&mut self, id: AllocId) -> Result<(), AllocError> {
+        let block = self
+            .live
+            .remove(&id)
+            .ok_or(AllocErrorKind::UnknownId { id })?;
+        let pool = if block.small {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        // The block is cached, not released: PyTorch only returns segments on
+        // empty_cache() or after a failed cudaMalloc.
+        let _ = pool.free(block.addr);
+        self.stats.record_free(block.size_bytes);
+        Ok(())
+    }
+
+    fn stats(&self) -> &AllocStats {
+        &self.stats
+    }
+
+    fn live_allocations(&self) -> Vec<Allocation> {
+        let mut out: Vec<Allocation> = self
+            .live
+            .iter()
+            .map(|(&id, b)| Allocation {
+                id,
+                addr: b.addr,
+                size_bytes: b.size_bytes,
+            })
+            .collect();
+        out.sort_unstable_by_key(|a| a.addr);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_requests_share_a_2mib_segment() {
+        let mut a = BestFitCaching::with_defaults(64 * MIB);
+        let x = a.allocate(AllocId(0), 1).expect("x");
+        let y = a.allocate(AllocId(1), 700).expect("y");
+        assert_eq!((x.addr, y.addr), (0, 512));
+        assert_eq!(a.stats().reserved_bytes, 2 * MIB);
+    }
+
+    #[test]
+    fn large_requests_use_20mib_or_own_segments() {
+        let mut a = BestFitCaching::with_defaults(64 * MIB);
+        a.allocate(AllocId(0), 3 * MIB).expect("3 MiB");
+        assert_eq!(a.stats().reserved_bytes, 20 * MIB);
+        a.allocate(AllocId(1), 4 * MIB)
+            .expect("4 MiB from the same segment");
+        assert_eq!(a.stats().reserved_bytes, 20 * MIB);
+        // 11 MiB fits the cached 13 MiB remainder of the shared segment.
+        let mid = a.allocate(AllocId(2), 11 * MIB).expect("11 MiB");
+        assert_eq!(mid.addr, 7 * MIB);
+        let big = a.allocate(AllocId(3), 13 * MIB).expect("13 MiB");
+        assert_eq!(big.addr, 20 * MIB);
+        assert_eq!(a.stats().reserved_bytes, 34 * MIB);
+    }
+
+    #[test]
+    fn large_remainder_of_one_mib_is_not_split() {
+        let mut a = BestFitCaching::with_defaults(64 * MIB);
+        a.allocate(AllocId(0), 19 * MIB).expect("19 MiB");
+        // The 1 MiB remainder is not > 1 MiB, so it is not split off.
+        assert_eq!(a.cached_free_bytes(), 0);
+    }
+
+    #[test]
+    fn freed_blocks_are_cached_then_coalesced() {
+        let mut a = BestFitCaching::with_defaults(64 * MIB);
+        a.allocate(AllocId(0), 2 * MIB).expect("a");
+        a.allocate(AllocId(1), 2 * MIB).expect("b");
+        a.free(AllocId(0)).expect("free a");
+        a.free(AllocId(1)).expect("free b");
+        assert_eq!(a.stats().reserved_bytes, 20 * MIB);
+        assert_eq!(a.cached_free_bytes(), 20 * MIB);
+        let c = a.allocate(AllocId(2), 18 * MIB).expect("coalesced block");
+        assert_eq!(c.addr, 0);
+        a.free(AllocId(2)).expect("free c");
+        assert_eq!(a.empty_cache(), 20 * MIB);
+        assert_eq!(a.stats().reserved_bytes, 0);
+        assert_eq!(a.stats().peak_reserved_bytes, 20 * MIB);
+    }
+
+    #[test]
+    fn oom_releases_cached_segments_first() {
+        let mut a = BestFitCaching::with_defaults(40 * MIB);
+        a.allocate(AllocId(0), 15 * MIB)
+            .expect("own 16 MiB segment");
+        a.allocate(AllocId(1), 12 * MIB)
+            .expect("own 12 MiB segment");
+        a.free(AllocId(1)).expect("free");
+        assert_eq!(a.stats().reserved_bytes, 28 * MIB);
+        // 12 MiB are cached and 12 MiB unreserved: a 14 MiB segment only
+        // fits after the cached segment is released.
+        let c = a
+            .allocate(AllocId(2), 14 * MIB)
+            .expect("needs the cache released");
+        assert_eq!(c.addr, 16 * MIB);
+        assert_eq!(a.stats().reserved_bytes, 30 * MIB);
+        let err = a.allocate(AllocId(3), 14 * MIB).expect_err("oom");
+        match *err.kind() {
+            AllocErrorKind::OutOfMemory {
+                free_bytes,
+                largest_free_block_bytes,
+                ..
+            } => assert_eq!((free_bytes, largest_free_block_bytes), (10 * MIB, 10 * MIB)),
+            ref other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(a.stats().failures.len(), 1);
+    }
+
+    #[test]
+    fn config_validation() {
+        let cfg = BestFitConfig {
+            small_size_bytes: 1000,
+            ..BestFitConfig::default()
+        };
+        assert!(BestFitCaching::new(cfg, MIB).is_err());
+    }
+}
