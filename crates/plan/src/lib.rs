@@ -1,1 +1,13 @@
-//! outcore-plan.
+//! outcore-plan: the one Plan type every planner lowers to, verify() which proves a
+//! plan safe for every timing, and analyses shared by planners.
+
+mod lower;
+mod plan;
+mod verify;
+
+pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
+pub use plan::{
+    GraphRef, Instr, PLAN_FORMAT, Plan, PlanError, PlanErrorKind, PlannerInfo, Residency, Step,
+    StepRef, Stream, graph_fingerprint,
+};
+pub use verify::{Violation, ViolationKind, verify};

@@ -1,0 +1,299 @@
+//! The one Plan type: an instruction program per stream with explicit cross-stream
+//! waits, the initial residency of persistent tensors, and who made it.
+
+use outcore_graph::{Graph, OpId, TensorId};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The version tag of serialised plans.
+pub const PLAN_FORMAT: &str = "outcore-plan/1";
+
+/// The three streams of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    /// Kernels: `Compute` and `Recompute`.
+    Compute,
+    /// Host-to-device copies: `SwapIn`.
+    H2d,
+    /// Device-to-host copies: `SwapOut`.
+    D2h,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 3] = [Stream::Compute, Stream::H2d, Stream::D2h];
+
+    /// Position in [`Plan::streams`].
+    pub fn index(self) -> usize {
+        match self {
+            Stream::Compute => 0,
+            Stream::H2d => 1,
+            Stream::D2h => 2,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stream::Compute => "compute",
+            Stream::H2d => "h2d",
+            Stream::D2h => "d2h",
+        }
+    }
+}
+
+impl fmt::Display for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One instruction. Memory effects happen at the start of the step (allocations)
+/// or at the step itself (`Free`, which takes no time).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Instr {
+    /// Runs a graph op (compute stream). Allocates its storage-owning outputs;
+    /// an in-place update writes its target's storage.
+    Compute(OpId),
+    /// Re-runs a recomputable forward op (compute stream) to re-materialise the
+    /// listed outputs; its other outputs use scratch memory for the step only.
+    Recompute { op: OpId, outputs: Vec<TensorId> },
+    /// Copies a tensor's host copy to newly allocated device memory (h2d stream).
+    SwapIn(TensorId),
+    /// Copies a device-resident tensor to host memory (d2h stream); the device copy stays.
+    SwapOut(TensorId),
+    /// Releases a tensor's device memory (any stream, no duration).
+    Free(TensorId),
+}
+
+impl Instr {
+    /// The stream an instruction must be on (`None`: any stream).
+    pub fn required_stream(&self) -> Option<Stream> {
+        match self {
+            Instr::Compute(_) | Instr::Recompute { .. } => Some(Stream::Compute),
+            Instr::SwapIn(_) => Some(Stream::H2d),
+            Instr::SwapOut(_) => Some(Stream::D2h),
+            Instr::Free(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Instr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Instr::Compute(op) => write!(f, "compute {op}"),
+            Instr::Recompute { op, outputs } => {
+                let outs: Vec<String> = outputs.iter().map(|t| t.to_string()).collect();
+                write!(f, "recompute {op} -> [{}]", outs.join(", "))
+            }
+            Instr::SwapIn(t) => write!(f, "swap-in {t}"),
+            Instr::SwapOut(t) => write!(f, "swap-out {t}"),
+            Instr::Free(t) => write!(f, "free {t}"),
+        }
+    }
+}
+
+/// A reference to a step: its stream and position in that stream's program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StepRef {
+    pub stream: Stream,
+    pub index: u32,
+}
+
+impl fmt::Display for StepRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.stream, self.index)
+    }
+}
+
+/// An instruction and the steps of other streams that must complete before it starts.
+/// (The previous step of its own stream always completes first.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub instr: Instr,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<StepRef>,
+}
+
+/// Where a persistent tensor is at the start (and so at the end) of an iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Residency {
+    /// On the device only.
+    Device,
+    /// On the device, with a current host copy (may be freed without a copy-out
+    /// until it is written).
+    DeviceAndHost,
+    /// On the host only; must be swapped in before use.
+    Host,
+}
+
+/// Which planner made a plan, with which settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannerInfo {
+    pub name: String,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Planner-specific settings and findings (window size, knobs chosen, ...).
+    #[serde(default)]
+    pub settings: serde_json::Value,
+}
+
+/// How to rebuild the graph a plan was made for, and a fingerprint to check it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphRef {
+    /// Zoo model name, or `None` for a graph file.
+    #[serde(default)]
+    pub zoo_model: Option<String>,
+    #[serde(default)]
+    pub batch: Option<u64>,
+    #[serde(default)]
+    pub knobs: std::collections::BTreeMap<String, u64>,
+    /// Graph file path, when the graph came from a file.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// [`graph_fingerprint`] of the graph.
+    pub fingerprint: String,
+    pub n_ops: usize,
+    pub n_tensors: usize,
+}
+
+/// A 64-bit FNV-1a hash of the graph's native JSON, as 16 hex digits.
+pub fn graph_fingerprint(graph: &Graph) -> String {
+    let text = outcore_graph::format::native::to_string(graph);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= byte as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// A complete execution plan for one training iteration, repeated every iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub format: String,
+    pub planner: PlannerInfo,
+    pub graph: GraphRef,
+    /// Device profile (as JSON, so that the plan is self-contained).
+    pub device: serde_json::Value,
+    /// Device memory the plan may use.
+    pub budget_bytes: u64,
+    /// Allocator configuration (`{"kind": "perfect"}` unless an allocator is chosen).
+    pub allocator: serde_json::Value,
+    /// Initial residency of every persistent tensor.
+    pub initial_residency: Vec<(TensorId, Residency)>,
+    /// Programs of the compute, h2d and d2h streams, in [`Stream::index`] order.
+    pub streams: [Vec<Step>; 3],
+}
+
+impl Plan {
+    /// An empty plan with every persistent tensor resident on the device.
+    pub fn new(graph: &Graph, planner: PlannerInfo, budget_bytes: u64) -> Plan {
+        Plan {
+            format: PLAN_FORMAT.to_string(),
+            planner,
+            graph: GraphRef {
+                zoo_model: None,
+                batch: Some(graph.meta.batch),
+                knobs: Default::default(),
+                file: None,
+                fingerprint: graph_fingerprint(graph),
+                n_ops: graph.ops.len(),
+                n_tensors: graph.tensors.len(),
+            },
+            device: serde_json::Value::Null,
+            budget_bytes,
+            allocator: serde_json::json!({"kind": "perfect"}),
+            initial_residency: graph
+                .persistent_tensors()
+                .map(|t| (t.id, Residency::Device))
+                .collect(),
+            streams: [Vec::new(), Vec::new(), Vec::new()],
+        }
+    }
+
+    /// The program of one stream.
+    pub fn stream(&self, stream: Stream) -> &[Step] {
+        &self.streams[stream.index()]
+    }
+
+    /// Appends a step to a stream and returns its reference.
+    pub fn push(&mut self, stream: Stream, instr: Instr, waits: Vec<StepRef>) -> StepRef {
+        let program = &mut self.streams[stream.index()];
+        program.push(Step { instr, waits });
+        StepRef {
+            stream,
+            index: (program.len() - 1) as u32,
+        }
+    }
+
+    /// The step at a reference, if it exists.
+    pub fn step(&self, at: StepRef) -> Option<&Step> {
+        self.streams[at.stream.index()].get(at.index as usize)
+    }
+
+    /// Total number of steps.
+    pub fn n_steps(&self) -> usize {
+        self.streams.iter().map(Vec::len).sum()
+    }
+
+    /// Serialises as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Parses a plan; `path` names the source in errors.
+    pub fn from_json(text: &str, path: &str) -> Result<Plan, PlanError> {
+        let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError {
+            kind: PlanErrorKind::Parse {
+                path: path.to_string(),
+                detail: e.to_string(),
+            },
+        })?;
+        if plan.format != PLAN_FORMAT {
+            return Err(PlanError {
+                kind: PlanErrorKind::UnsupportedFormat {
+                    path: path.to_string(),
+                    found: plan.format,
+                },
+            });
+        }
+        Ok(plan)
+    }
+
+    /// Checks that the plan was made for `graph`.
+    pub fn check_graph(&self, graph: &Graph) -> Result<(), PlanError> {
+        let fingerprint = graph_fingerprint(graph);
+        if fingerprint != self.graph.fingerprint {
+            return Err(PlanError {
+                kind: PlanErrorKind::GraphMismatch {
+                    expected: self.graph.fingerprint.clone(),
+                    found: fingerprint,
+                },
+            });
+        }
+        Ok(())
+    }
+}
+
+/// An error reading or matching a plan.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}")]
+pub struct PlanError {
+    pub kind: PlanErrorKind,
+}
+
+/// What went wrong with a plan file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanErrorKind {
+    #[error("{path} is not a valid outcore plan: {detail}")]
+    Parse { path: String, detail: String },
+    #[error("{path}: unsupported plan format `{found}` (expected `outcore-plan/1`)")]
+    UnsupportedFormat { path: String, found: String },
+    #[error(
+        "the plan was made for another graph (fingerprint {expected}, this graph {found}); re-run `outcore plan` for this graph"
+    )]
+    GraphMismatch { expected: String, found: String },
+}
