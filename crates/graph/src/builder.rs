@@ -956,6 +956,125 @@ impl GraphBuilder {
         (outs[0], outs[1])
     }
 
+    /// Marks the outputs of forward op `op` as views of `x`'s storage and clears the
+    /// op's write count (view ops allocate nothing).
+    fn make_views(&mut self, op: OpId, x: TensorId, outs: &[TensorId]) {
+        let owner = self.tensors[x.index()].view_of.unwrap_or(x);
+        for &o in outs {
+            self.tensors[o.index()].view_of = Some(owner);
+        }
+        self.ops[op.index()].bytes_written = 0;
+    }
+
+    /// Splits `x` along `axis` into consecutive parts of `sizes` (`torch.split`);
+    /// the parts are views. Backward is PyTorch's `split_with_sizes_backward`: one
+    /// op that concatenates the parts' gradients (zeros for unused parts) into a
+    /// fresh gradient of `x`; it saves nothing. Sizes of zero are skipped.
+    pub fn split(&mut self, label: &str, x: TensorId, axis: usize, sizes: &[u64]) -> Vec<TensorId> {
+        let xs = self.shape(x).to_vec();
+        let shapes: Vec<Vec<u64>> = sizes
+            .iter()
+            .filter(|&&s| s > 0)
+            .map(|&s| {
+                let mut shape = xs.clone();
+                shape[axis] = s;
+                shape
+            })
+            .collect();
+        self.view_parts(OpKind::Split { axis: axis as u32 }, label, x, shapes)
+    }
+
+    /// Unbinds `x` along `axis` into its slices with that axis removed
+    /// (`torch.unbind`, e.g. the time steps of a sequence); the slices are views.
+    /// Backward is `unbind_backward`: one op stacking the slices' gradients (zeros
+    /// for unused ones) into a fresh gradient of `x`; it saves nothing.
+    pub fn unbind(&mut self, label: &str, x: TensorId, axis: usize) -> Vec<TensorId> {
+        let xs = self.shape(x).to_vec();
+        let mut slice = xs.clone();
+        slice.remove(axis);
+        let shapes = vec![slice; xs[axis] as usize];
+        self.view_parts(OpKind::Unbind { axis: axis as u32 }, label, x, shapes)
+    }
+
+    /// One forward op producing view parts of `x` whose backward gathers their
+    /// gradients into one fresh gradient of `x` (split, unbind).
+    fn view_parts(
+        &mut self,
+        kind: OpKind,
+        label: &str,
+        x: TensorId,
+        shapes: Vec<Vec<u64>>,
+    ) -> Vec<TensorId> {
+        let names: Vec<String> = (0..shapes.len()).map(|k| k.to_string()).collect();
+        let specs: Vec<(&str, Vec<u64>, DType)> = names
+            .iter()
+            .zip(shapes)
+            .map(|(n, s)| (n.as_str(), s, self.dtype))
+            .collect();
+        let numel = self.numel(x);
+        let (op, outs) = self.forward_op(kind, label, vec![x], &specs, 0);
+        self.make_views(op, x, &outs);
+        self.record(
+            op,
+            BackwardRule::Op {
+                grad_of: outs.clone(),
+                saved: vec![],
+                flops: numel,
+            },
+        );
+        outs
+    }
+
+    /// Broadcasts `x` to `shape` without copying (`Tensor.expand`): the result is a
+    /// view. Backward is `sum_to_size`, a reduction into a fresh gradient shaped
+    /// like `x`; it saves nothing.
+    pub fn expand(&mut self, x: TensorId, shape: &[u64]) -> TensorId {
+        let out = self.act_out(shape.to_vec());
+        let numel: u64 = shape.iter().product();
+        let (op, outs) = self.forward_op(OpKind::Expand, "expand", vec![x], &out, 0);
+        self.make_views(op, x, &outs);
+        self.record(
+            op,
+            BackwardRule::Op {
+                grad_of: vec![outs[0]],
+                saved: vec![],
+                flops: numel,
+            },
+        );
+        outs[0]
+    }
+
+    /// Permutes the axes of `x` without copying (`Tensor.permute`): output axis `i`
+    /// is input axis `dims[i]`; the result is a (strided) view and its gradient a
+    /// permuted view of the output gradient.
+    pub fn permute(&mut self, x: TensorId, dims: &[u32]) -> TensorId {
+        let xs = self.shape(x).to_vec();
+        let shape: Vec<u64> = dims.iter().map(|&d| xs[d as usize]).collect();
+        let out = self.act_out(shape);
+        let (op, outs) = self.forward_op(
+            OpKind::Permute {
+                dims: dims.to_vec(),
+            },
+            "permute",
+            vec![x],
+            &out,
+            0,
+        );
+        self.make_views(op, x, &outs);
+        self.record(op, BackwardRule::Views);
+        outs[0]
+    }
+
+    /// [`Self::layer_norm`] with an explicit epsilon (BERT uses 1e-12, torchvision's
+    /// ViT 1e-6); the saved tensors are the same.
+    pub fn layer_norm_eps(&mut self, name: &str, x: TensorId, eps: f32) -> TensorId {
+        let y = self.layer_norm(name, x);
+        if let Some(op) = self.tensors[y.index()].producer {
+            self.ops[op.index()].kind = OpKind::LayerNorm { eps };
+        }
+        y
+    }
+
     /// Mean softmax cross-entropy of `logits [.., classes]` against `labels`;
     /// returns the scalar loss. Backward keeps the log-probabilities and labels.
     pub fn softmax_cross_entropy(&mut self, logits: TensorId, labels: TensorId) -> TensorId {

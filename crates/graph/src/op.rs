@@ -125,6 +125,26 @@ pub enum OpKind {
     Copy,
     /// A reshape that allocates nothing; the output is a view of the input.
     View,
+    /// Splits the input along `axis` into consecutive parts (`torch.split`); the
+    /// outputs are views with the shapes recorded on them. Backward concatenates
+    /// the parts' gradients into a fresh gradient of the input.
+    Split {
+        axis: u32,
+    },
+    /// Unbinds the input along `axis` into slices with that axis removed
+    /// (`torch.unbind`); the outputs are views. Backward stacks the slices'
+    /// gradients into a fresh gradient of the input.
+    Unbind {
+        axis: u32,
+    },
+    /// Broadcasts the input to the output's shape without copying (`expand`); the
+    /// output is a view. Backward sums the gradient back to the input's shape.
+    Expand,
+    /// Permutes axes without copying: output axis `i` is input axis `dims[i]`; the
+    /// output is a strided view.
+    Permute {
+        dims: Vec<u32>,
+    },
     /// A tensor filled with `value`, no inputs: seeds backward with ones, stands in
     /// for a missing output gradient with zeros, or creates an RNN's initial state.
     Fill {
@@ -200,8 +220,18 @@ impl OpKind {
             | OpKind::SoftmaxCrossEntropy => OpClass::Normalization,
             OpKind::MaxPool2d(_) | OpKind::AvgPool2d(_) | OpKind::GlobalAvgPool => OpClass::Pooling,
             OpKind::Concat { .. } | OpKind::Copy | OpKind::Embedding => OpClass::DataMovement,
-            OpKind::View => OpClass::View,
-            OpKind::Backward { forward, .. } => forward.class(),
+            OpKind::View
+            | OpKind::Split { .. }
+            | OpKind::Unbind { .. }
+            | OpKind::Expand
+            | OpKind::Permute { .. } => OpClass::View,
+            // The backward of a split or unbind writes a gathered gradient and that
+            // of an expand a reduced one, unlike the free views they undo.
+            OpKind::Backward { forward, .. } => match **forward {
+                OpKind::Split { .. } | OpKind::Unbind { .. } => OpClass::DataMovement,
+                OpKind::Expand => OpClass::Reduction,
+                _ => forward.class(),
+            },
             OpKind::SgdUpdate { .. } | OpKind::AdamUpdate { .. } => OpClass::Optimizer,
             OpKind::Named { name } => class_of_framework_name(name),
         }
