@@ -3,6 +3,7 @@
 
 mod lower;
 mod plan;
+mod planner;
 mod verify;
 
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
@@ -10,4 +11,5 @@ pub use plan::{
     GraphRef, Instr, PLAN_FORMAT, Plan, PlanError, PlanErrorKind, PlannerInfo, Residency, Step,
     StepRef, Stream, graph_fingerprint,
 };
+pub use planner::{PlanOutcome, PlanRequest, Planner, fmt_bytes};
 pub use verify::{Violation, ViolationKind, verify};

@@ -152,6 +152,9 @@ pub struct GraphRef {
     /// Graph file path, when the graph came from a file.
     #[serde(default)]
     pub file: Option<String>,
+    /// Optimizer override used to build a zoo model (`None`: the model's default).
+    #[serde(default)]
+    pub optimizer: Option<String>,
     /// [`graph_fingerprint`] of the graph.
     pub fingerprint: String,
     pub n_ops: usize,
@@ -198,6 +201,7 @@ impl Plan {
                 batch: Some(graph.meta.batch),
                 knobs: Default::default(),
                 file: None,
+                optimizer: None,
                 fingerprint: graph_fingerprint(graph),
                 n_ops: graph.ops.len(),
                 n_tensors: graph.tensors.len(),

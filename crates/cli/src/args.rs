@@ -1,0 +1,155 @@
+//! Command-line arguments, and the rewrite of model knob flags (`--depth 152`).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// outcore: train beyond GPU memory by planning swaps, recomputation, order and layout.
+#[derive(Debug, Parser)]
+#[command(name = "outcore", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every model in the zoo with its knobs.
+    Zoo {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Summary statistics of a model or graph file.
+    Stats {
+        #[command(flatten)]
+        graph: GraphArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Plan a model under a memory budget and write the plan.
+    Plan {
+        #[command(flatten)]
+        graph: GraphArgs,
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Planner name (`outcore compare --planners all` lists them all).
+        #[arg(long)]
+        planner: String,
+        /// Where to write the plan JSON.
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+    /// Simulate a plan file and report iteration time, memory and copies.
+    Simulate {
+        plan: PathBuf,
+        /// Write a Chrome trace (opens in Perfetto).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Write the allocation trace (for `outcore alloc-replay`).
+        #[arg(long = "alloc-trace")]
+        alloc_trace: Option<PathBuf>,
+        /// Iterations to simulate (the report is the last one's).
+        #[arg(long, default_value_t = 2)]
+        iterations: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Plan with several planners and compare their simulated results.
+    Compare {
+        #[command(flatten)]
+        graph: GraphArgs,
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Comma-separated planner names, or `all`.
+        #[arg(long, default_value = "all")]
+        planners: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay an allocation trace through an allocator.
+    AllocReplay {
+        trace: PathBuf,
+        /// `size-class`, `best-fit` or `virtual-chunks`.
+        #[arg(long)]
+        allocator: String,
+        /// Device capacity (default: unlimited, to measure what the trace needs).
+        #[arg(long)]
+        capacity: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which graph: a zoo model or a graph file.
+#[derive(Debug, Args, Clone)]
+pub struct GraphArgs {
+    /// Zoo model name (see `outcore zoo`).
+    #[arg(long, conflicts_with = "graph")]
+    pub model: Option<String>,
+    /// Batch size for a zoo model (default: the model's).
+    #[arg(long, requires = "model")]
+    pub batch: Option<u64>,
+    /// A graph file (`dnn-train-graph/1` or `outcore-graph/1`).
+    #[arg(long)]
+    pub graph: Option<PathBuf>,
+    /// Model knob as NAME=VALUE (also written `--NAME VALUE`, e.g. `--depth 152`).
+    #[arg(long = "knob", value_name = "NAME=VALUE", requires = "model")]
+    pub knobs: Vec<String>,
+    /// Optimizer for a zoo model: sgd, adam, adamw or none (default: the model's).
+    #[arg(long, requires = "model")]
+    pub optimizer: Option<String>,
+}
+
+/// Device, budget and search settings shared by `plan` and `compare`.
+#[derive(Debug, Args, Clone)]
+pub struct TargetArgs {
+    /// Device profile name (e.g. v100-16gb-pcie3) or a profile JSON file.
+    #[arg(long)]
+    pub device: String,
+    /// Budget: bytes, a size like 12GiB / 512MiB, or NN% of the footprint.
+    #[arg(long)]
+    pub budget: String,
+    /// Allocator the plan uses: perfect, best-fit, size-class or virtual-chunks.
+    #[arg(long, default_value = "perfect")]
+    pub allocator: String,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Wall-clock seconds for search-based planners.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+}
+
+/// Rewrites `--NAME VALUE` and `--NAME=VALUE` for every zoo knob name into
+/// `--knob NAME=VALUE`, so that each model's knobs read as ordinary flags.
+pub fn rewrite_knob_flags(argv: Vec<String>) -> Vec<String> {
+    let mut knob_names: Vec<&'static str> = outcore_graph::zoo::models()
+        .iter()
+        .flat_map(|m| m.knobs.iter().map(|k| k.name))
+        .collect();
+    knob_names.sort_unstable();
+    knob_names.dedup();
+    let mut out = Vec::with_capacity(argv.len());
+    let mut i = 0;
+    while i < argv.len() {
+        let arg = &argv[i];
+        let flag = arg.strip_prefix("--").unwrap_or("");
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (flag, None),
+        };
+        if !flag.is_empty() && knob_names.contains(&name) {
+            let value = match inline {
+                Some(v) => Some(v),
+                None => {
+                    i += 1;
+                    argv.get(i).cloned()
+                }
+            };
+            out.push("--knob".to_string());
+            out.push(format!("{name}={}", value.unwrap_or_default()));
+        } else {
+            out.push(arg.clone());
+        }
+        i += 1;
+    }
+    out
+}
