@@ -1,1 +1,25 @@
-//! outcore-cost.
+//! outcore-cost: device profiles and cost models that price ops on the compute
+//! stream and copies on the host link, for the planners and the simulator.
+//!
+//! - [`DeviceProfile`]: peaks, bandwidths and host-link rates of a device; built-in
+//!   profiles for the papers' testbeds and current GPUs, or a user's JSON file.
+//! - [`CostModel`]: the trait; [`RooflineModel`] (analytic, per-class
+//!   [`Efficiencies`]), [`MeasuredModel`] (a [`MeasuredTable`] of per-op times
+//!   over a fallback model) and [`UnitCostModel`] (hand-checkable numbers for tests).
+//!
+//! All rates are bytes/s or FLOP/s and all times seconds.
+
+mod device;
+mod error;
+mod measured;
+mod model;
+mod roofline;
+
+pub use device::DeviceProfile;
+pub use error::{CostError, CostErrorKind};
+pub use measured::{
+    Coverage, LATENCY_TABLE_FORMAT, MeasuredCopies, MeasuredEntry, MeasuredModel, MeasuredTable,
+    NameMismatch,
+};
+pub use model::{CostModel, UnitCostModel};
+pub use roofline::{ClassEfficiency, Efficiencies, OpBounds, RooflineModel, op_dtype};
