@@ -104,3 +104,18 @@ fn unknown_model_and_bad_knobs_are_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn new_family_knobs_scale_and_reject_bad_values() {
+    let knobs = |k: &str, v: u64| BTreeMap::from([(k.to_string(), v)]);
+    let base = stats(&zoo::build("inception_v4", Some(2), &BTreeMap::new(), None).unwrap());
+    let wide = stats(&zoo::build("inception_v4", Some(2), &knobs("scale", 2), None).unwrap());
+    // Doubling every conv's channels roughly quadruples the conv weights.
+    assert!(wide.param_count > 3 * base.param_count, "{wide:?}");
+    let err = zoo::build("inception_v4", Some(2), &knobs("scale", 1000), None).unwrap_err();
+    assert!(err.to_string().contains("scale 1000"), "{err}");
+    let small = zoo::build("unet", Some(1), &knobs("size", 100), None);
+    assert!(small.is_ok(), "odd sizes pad the skips: {small:?}");
+    let err = zoo::build("unet", Some(1), &knobs("size", 8), None).unwrap_err();
+    assert!(err.to_string().contains("size 8 px"), "{err}");
+}
