@@ -681,6 +681,175 @@ impl GraphBuilder {
         self.reshape(outs[0], &[xs[0], xs[1]])
     }
 
+    /// Adaptive average pooling to `out_h x out_w` (`_adaptive_avg_pool2d`, which
+    /// PyTorch calls for every output size but 1x1, even when the output has the
+    /// input's shape); backward keeps the input, as `_adaptive_avg_pool2d_backward`
+    /// does.
+    pub fn adaptive_avg_pool2d(&mut self, x: TensorId, out_h: u32, out_w: u32) -> TensorId {
+        let xs = self.shape(x).to_vec();
+        let numel = self.numel(x);
+        let out = self.act_out(vec![xs[0], xs[1], out_h as u64, out_w as u64]);
+        let (op, outs) = self.forward_op(
+            OpKind::AdaptiveAvgPool2d {
+                output: [out_h, out_w],
+            },
+            "avgpool",
+            vec![x],
+            &out,
+            numel,
+        );
+        self.record(
+            op,
+            BackwardRule::Op {
+                grad_of: vec![outs[0]],
+                saved: vec![x],
+                flops: numel,
+            },
+        );
+        outs[0]
+    }
+
+    /// Average pooling with `count_include_pad=False`; backward keeps the input
+    /// (`avg_pool2d_backward(grad, self, ...)`), like [`Self::avg_pool2d`].
+    pub fn avg_pool2d_exclude_pad(
+        &mut self,
+        x: TensorId,
+        kernel: u32,
+        stride: u32,
+        padding: u32,
+        ceil_mode: bool,
+    ) -> TensorId {
+        let attrs = Pool2dAttrs {
+            kernel: [kernel; 2],
+            stride: [stride; 2],
+            padding: [padding; 2],
+            ceil_mode,
+        };
+        let xs = self.shape(x).to_vec();
+        let ho = pool_out(xs[2], kernel, stride, padding, ceil_mode);
+        let wo = pool_out(xs[3], kernel, stride, padding, ceil_mode);
+        let shape = vec![xs[0], xs[1], ho, wo];
+        let numel_out: u64 = shape.iter().product();
+        let flops = numel_out * (kernel as u64) * (kernel as u64);
+        let out = self.act_out(shape);
+        let (op, outs) = self.forward_op(
+            OpKind::AvgPool2dExcludePad(attrs),
+            "avg_pool",
+            vec![x],
+            &out,
+            flops,
+        );
+        self.record(
+            op,
+            BackwardRule::Op {
+                grad_of: vec![outs[0]],
+                saved: vec![x],
+                flops: self.numel(x),
+            },
+        );
+        outs[0]
+    }
+
+    /// Transposed 2-D convolution with square kernel and stride, no padding, one
+    /// group; creates `name.weight` `[in, out, k, k]` (and `name.bias`). Backward
+    /// keeps the input and weight, as `convolution_backward` does.
+    pub fn conv_transpose2d(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        out_channels: u64,
+        kernel: u32,
+        stride: u32,
+        bias: bool,
+    ) -> TensorId {
+        let attrs = Conv2dAttrs {
+            kernel: [kernel, kernel],
+            stride: [stride, stride],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            bias,
+        };
+        let xs = self.shape(x).to_vec();
+        let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
+        let (k, s) = (kernel as u64, stride as u64);
+        // PyTorch: (len - 1) * stride - 2 * padding + dilation * (k - 1) + 1.
+        let ho = (h.saturating_sub(1)) * s + k;
+        let wo = (w.saturating_sub(1)) * s + k;
+        self.push_scope(name);
+        let weight = self.parameter("weight", &[c, out_channels, k, k]);
+        let mut inputs = vec![x, weight];
+        if bias {
+            let b = self.parameter("bias", &[out_channels]);
+            inputs.push(b);
+        }
+        self.pop_scope();
+        let flops = 2 * n * c * h * w * out_channels * k * k;
+        let out = self.act_out(vec![n, out_channels, ho, wo]);
+        let (op, outs) = self.forward_op(OpKind::ConvTranspose2d(attrs), name, inputs, &out, flops);
+        let bwd_flops = if self.requires_grad[x.index()] {
+            2 * flops
+        } else {
+            flops
+        };
+        self.record(
+            op,
+            BackwardRule::Op {
+                grad_of: vec![outs[0]],
+                saved: vec![x, weight],
+                flops: bwd_flops,
+            },
+        );
+        outs[0]
+    }
+
+    /// Zero padding of height and width by `[left, right, top, bottom]`
+    /// (`nn.ZeroPad2d`, `F.pad`). Backward saves nothing: `constant_pad_nd`'s
+    /// gradient is a (copied) slice of the output gradient.
+    pub fn zero_pad2d(&mut self, x: TensorId, pads: [u32; 4]) -> TensorId {
+        let mut shape = self.shape(x).to_vec();
+        let r = shape.len();
+        shape[r - 1] += (pads[0] + pads[1]) as u64;
+        shape[r - 2] += (pads[2] + pads[3]) as u64;
+        let numel: u64 = shape.iter().product();
+        let out = self.act_out(shape);
+        let (op, outs) = self.forward_op(OpKind::ZeroPad2d { pads }, "pad", vec![x], &out, numel);
+        self.record(
+            op,
+            BackwardRule::Op {
+                grad_of: vec![outs[0]],
+                saved: vec![],
+                flops: numel,
+            },
+        );
+        outs[0]
+    }
+
+    /// `x[:, :, top:, left:]`: a view of `x` that drops the first `top` rows and
+    /// `left` columns. Backward saves nothing but allocates an input-sized gradient
+    /// (`slice_backward` zero-fills and copies), so it is an op, not a view.
+    pub fn crop2d(&mut self, x: TensorId, top: u32, left: u32) -> TensorId {
+        let mut shape = self.shape(x).to_vec();
+        let r = shape.len();
+        shape[r - 1] = shape[r - 1].saturating_sub(left as u64);
+        shape[r - 2] = shape[r - 2].saturating_sub(top as u64);
+        let in_numel = self.numel(x);
+        let out = self.act_out(shape);
+        let (op, outs) = self.forward_op(OpKind::Crop2d { top, left }, "crop", vec![x], &out, 0);
+        let owner = self.tensors[x.index()].view_of.unwrap_or(x);
+        self.tensors[outs[0].index()].view_of = Some(owner);
+        self.ops[op.index()].bytes_written = 0;
+        self.record(
+            op,
+            BackwardRule::Op {
+                grad_of: vec![outs[0]],
+                saved: vec![],
+                flops: in_numel,
+            },
+        );
+        outs[0]
+    }
+
     /// Training-mode batch norm over axis 1 (`[n, c, ...]`), with `name.weight`,
     /// `name.bias` and running-statistics buffers updated in place.
     pub fn batch_norm(&mut self, name: &str, x: TensorId) -> TensorId {

@@ -85,6 +85,28 @@ pub enum OpKind {
     AvgPool2d(Pool2dAttrs),
     /// Adaptive average pooling to 1x1: `[n, c, h, w] -> [n, c, 1, 1]`.
     GlobalAvgPool,
+    /// Adaptive average pooling to `output` (height, width): `[n, c, h, w] ->
+    /// [n, c, oh, ow]` (`_adaptive_avg_pool2d`, e.g. VGG's 7x7 pool).
+    AdaptiveAvgPool2d {
+        output: [u32; 2],
+    },
+    /// Average pooling whose divisor counts only in-bounds elements
+    /// (`count_include_pad=False`, as in Inception-v4 and NASNet).
+    AvgPool2dExcludePad(Pool2dAttrs),
+    /// Transposed 2-D convolution (NCHW, weight `[in, out / groups, kh, kw]`);
+    /// inputs `[x, w, (b)]`. `padding` is the transposed conv's (cropping) padding.
+    ConvTranspose2d(Conv2dAttrs),
+    /// Zero padding of the last two axes by `[left, right, top, bottom]` elements
+    /// (`constant_pad_nd` / `nn.ZeroPad2d`).
+    ZeroPad2d {
+        pads: [u32; 4],
+    },
+    /// Window `[top.., left..]` of the last two axes, of the output tensor's height
+    /// and width (`x[:, :, top:, left:]`); the output is a view of the input.
+    Crop2d {
+        top: u32,
+        left: u32,
+    },
     /// Training-mode batch norm; inputs `[x, gamma, beta]`, outputs `[y, mean, invstd]`.
     BatchNorm {
         eps: f32,
@@ -201,7 +223,7 @@ impl OpKind {
     /// The op's class for cost modelling; backward ops share their forward class.
     pub fn class(&self) -> OpClass {
         match self {
-            OpKind::Conv2d(_) => OpClass::Convolution,
+            OpKind::Conv2d(_) | OpKind::ConvTranspose2d(_) => OpClass::Convolution,
             OpKind::Linear { .. } | OpKind::MatMul { .. } | OpKind::LstmCell => OpClass::MatMul,
             OpKind::Relu
             | OpKind::Relu6
@@ -218,17 +240,27 @@ impl OpKind {
             | OpKind::LayerNorm { .. }
             | OpKind::Softmax
             | OpKind::SoftmaxCrossEntropy => OpClass::Normalization,
-            OpKind::MaxPool2d(_) | OpKind::AvgPool2d(_) | OpKind::GlobalAvgPool => OpClass::Pooling,
-            OpKind::Concat { .. } | OpKind::Copy | OpKind::Embedding => OpClass::DataMovement,
+            OpKind::MaxPool2d(_)
+            | OpKind::AvgPool2d(_)
+            | OpKind::GlobalAvgPool
+            | OpKind::AdaptiveAvgPool2d { .. }
+            | OpKind::AvgPool2dExcludePad(_) => OpClass::Pooling,
+            OpKind::Concat { .. } | OpKind::Copy | OpKind::Embedding | OpKind::ZeroPad2d { .. } => {
+                OpClass::DataMovement
+            }
             OpKind::View
+            | OpKind::Crop2d { .. }
             | OpKind::Split { .. }
             | OpKind::Unbind { .. }
             | OpKind::Expand
             | OpKind::Permute { .. } => OpClass::View,
-            // The backward of a split or unbind writes a gathered gradient and that
-            // of an expand a reduced one, unlike the free views they undo.
+            // The backward of a split, unbind or crop writes a gathered (padded)
+            // gradient and that of an expand a reduced one, unlike the free views
+            // they undo.
             OpKind::Backward { forward, .. } => match **forward {
-                OpKind::Split { .. } | OpKind::Unbind { .. } => OpClass::DataMovement,
+                OpKind::Split { .. } | OpKind::Unbind { .. } | OpKind::Crop2d { .. } => {
+                    OpClass::DataMovement
+                }
                 OpKind::Expand => OpClass::Reduction,
                 _ => forward.class(),
             },

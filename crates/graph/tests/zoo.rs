@@ -104,3 +104,37 @@ fn unknown_model_and_bad_knobs_are_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn new_family_knobs_scale_and_reject_bad_values() {
+    let knobs = |k: &str, v: u64| BTreeMap::from([(k.to_string(), v)]);
+    let base = stats(&zoo::build("inception_v4", Some(2), &BTreeMap::new(), None).unwrap());
+    let wide = stats(&zoo::build("inception_v4", Some(2), &knobs("scale", 2), None).unwrap());
+    // Doubling every conv's channels roughly quadruples the conv weights.
+    assert!(wide.param_count > 3 * base.param_count, "{wide:?}");
+    let err = zoo::build("inception_v4", Some(2), &knobs("scale", 1000), None).unwrap_err();
+    assert!(err.to_string().contains("scale 1000"), "{err}");
+    let small = zoo::build("unet", Some(1), &knobs("size", 100), None);
+    assert!(small.is_ok(), "odd sizes pad the skips: {small:?}");
+    let err = zoo::build("unet", Some(1), &knobs("size", 8), None).unwrap_err();
+    assert!(err.to_string().contains("size 8 px"), "{err}");
+}
+
+#[test]
+fn nasnet_knobs_scale_depth_and_width_and_reject_bad_values() {
+    let knobs = |pairs: &[(&str, u64)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let large = zoo::build("nasnet", Some(1), &BTreeMap::new(), None).unwrap();
+    let deep = zoo::build("nasnet", Some(1), &knobs(&[("repeats", 25)]), None).unwrap();
+    assert!(deep.ops.len() > 3 * large.ops.len());
+    let narrow = zoo::build("nasnet", Some(1), &knobs(&[("filters", 1056)]), None).unwrap();
+    assert!(stats(&narrow).param_count < stats(&large).param_count / 10);
+    let err = zoo::build("nasnet", Some(1), &knobs(&[("filters", 4000)]), None).unwrap_err();
+    assert!(err.to_string().contains("filters 4000"), "{err}");
+    let err = zoo::build("nasnet", Some(1), &knobs(&[("repeats", 1000)]), None).unwrap_err();
+    assert!(err.to_string().contains("repeats 1000"), "{err}");
+}
