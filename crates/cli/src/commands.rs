@@ -12,23 +12,57 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
+/// Prints a line; a closed pipe (`outcore zoo | head`) ends the program quietly.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Zoo { json } => cmd_zoo(json),
         Command::Stats { graph, json } => cmd_stats(&graph, json),
-        Command::Plan { graph, target, planner, output } => cmd_plan(&graph, &target, &planner, &output),
-        Command::Simulate { plan, trace, alloc_trace, iterations, json } => {
-            cmd_simulate(&plan, trace.as_deref(), alloc_trace.as_deref(), iterations, json)
-        }
-        Command::Compare { graph, target, planners, json } => cmd_compare(&graph, &target, &planners, json),
-        Command::AllocReplay { trace, allocator, capacity, json } => {
-            cmd_alloc_replay(&trace, &allocator, capacity.as_deref(), json)
-        }
+        Command::Plan {
+            graph,
+            target,
+            planner,
+            output,
+        } => cmd_plan(&graph, &target, &planner, &output),
+        Command::Simulate {
+            plan,
+            trace,
+            alloc_trace,
+            iterations,
+            json,
+        } => cmd_simulate(
+            &plan,
+            trace.as_deref(),
+            alloc_trace.as_deref(),
+            iterations,
+            json,
+        ),
+        Command::Compare {
+            graph,
+            target,
+            planners,
+            json,
+        } => cmd_compare(&graph, &target, &planners, json),
+        Command::AllocReplay {
+            trace,
+            allocator,
+            capacity,
+            json,
+        } => cmd_alloc_replay(&trace, &allocator, capacity.as_deref(), json),
     }
 }
 
 fn print_json(value: &Value) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    let text = serde_json::to_string_pretty(value)?;
+    say!("{text}");
     Ok(())
 }
 
@@ -39,9 +73,20 @@ fn parse_optimizer(name: &str) -> Result<Optimizer> {
         "sgd" => Optimizer::sgd_momentum(),
         "adamw" => Optimizer::adamw(),
         "adam" => match Optimizer::adamw() {
-            Optimizer::Adam { lr, beta1, beta2, eps, .. } => {
-                Optimizer::Adam { lr, beta1, beta2, eps, weight_decay: 0.0, decoupled: false }
-            }
+            Optimizer::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                ..
+            } => Optimizer::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay: 0.0,
+                decoupled: false,
+            },
             other => other,
         },
         "none" => Optimizer::None,
@@ -79,15 +124,21 @@ fn load_graph(args: &GraphArgs) -> Result<LoadedGraph> {
         (None, Some(path)) => outcore_graph::format::load_graph_file(path)?,
         _ => bail!("give a model with --model NAME or a graph file with --graph FILE"),
     };
-    Ok(LoadedGraph { graph, args: args.clone() })
+    Ok(LoadedGraph {
+        graph,
+        args: args.clone(),
+    })
 }
 
 /// Parses a budget: plain bytes, a size with a unit, or a percentage of the footprint.
 fn parse_budget(text: &str, footprint_bytes: u64) -> Result<u64> {
     let t = text.trim();
     if let Some(pct) = t.strip_suffix('%') {
-        let p: f64 = pct.trim().parse().map_err(|_| anyhow!("budget `{text}`: `{pct}` is not a number"))?;
-        if !(p > 0.0) {
+        let p: f64 = pct
+            .trim()
+            .parse()
+            .map_err(|_| anyhow!("budget `{text}`: `{pct}` is not a number"))?;
+        if !p.is_finite() || p <= 0.0 {
             bail!("budget `{text}` must be positive");
         }
         return Ok((footprint_bytes as f64 * p / 100.0).round() as u64);
@@ -108,14 +159,20 @@ fn parse_size(t: &str) -> Result<u64> {
     ];
     for (suffix, scale) in units {
         if let Some(num) = t.strip_suffix(suffix) {
-            let v: f64 = num.trim().parse().map_err(|_| anyhow!("`{num}` is not a number"))?;
-            if !(v > 0.0) {
+            let v: f64 = num
+                .trim()
+                .parse()
+                .map_err(|_| anyhow!("`{num}` is not a number"))?;
+            if !v.is_finite() || v <= 0.0 {
                 bail!("the size must be positive");
             }
             return Ok((v * scale).round() as u64);
         }
     }
-    let bytes: u64 = t.trim_end_matches('B').parse().map_err(|_| anyhow!("`{t}` is not a size"))?;
+    let bytes: u64 = t
+        .trim_end_matches('B')
+        .parse()
+        .map_err(|_| anyhow!("`{t}` is not a size"))?;
     if bytes == 0 {
         bail!("the size must be positive");
     }
@@ -148,13 +205,25 @@ fn load_target(graph: &Graph, target: &TargetArgs) -> Result<Target> {
         "size-class" => {
             // SwapAdvisor's pool with one class per distinct tensor size, sized so
             // that the budget is filled: the configuration a search would start from.
-            let sizes: Vec<u64> = graph.tensors.iter().filter(|t| t.allocates()).map(|t| t.size_bytes).collect();
+            let sizes: Vec<u64> = graph
+                .tensors
+                .iter()
+                .filter(|t| t.allocates())
+                .map(|t| t.size_bytes)
+                .collect();
             let encoding = outcore_alloc::SizeClassEncoding::one_class_per_size(sizes, 1);
             json!({"kind": "size-class", "encoding": encoding})
         }
-        other => bail!("unknown allocator `{other}`; use perfect, best-fit, size-class or virtual-chunks"),
+        other => bail!(
+            "unknown allocator `{other}`; use perfect, best-fit, size-class or virtual-chunks"
+        ),
     };
-    Ok(Target { device, budget_bytes, footprint_bytes, allocator })
+    Ok(Target {
+        device,
+        budget_bytes,
+        footprint_bytes,
+        allocator,
+    })
 }
 
 fn record_graph_source(plan: &mut Plan, loaded: &LoadedGraph) -> Result<()> {
@@ -162,18 +231,24 @@ fn record_graph_source(plan: &mut Plan, loaded: &LoadedGraph) -> Result<()> {
     plan.graph.batch = Some(loaded.graph.meta.batch);
     plan.graph.knobs = parse_knobs(&loaded.args.knobs)?;
     plan.graph.optimizer = loaded.args.optimizer.clone();
-    plan.graph.file = loaded
-        .args
-        .graph
-        .as_ref()
-        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string());
+    plan.graph.file = loaded.args.graph.as_ref().map(|p| {
+        std::fs::canonicalize(p)
+            .unwrap_or_else(|_| p.clone())
+            .display()
+            .to_string()
+    });
     Ok(())
 }
 
 /// Rebuilds the graph a plan names and checks its fingerprint.
 fn graph_of_plan(plan: &Plan) -> Result<Graph> {
     let graph = if let Some(model) = &plan.graph.zoo_model {
-        let optimizer = plan.graph.optimizer.as_deref().map(parse_optimizer).transpose()?;
+        let optimizer = plan
+            .graph
+            .optimizer
+            .as_deref()
+            .map(parse_optimizer)
+            .transpose()?;
         zoo::build(model, plan.graph.batch, &plan.graph.knobs, optimizer)?
     } else if let Some(file) = &plan.graph.file {
         outcore_graph::format::load_graph_file(Path::new(file))?
@@ -258,7 +333,8 @@ fn plan_and_check(
             out.report = Some(sim.report);
         }
         Err(e) => {
-            out.reason.get_or_insert_with(|| format!("simulation failed: {e}"));
+            out.reason
+                .get_or_insert_with(|| format!("simulation failed: {e}"));
         }
     }
     out.simulate_time_s = t1.elapsed().as_secs_f64();
@@ -305,10 +381,14 @@ fn cmd_zoo(json_out: bool) -> Result<()> {
         return print_json(&Value::Array(list));
     }
     for m in &models {
-        let knobs: Vec<String> = m.knobs.iter().map(|k| format!("--{} {}", k.name, k.default)).collect();
-        println!("{:<18} {}", m.name, m.description);
+        let knobs: Vec<String> = m
+            .knobs
+            .iter()
+            .map(|k| format!("--{} {}", k.name, k.default))
+            .collect();
+        say!("{:<18} {}", m.name, m.description);
         if !knobs.is_empty() {
-            println!("{:<18} knobs: {}", "", knobs.join(" "));
+            say!("{:<18} knobs: {}", "", knobs.join(" "));
         }
     }
     Ok(())
@@ -320,24 +400,54 @@ fn cmd_stats(args: &GraphArgs, json_out: bool) -> Result<()> {
     if json_out {
         return print_json(&serde_json::to_value(&s)?);
     }
-    println!("model                 {} (batch {})", s.model, s.batch);
-    println!("source                {}", loaded.graph.meta.source);
-    println!(
+    say!("model                 {} (batch {})", s.model, s.batch);
+    say!("source                {}", loaded.graph.meta.source);
+    say!(
         "ops                   {} (forward {}, backward {}, optimizer {})",
-        s.n_ops, s.n_ops_by_phase["forward"], s.n_ops_by_phase["backward"], s.n_ops_by_phase["optimizer"]
+        s.n_ops,
+        s.n_ops_by_phase["forward"],
+        s.n_ops_by_phase["backward"],
+        s.n_ops_by_phase["optimizer"]
     );
-    println!("tensors               {} ({} distinct sizes)", s.n_tensors, s.n_distinct_sizes);
-    println!("parameters            {} ({})", s.param_count, fmt_bytes(s.param_bytes));
-    println!("optimizer state       {}", fmt_bytes(s.optimizer_state_bytes));
-    println!("footprint             {} (peak at {})", fmt_bytes(s.footprint_bytes), s.peak_op.as_deref().unwrap_or("start"));
-    println!("saved for backward    {}", fmt_bytes(s.saved_for_backward_bytes));
+    say!(
+        "tensors               {} ({} distinct sizes)",
+        s.n_tensors,
+        s.n_distinct_sizes
+    );
+    say!(
+        "parameters            {} ({})",
+        s.param_count,
+        fmt_bytes(s.param_bytes)
+    );
+    say!(
+        "optimizer state       {}",
+        fmt_bytes(s.optimizer_state_bytes)
+    );
+    say!(
+        "footprint             {} (peak at {})",
+        fmt_bytes(s.footprint_bytes),
+        s.peak_op.as_deref().unwrap_or("start")
+    );
+    say!(
+        "saved for backward    {}",
+        fmt_bytes(s.saved_for_backward_bytes)
+    );
     for (phase, flops) in &s.flops_by_phase {
-        println!("{:<21} {:.3} TFLOP", format!("flops {phase}"), *flops as f64 / 1e12);
+        say!(
+            "{:<21} {:.3} TFLOP",
+            format!("flops {phase}"),
+            *flops as f64 / 1e12
+        );
     }
     Ok(())
 }
 
-fn cmd_plan(args: &GraphArgs, target_args: &TargetArgs, planner_name: &str, output: &Path) -> Result<()> {
+fn cmd_plan(
+    args: &GraphArgs,
+    target_args: &TargetArgs,
+    planner_name: &str,
+    output: &Path,
+) -> Result<()> {
     let loaded = load_graph(args)?;
     let target = load_target(&loaded.graph, target_args)?;
     let planner = outcore_planners::by_name(planner_name).map_err(|e| anyhow!(e))?;
@@ -352,12 +462,18 @@ fn cmd_plan(args: &GraphArgs, target_args: &TargetArgs, planner_name: &str, outp
         );
     };
     if !outcome.verified {
-        bail!("{}", outcome.reason.unwrap_or_else(|| "the plan fails verification".into()));
+        bail!(
+            "{}",
+            outcome
+                .reason
+                .unwrap_or_else(|| "the plan fails verification".into())
+        );
     }
     record_graph_source(&mut plan, &loaded)?;
-    std::fs::write(output, plan.to_json()).with_context(|| format!("cannot write {}", output.display()))?;
+    std::fs::write(output, plan.to_json())
+        .with_context(|| format!("cannot write {}", output.display()))?;
     let r = outcome.report.as_ref();
-    println!(
+    say!(
         "wrote {} ({} steps); simulated {:.4} s/iteration, {:.1}% of ideal throughput, peak {}",
         output.display(),
         plan.n_steps(),
@@ -375,7 +491,8 @@ fn cmd_simulate(
     iterations: usize,
     json_out: bool,
 ) -> Result<()> {
-    let text = std::fs::read_to_string(plan_path).with_context(|| format!("cannot read {}", plan_path.display()))?;
+    let text = std::fs::read_to_string(plan_path)
+        .with_context(|| format!("cannot read {}", plan_path.display()))?;
     let plan = Plan::from_json(&text, &plan_path.display().to_string())?;
     let graph = graph_of_plan(&plan)?;
     let device: DeviceProfile = serde_json::from_value(plan.device.clone())
@@ -383,7 +500,10 @@ fn cmd_simulate(
     let cost = RooflineModel::new(device);
     let violations = verify(&plan, &graph);
     if let Some(first) = violations.first() {
-        bail!("the plan fails verification ({} violations), first: {first}", violations.len());
+        bail!(
+            "the plan fails verification ({} violations), first: {first}",
+            violations.len()
+        );
     }
     let options = SimOptions {
         iterations: iterations.max(1),
@@ -394,14 +514,19 @@ fn cmd_simulate(
     let out = simulate(&graph, &plan, &cost, &options)?;
     let simulate_time_s = t0.elapsed().as_secs_f64();
     if let (Some(path), Some(doc)) = (trace, &out.trace) {
-        std::fs::write(path, serde_json::to_string(doc)?).with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(path, serde_json::to_string(doc)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let (Some(path), Some(t)) = (alloc_trace, &out.alloc_trace) {
         outcore_alloc::write_trace(path, t)?;
     }
     let outcome = Outcome {
         planner: plan.planner.name.clone(),
-        reason: out.report.oom.as_ref().map(|o| format!("out of memory in the allocator: {}", o.message)),
+        reason: out
+            .report
+            .oom
+            .as_ref()
+            .map(|o| format!("out of memory in the allocator: {}", o.message)),
         plan: Some(plan),
         verified: true,
         report: Some(out.report),
@@ -411,22 +536,41 @@ fn cmd_simulate(
     if json_out {
         return print_json(&outcome_json(&outcome));
     }
-    let r = outcome.report.as_ref().map(|r| r.clone()).ok_or_else(|| anyhow!("no report"))?;
-    println!("planner            {}", outcome.planner);
-    println!("iteration time     {:.6} s (ideal {:.6} s, {:.1}% of ideal throughput)", r.iter_time_s, r.ideal_time_s, r.throughput_vs_ideal * 100.0);
-    println!("peak live          {}", fmt_bytes(r.peak_live_bytes));
-    println!("peak reserved      {}", fmt_bytes(r.peak_reserved_bytes));
-    println!("swapped in / out   {} / {}", fmt_bytes(r.swap_in_bytes), fmt_bytes(r.swap_out_bytes));
-    println!("recompute          {:.6} s", r.recompute_time_s);
-    println!("compute stalls     {:.6} s", r.stall_time_s);
-    println!("busy               compute {:.6} s, h2d {:.6} s, d2h {:.6} s", r.busy.compute_s, r.busy.h2d_s, r.busy.d2h_s);
+    let r = outcome.report.clone().ok_or_else(|| anyhow!("no report"))?;
+    say!("planner            {}", outcome.planner);
+    say!(
+        "iteration time     {:.6} s (ideal {:.6} s, {:.1}% of ideal throughput)",
+        r.iter_time_s,
+        r.ideal_time_s,
+        r.throughput_vs_ideal * 100.0
+    );
+    say!("peak live          {}", fmt_bytes(r.peak_live_bytes));
+    say!("peak reserved      {}", fmt_bytes(r.peak_reserved_bytes));
+    say!(
+        "swapped in / out   {} / {}",
+        fmt_bytes(r.swap_in_bytes),
+        fmt_bytes(r.swap_out_bytes)
+    );
+    say!("recompute          {:.6} s", r.recompute_time_s);
+    say!("compute stalls     {:.6} s", r.stall_time_s);
+    say!(
+        "busy               compute {:.6} s, h2d {:.6} s, d2h {:.6} s",
+        r.busy.compute_s,
+        r.busy.h2d_s,
+        r.busy.d2h_s
+    );
     if let Some(reason) = &outcome.reason {
-        println!("NOT RUNNABLE       {reason}");
+        say!("NOT RUNNABLE       {reason}");
     }
     Ok(())
 }
 
-fn cmd_compare(args: &GraphArgs, target_args: &TargetArgs, planners: &str, json_out: bool) -> Result<()> {
+fn cmd_compare(
+    args: &GraphArgs,
+    target_args: &TargetArgs,
+    planners: &str,
+    json_out: bool,
+) -> Result<()> {
     let loaded = load_graph(args)?;
     let target = load_target(&loaded.graph, target_args)?;
     let chosen: Vec<Box<dyn Planner>> = if planners == "all" {
@@ -438,8 +582,9 @@ fn cmd_compare(args: &GraphArgs, target_args: &TargetArgs, planners: &str, json_
             .collect::<Result<_>>()?
     };
     let cost = RooflineModel::new(target.device.clone());
-    let ideal_time_s: f64 =
-        (0..loaded.graph.ops.len()).map(|i| cost.op_time_s(&loaded.graph, outcore_graph::OpId(i as u32))).sum();
+    let ideal_time_s: f64 = (0..loaded.graph.ops.len())
+        .map(|i| cost.op_time_s(&loaded.graph, outcore_graph::OpId(i as u32)))
+        .sum();
     let outcomes: Vec<Outcome> = chosen
         .iter()
         .map(|p| plan_and_check(p.as_ref(), &loaded.graph, &cost, &target, target_args))
@@ -457,7 +602,7 @@ fn cmd_compare(args: &GraphArgs, target_args: &TargetArgs, planners: &str, json_
             "results": results,
         }));
     }
-    println!(
+    say!(
         "{} batch {} on {}: budget {} ({:.0}% of the {} footprint), ideal {:.4} s/iteration",
         g.meta.model,
         g.meta.batch,
@@ -467,13 +612,20 @@ fn cmd_compare(args: &GraphArgs, target_args: &TargetArgs, planners: &str, json_
         fmt_bytes(target.footprint_bytes),
         ideal_time_s
     );
-    println!(
+    say!(
         "{:<16} {:>9} {:>10} {:>9} {:>11} {:>11} {:>10} {:>9}",
-        "planner", "verified", "iter s", "vs ideal", "peak", "swapped in", "recompute", "plan s"
+        "planner",
+        "verified",
+        "iter s",
+        "vs ideal",
+        "peak",
+        "swapped in",
+        "recompute",
+        "plan s"
     );
     for o in &outcomes {
         match (&o.report, o.plan.is_some()) {
-            (Some(r), true) => println!(
+            (Some(r), true) => say!(
                 "{:<16} {:>9} {:>10.4} {:>8.1}% {:>11} {:>11} {:>9.4}s {:>9.3}{}",
                 o.planner,
                 if o.verified { "yes" } else { "NO" },
@@ -483,15 +635,27 @@ fn cmd_compare(args: &GraphArgs, target_args: &TargetArgs, planners: &str, json_
                 fmt_bytes(r.swap_in_bytes),
                 r.recompute_time_s,
                 o.planner_time_s,
-                o.reason.as_ref().map(|x| format!("  ({x})")).unwrap_or_default()
+                o.reason
+                    .as_ref()
+                    .map(|x| format!("  ({x})"))
+                    .unwrap_or_default()
             ),
-            _ => println!("{:<16} infeasible: {}", o.planner, o.reason.as_deref().unwrap_or("")),
+            _ => say!(
+                "{:<16} infeasible: {}",
+                o.planner,
+                o.reason.as_deref().unwrap_or("")
+            ),
         }
     }
     Ok(())
 }
 
-fn cmd_alloc_replay(path: &Path, allocator: &str, capacity: Option<&str>, json_out: bool) -> Result<()> {
+fn cmd_alloc_replay(
+    path: &Path,
+    allocator: &str,
+    capacity: Option<&str>,
+    json_out: bool,
+) -> Result<()> {
     let mut trace = outcore_alloc::read_trace(path)?;
     if let Some(c) = capacity {
         trace.capacity_bytes = Some(parse_size(c).with_context(|| format!("capacity `{c}`"))?);
@@ -517,11 +681,23 @@ fn cmd_alloc_replay(path: &Path, allocator: &str, capacity: Option<&str>, json_o
         v["replay_time_s"] = json!(replay_time_s);
         return print_json(&v);
     }
-    println!("allocator          {}", report.allocator);
-    println!("operations         {} in {:.4} s", report.ops, replay_time_s);
-    println!("peak live          {}", fmt_bytes(report.peak_live_bytes));
-    println!("peak reserved      {}", fmt_bytes(report.peak_reserved_bytes));
-    println!("fragmentation      {}", report.fragmentation.map_or("n/a".into(), |f| format!("{f:.3}")));
-    println!("failures           {}", report.failures);
+    say!("allocator          {}", report.allocator);
+    say!(
+        "operations         {} in {:.4} s",
+        report.ops,
+        replay_time_s
+    );
+    say!("peak live          {}", fmt_bytes(report.peak_live_bytes));
+    say!(
+        "peak reserved      {}",
+        fmt_bytes(report.peak_reserved_bytes)
+    );
+    say!(
+        "fragmentation      {}",
+        report
+            .fragmentation
+            .map_or("n/a".into(), |f| format!("{f:.3}"))
+    );
+    say!("failures           {}", report.failures);
     Ok(())
 }

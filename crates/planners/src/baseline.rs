@@ -2,9 +2,7 @@
 //! reference points every other planner is measured against.
 
 use outcore_graph::footprint;
-use outcore_plan::{
-    PlanOutcome, PlanRequest, Planner, PlannerInfo, fmt_bytes, lower_in_order,
-};
+use outcore_plan::{PlanOutcome, PlanRequest, Planner, PlannerInfo, fmt_bytes, lower_in_order};
 
 /// Runs the graph in its own order with unlimited device memory: the plan whose
 /// simulated time is the ideal time. Its budget is the footprint, whatever was asked.
@@ -27,7 +25,11 @@ impl Planner for Ideal {
             seed: None,
             settings: serde_json::json!({ "note": "budget ignored: unlimited memory" }),
         };
-        PlanOutcome::Feasible(Box::new(lower_in_order(request.graph, info, footprint_bytes)))
+        PlanOutcome::Feasible(Box::new(lower_in_order(
+            request.graph,
+            info,
+            footprint_bytes,
+        )))
     }
 }
 
@@ -57,7 +59,15 @@ impl Planner for NoSwap {
                 ),
             };
         }
-        let info = PlannerInfo { name: self.name().into(), seed: None, settings: serde_json::Value::Null };
-        PlanOutcome::Feasible(Box::new(lower_in_order(request.graph, info, request.budget_bytes)))
+        let info = PlannerInfo {
+            name: self.name().into(),
+            seed: None,
+            settings: serde_json::Value::Null,
+        };
+        PlanOutcome::Feasible(Box::new(lower_in_order(
+            request.graph,
+            info,
+            request.budget_bytes,
+        )))
     }
 }

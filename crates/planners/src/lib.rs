@@ -19,6 +19,9 @@ pub fn names() -> Vec<&'static str> {
 /// Looks a planner up by name; the error lists the names.
 pub fn by_name(name: &str) -> Result<Box<dyn Planner>, String> {
     all().into_iter().find(|p| p.name() == name).ok_or_else(|| {
-        format!("unknown planner `{name}`; the planners are: {}", names().join(", "))
+        format!(
+            "unknown planner `{name}`; the planners are: {}",
+            names().join(", ")
+        )
     })
 }

@@ -22,7 +22,11 @@ pub struct SimOptions {
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { iterations: 2, record_trace: false, record_alloc_trace: false }
+        SimOptions {
+            iterations: 2,
+            record_trace: false,
+            record_alloc_trace: false,
+        }
     }
 }
 
@@ -48,7 +52,9 @@ pub struct SimError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SimErrorKind {
-    #[error("the plan's allocator configuration is invalid: {0}; use {{\"kind\": \"perfect\"}}, best-fit, size-class or virtual-chunks")]
+    #[error(
+        "the plan's allocator configuration is invalid: {0}; use {{\"kind\": \"perfect\"}}, best-fit, size-class or virtual-chunks"
+    )]
     BadAllocator(String),
     #[error("the plan deadlocks at {0}: verify the plan first (`outcore plan` does)")]
     Deadlock(StepRef),
@@ -179,7 +185,10 @@ pub fn simulate(
     let device = cost.device();
     let latency_s = device.copy_latency_s;
     let one_way = [device.h2d_bytes_per_s, device.d2h_bytes_per_s];
-    let duplex = [device.h2d_duplex_bytes_per_s(), device.d2h_duplex_bytes_per_s()];
+    let duplex = [
+        device.h2d_duplex_bytes_per_s(),
+        device.d2h_duplex_bytes_per_s(),
+    ];
 
     // Flatten the steps.
     let mut steps: Vec<SimStep> = Vec::with_capacity(plan.n_steps());
@@ -192,12 +201,17 @@ pub fn simulate(
         offset[s.index()] = total;
         total += plan.stream(s).len();
     }
-    let bad = |what: String| SimError { kind: SimErrorKind::BadReference(what) };
+    let bad = |what: String| SimError {
+        kind: SimErrorKind::BadReference(what),
+    };
     let mut swap_in_bytes = 0u64;
     let mut swap_out_bytes = 0u64;
     for s in Stream::ALL {
         for (i, step) in plan.stream(s).iter().enumerate() {
-            let at = StepRef { stream: s, index: i as u32 };
+            let at = StepRef {
+                stream: s,
+                index: i as u32,
+            };
             let w0 = waits.len();
             for w in &step.waits {
                 let len = plan.stream(w.stream).len();
@@ -211,7 +225,11 @@ pub fn simulate(
             let mut scratch_bytes = 0;
             let mut label_op = None;
             let tensor_ok = |t: TensorId| -> Result<(), SimError> {
-                if t.index() < n_t { Ok(()) } else { Err(bad(format!("tensor {t}"))) }
+                if t.index() < n_t {
+                    Ok(())
+                } else {
+                    Err(bad(format!("tensor {t}")))
+                }
             };
             let work = match &step.instr {
                 Instr::Compute(op) | Instr::Recompute { op, .. } => {
@@ -237,7 +255,10 @@ pub fn simulate(
                             scratch_bytes += t.size_bytes;
                         }
                     }
-                    Work::Kernel { time_s: cost.op_time_s(graph, *op), recompute }
+                    Work::Kernel {
+                        time_s: cost.op_time_s(graph, *op),
+                        recompute,
+                    }
                 }
                 Instr::SwapIn(t) => {
                     tensor_ok(*t)?;
@@ -272,12 +293,18 @@ pub fn simulate(
 
     // Memory model.
     let memory = match plan.allocator.get("kind").and_then(|k| k.as_str()) {
-        None | Some("perfect") => Memory::Perfect { live: 0, peak_live: 0 },
+        None | Some("perfect") => Memory::Perfect {
+            live: 0,
+            peak_live: 0,
+        },
         Some(_) => {
-            let config: AllocatorConfig = serde_json::from_value(plan.allocator.clone())
-                .map_err(|e| SimError { kind: SimErrorKind::BadAllocator(e.to_string()) })?;
-            let alloc = outcore_alloc::build(&config, plan.budget_bytes)
-                .map_err(|e| SimError { kind: SimErrorKind::BadAllocator(e.to_string()) })?;
+            let config: AllocatorConfig =
+                serde_json::from_value(plan.allocator.clone()).map_err(|e| SimError {
+                    kind: SimErrorKind::BadAllocator(e.to_string()),
+                })?;
+            let alloc = outcore_alloc::build(&config, plan.budget_bytes).map_err(|e| SimError {
+                kind: SimErrorKind::BadAllocator(e.to_string()),
+            })?;
             Memory::Real { alloc }
         }
     };
@@ -309,7 +336,7 @@ pub fn simulate(
 
     let iterations = options.iterations.max(1);
     let mut done_at = vec![f64::INFINITY; total];
-    let mut now = 0.0f64;
+    let mut now: f64;
     let mut per_iteration = Vec::with_capacity(iterations);
     let mut busy = StreamBusy::default();
     let mut recompute_time_s = 0.0;
@@ -317,6 +344,9 @@ pub fn simulate(
     let mut tracer = TraceBuilder::new();
     for iter in 0..iterations {
         let last = iter + 1 == iterations;
+        // Iterations are separated by a barrier (the plan's waits are within one
+        // iteration), so each runs on its own clock from zero.
+        now = 0.0;
         let start_s = now;
         done_at.iter_mut().for_each(|d| *d = f64::INFINITY);
         for &(id, size) in &batch_inputs {
@@ -395,10 +425,16 @@ pub fn simulate(
             }
             // Next completion. Copy rates depend on whether the other direction is busy.
             let both_copying = running[1].is_some() && running[2].is_some();
-            let rate = |s: usize| if both_copying { duplex[s - 1] } else { one_way[s - 1] };
+            let rate = |s: usize| {
+                if both_copying {
+                    duplex[s - 1]
+                } else {
+                    one_way[s - 1]
+                }
+            };
             let mut t_next = f64::INFINITY;
-            for s in 0..3 {
-                if let Some(r) = running[s] {
+            for (s, slot) in running.iter().enumerate() {
+                if let Some(r) = slot {
                     let end = if s == 0 {
                         r.end_s
                     } else {
@@ -411,8 +447,13 @@ pub fn simulate(
                 let stuck = (0..3)
                     .find(|&s| next[s] < len[s])
                     .map(|s| steps[offset[s] + next[s]].at)
-                    .unwrap_or(StepRef { stream: Stream::Compute, index: 0 });
-                return Err(SimError { kind: SimErrorKind::Deadlock(stuck) });
+                    .unwrap_or(StepRef {
+                        stream: Stream::Compute,
+                        index: 0,
+                    });
+                return Err(SimError {
+                    kind: SimErrorKind::Deadlock(stuck),
+                });
             }
             let dt = t_next - now;
             for s in 0..3 {
@@ -446,15 +487,22 @@ pub fn simulate(
                     if last && options.record_trace {
                         let name = match sim.plan.step(step.at).map(|st| &st.instr) {
                             Some(Instr::Compute(op)) | Some(Instr::Recompute { op, .. }) => {
-                                let prefix =
-                                    if matches!(step.work, Work::Kernel { recompute: true, .. }) {
-                                        "recompute "
-                                    } else {
-                                        ""
-                                    };
+                                let prefix = if matches!(
+                                    step.work,
+                                    Work::Kernel {
+                                        recompute: true,
+                                        ..
+                                    }
+                                ) {
+                                    "recompute "
+                                } else {
+                                    ""
+                                };
                                 format!("{prefix}{}", sim.graph.op(*op).name)
                             }
-                            Some(Instr::SwapIn(t)) => format!("swap-in {}", sim.graph.tensor(*t).name),
+                            Some(Instr::SwapIn(t)) => {
+                                format!("swap-in {}", sim.graph.tensor(*t).name)
+                            }
                             Some(Instr::SwapOut(t)) => {
                                 format!("swap-out {}", sim.graph.tensor(*t).name)
                             }
@@ -485,13 +533,21 @@ pub fn simulate(
         Memory::Perfect { peak_live, .. } => (*peak_live, Some(1.0), *peak_live),
         Memory::Real { alloc } => {
             let st = alloc.stats();
-            (st.peak_reserved_bytes, st.fragmentation(), st.peak_live_bytes)
+            (
+                st.peak_reserved_bytes,
+                st.fragmentation(),
+                st.peak_live_bytes,
+            )
         }
     };
     let report = SimReport {
         iter_time_s,
         ideal_time_s,
-        throughput_vs_ideal: if iter_time_s > 0.0 { ideal_time_s / iter_time_s } else { 1.0 },
+        throughput_vs_ideal: if iter_time_s > 0.0 {
+            ideal_time_s / iter_time_s
+        } else {
+            1.0
+        },
         peak_live_bytes: peak_live_bytes.max(peak_live),
         peak_reserved_bytes: peak_reserved,
         fragmentation,
@@ -506,7 +562,9 @@ pub fn simulate(
     };
     Ok(SimOutput {
         report,
-        trace: options.record_trace.then(|| tracer.finish(&graph.meta.model)),
+        trace: options
+            .record_trace
+            .then(|| tracer.finish(&graph.meta.model)),
         alloc_trace: sim.alloc_trace,
     })
 }
