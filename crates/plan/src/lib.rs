@@ -4,6 +4,7 @@
 mod lower;
 mod plan;
 mod planner;
+mod schedule;
 mod verify;
 
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
@@ -12,4 +13,5 @@ pub use plan::{
     StepRef, Stream, graph_fingerprint,
 };
 pub use planner::{PlanOutcome, PlanRequest, Planner, fmt_bytes};
+pub use schedule::{Gap, Restore, Schedule, ScheduleError, lower_schedule, use_positions};
 pub use verify::{Violation, ViolationKind, verify};
