@@ -461,12 +461,13 @@ pub fn simulate(
                 let finished = if s == 0 {
                     r.end_s <= t_next
                 } else {
+                    // Decide completion from the end time computed before advancing,
+                    // so rounding in the remaining bytes cannot end a copy early or late.
+                    let end = now + r.latency_left_s + r.bytes_left / rate(s);
                     let lat = r.latency_left_s.min(dt);
                     r.latency_left_s -= lat;
-                    r.bytes_left -= (dt - lat) * rate(s);
-                    // Tolerate rounding: a copy within a byte of done is done.
-                    r.latency_left_s <= 0.0 && r.bytes_left <= 1e-6 * (1.0 + r.bytes_left.abs())
-                        || now + r.latency_left_s + r.bytes_left.max(0.0) / rate(s) <= t_next
+                    r.bytes_left = (r.bytes_left - (dt - lat) * rate(s)).max(0.0);
+                    end <= t_next + 1e-12 * t_next.abs().max(1.0)
                 };
                 if finished {
                     let step = &steps[r.step];
