@@ -202,18 +202,8 @@ fn load_target(graph: &Graph, target: &TargetArgs) -> Result<Target> {
     let allocator = match target.allocator.as_str() {
         "perfect" => json!({"kind": "perfect"}),
         "best-fit" | "virtual-chunks" => json!({"kind": target.allocator}),
-        "size-class" => {
-            // SwapAdvisor's pool with one class per distinct tensor size, sized so
-            // that the budget is filled: the configuration a search would start from.
-            let sizes: Vec<u64> = graph
-                .tensors
-                .iter()
-                .filter(|t| t.allocates())
-                .map(|t| t.size_bytes)
-                .collect();
-            let encoding = outcore_alloc::SizeClassEncoding::one_class_per_size(sizes, 1);
-            json!({"kind": "size-class", "encoding": encoding})
-        }
+        // Configured per plan from its own allocation trace (see `plan_and_check`).
+        "size-class" => json!({"kind": "size-class"}),
         other => bail!(
             "unknown allocator `{other}`; use perfect, best-fit, size-class or virtual-chunks"
         ),
@@ -308,6 +298,19 @@ fn plan_and_check(
     plan.device = serde_json::to_value(&target.device).unwrap_or(Value::Null);
     if plan.allocator.get("kind").and_then(Value::as_str) == Some("perfect") {
         plan.allocator = target.allocator.clone();
+    }
+    if target.allocator.get("kind").and_then(Value::as_str) == Some("size-class") {
+        // Size the pool for this plan: replay it with a perfect allocator first.
+        let mut probe = plan.clone();
+        probe.allocator = json!({"kind": "perfect"});
+        let options = SimOptions {
+            iterations: 1,
+            record_alloc_trace: true,
+            ..SimOptions::default()
+        };
+        if let Ok(Some(trace)) = simulate(graph, &probe, cost, &options).map(|o| o.alloc_trace) {
+            plan.allocator = size_classes_for_trace(&trace);
+        }
     }
     let violations = verify(&plan, graph);
     out.verified = violations.is_empty();
@@ -650,6 +653,36 @@ fn cmd_compare(
     Ok(())
 }
 
+/// A size-class pool for a trace: one class per distinct size, with as many objects
+/// as the trace ever holds live at once (the smallest pool of exact-size classes
+/// that serves it; SwapAdvisor searches coarser merges of these classes).
+fn size_classes_for_trace(trace: &outcore_alloc::Trace) -> Value {
+    let mut live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut size_of: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for e in &trace.events {
+        match e {
+            outcore_alloc::TraceEvent::Alloc { id, size_bytes } => {
+                size_of.insert(id.0, *size_bytes);
+                let entry = live.entry(*size_bytes).or_insert((0, 0));
+                entry.0 += 1;
+                entry.1 = entry.1.max(entry.0);
+            }
+            outcore_alloc::TraceEvent::Free { id } => {
+                if let Some(size) = size_of.remove(&id.0)
+                    && let Some(entry) = live.get_mut(&size)
+                {
+                    entry.0 = entry.0.saturating_sub(1);
+                }
+            }
+        }
+    }
+    let classes: Vec<Value> = live
+        .iter()
+        .map(|(size, (_, peak))| json!({"size_bytes": size, "count": peak}))
+        .collect();
+    json!({"kind": "size-class", "classes": classes})
+}
+
 fn cmd_alloc_replay(
     path: &Path,
     allocator: &str,
@@ -663,13 +696,7 @@ fn cmd_alloc_replay(
     let kind: outcore_alloc::AllocatorKind = allocator.parse()?;
     let config = outcore_alloc::AllocatorConfig::default_for(kind);
     let config = if let outcore_alloc::AllocatorConfig::SizeClass(_) = config {
-        // A size-class pool needs classes: one per distinct size in the trace.
-        let sizes = trace.events.iter().filter_map(|e| match e {
-            outcore_alloc::TraceEvent::Alloc { size_bytes, .. } => Some(*size_bytes),
-            _ => None,
-        });
-        let encoding = outcore_alloc::SizeClassEncoding::one_class_per_size(sizes, u64::MAX / 4);
-        serde_json::from_value(json!({"kind": "size-class", "encoding": encoding}))?
+        serde_json::from_value(size_classes_for_trace(&trace))?
     } else {
         config
     };

@@ -86,10 +86,14 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// Lowers a schedule to a plan. Swap gaps: a swap-out on d2h after the compute step
 /// at `after` (skipped when the host copy is still current: a redundant transfer)
 /// and a free after it; a swap-in on h2d once `prefetch_after` has run and the
-/// free is done; the op at `before` waits for the swap-in. Recompute gaps: a free
-/// on compute after `after`, and `Recompute` of the producer just before `before`
-/// (several at one position run in producer order, so chains work when every
-/// dropped input has the same `before`). Every residency period ends with a free
+/// free is done; the first step at position `before` (a recomputation or the op)
+/// waits for the swap-in. Recompute gaps: a free on compute after `after`, and
+/// `Recompute` of the producer just before the op at `before` (several at one
+/// position run in producer order, so a chain such as Chen et al.'s segment
+/// recomputation works when every dropped tensor of the chain has the same
+/// `before`). A gap may end before the tensor's next use. A tensor brought back
+/// only to feed recomputations (no use at or after `before`) is freed right after
+/// the recomputations at `before`. Every other residency period ends with a free
 /// after its last use; step outputs are freed at the end.
 pub fn lower_schedule(
     graph: &Graph,
@@ -143,11 +147,14 @@ pub fn lower_schedule(
                 )));
             }
             let u = &uses[t.index()];
-            if u.binary_search(&a).is_err() || u.binary_search(&b).is_err() {
+            let after_prev_gap = i > 0 && gaps[i - 1].tensor == t && gaps[i - 1].before == Some(a);
+            if u.binary_search(&a).is_err() && !after_prev_gap {
                 return Err(err(format!(
-                    "gap on {t} must start and end at positions that use it"
+                    "gap on {t} must start at a position that uses it (or where its previous gap ends)"
                 )));
             }
+            // The gap may end before the next use: the tensor is then back early,
+            // e.g. to feed a recomputation, or only for that (then freed right after).
             if u.iter().any(|&p| p > a && p < b) {
                 return Err(err(format!("{t} is used inside its gap ({a}, {b})")));
             }
@@ -238,6 +245,8 @@ pub fn lower_schedule(
         v
     };
     let mut final_free_after: Vec<Vec<TensorId>> = vec![Vec::new(); n];
+    // Tensors whose last gap ends after their last use: back only for recomputations.
+    let mut free_after_recomputes: Vec<Vec<TensorId>> = vec![Vec::new(); n];
     let mut free_at_end: Vec<TensorId> = Vec::new();
     for t in graph
         .tensors
@@ -252,6 +261,7 @@ pub fn lower_schedule(
         match last_gap_end[t.id.index()] {
             // The last gap runs to the end: nothing to free.
             Some(None) => {}
+            Some(Some(b)) if u.last().is_none_or(|&l| l < b) => free_after_recomputes[b].push(t.id),
             _ => match u.last() {
                 Some(&last) => final_free_after[last].push(t.id),
                 None => free_at_end.push(t.id),
@@ -287,18 +297,7 @@ pub fn lower_schedule(
 
     for pos in 0..n {
         let op = schedule.order[pos];
-        for &gi in &recompute_before[pos] {
-            let g = gaps[gi];
-            let producer = graph.tensor(g.tensor).producer.unwrap_or(OpId(0));
-            plan.push(
-                Stream::Compute,
-                Instr::Recompute {
-                    op: producer,
-                    outputs: vec![g.tensor],
-                },
-                Vec::new(),
-            );
-        }
+        // Waits go on the first step of this position: a recomputation or the op.
         let mut waits: Vec<StepRef> = Vec::new();
         for &gi in &swap_in_before[pos] {
             let Some(s) = swap_in_step[gi] else {
@@ -313,6 +312,21 @@ pub fn lower_schedule(
             if let Some(s) = free_step[gi] {
                 waits.push(s);
             }
+        }
+        for &gi in &recompute_before[pos] {
+            let g = gaps[gi];
+            let producer = graph.tensor(g.tensor).producer.unwrap_or(OpId(0));
+            plan.push(
+                Stream::Compute,
+                Instr::Recompute {
+                    op: producer,
+                    outputs: vec![g.tensor],
+                },
+                std::mem::take(&mut waits),
+            );
+        }
+        for &t in &free_after_recomputes[pos] {
+            plan.push(Stream::Compute, Instr::Free(t), std::mem::take(&mut waits));
         }
         let at = plan.push(Stream::Compute, Instr::Compute(op), waits);
         for &o in &graph.op(op).outputs {

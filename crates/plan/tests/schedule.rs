@@ -153,3 +153,67 @@ fn swapping_the_whole_forward_lowers_the_verified_peak() {
         "swapping saves less than 20%: {hi} of {fp}"
     );
 }
+
+#[test]
+fn a_recomputation_chain_through_a_dead_tensor_verifies() {
+    use outcore_graph::DType;
+    use outcore_graph::builder::{GraphBuilder, Optimizer};
+    // x -> fc -> relu r1 -> relu r2 -> relu r3 -> head -> loss. fc's output is dead
+    // after r1 (ReLU keeps its output), so recomputing r1 and r2 before r2's backward
+    // needs fc's output recomputed first and freed right after the chain.
+    let mut b = GraphBuilder::new("chain", 2, DType::Float32);
+    let x = b.input("x", &[2, 8]);
+    let y = b.label("y", &[2]);
+    let fc = b.linear("fc", x, 8, true);
+    let r1 = b.relu(fc);
+    let r2 = b.relu(r1);
+    let r3 = b.relu(r2);
+    let logits = b.linear("head", r3, 2, true);
+    let loss = b.softmax_cross_entropy(logits, y);
+    let g = b.finish(loss, Optimizer::sgd_momentum()).expect("valid");
+    let mut s = Schedule::in_graph_order(&g);
+    let uses = use_positions(&g, &s.order);
+    // The backward of relu r2 is the first backward op that reads r2.
+    let p = uses[r2.index()]
+        .iter()
+        .copied()
+        .find(|&q| g.op(s.order[q]).phase == outcore_graph::Phase::Backward)
+        .expect("r2 is read in backward");
+    let last_forward_use = |t: outcore_graph::TensorId| {
+        uses[t.index()]
+            .iter()
+            .copied()
+            .filter(|&q| q < p)
+            .max()
+            .expect("used in forward")
+    };
+    for t in [fc, r1, r2] {
+        s.gaps.push(Gap {
+            tensor: t,
+            after: Some(last_forward_use(t)),
+            before: Some(p),
+            how: Restore::Recompute,
+            prefetch_after: None,
+            reclaim_before: None,
+        });
+    }
+    let plan = lower_schedule(&g, &s, info(), u64::MAX).expect("lowers");
+    let recomputes: Vec<&Instr> = plan.streams[0]
+        .iter()
+        .map(|st| &st.instr)
+        .filter(|i| matches!(i, Instr::Recompute { .. }))
+        .collect();
+    assert_eq!(recomputes.len(), 3);
+    let v = verify(&plan, &g);
+    assert!(v.is_empty(), "{}", v[0]);
+    // fc's output is freed after the chain, before the op at p.
+    let free_fc = plan.streams[0]
+        .iter()
+        .rposition(|st| st.instr == Instr::Free(fc))
+        .expect("freed");
+    let op_p = plan.streams[0]
+        .iter()
+        .position(|st| st.instr == Instr::Compute(s.order[p]))
+        .expect("op p");
+    assert!(free_fc < op_p);
+}

@@ -1,0 +1,419 @@
+//! The `outcore` binary end to end: the documented commands, and bad input of every
+//! kind giving a one-line error and a non-zero exit, never a panic.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn outcore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_outcore"))
+        .args(args)
+        .output()
+        .expect("outcore runs")
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = outcore(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+/// Asserts a clean failure: non-zero exit, one `error:` line naming `needle`.
+fn fails_with(args: &[&str], needle: &str) {
+    let out = outcore(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "{args:?}: not one line: {stderr}"
+    );
+    assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: expected `{needle}` in: {stderr}"
+    );
+}
+
+fn shared(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/graphs")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("outcore-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+#[test]
+fn zoo_lists_every_model_the_issue_names() {
+    let v = json_of(&["zoo", "--json"]);
+    let names: Vec<&str> = v
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|m| m["name"].as_str().unwrap_or(""))
+        .collect();
+    for required in [
+        "resnet18",
+        "resnet34",
+        "resnet50",
+        "resnet101",
+        "resnet152",
+        "wide-resnet",
+        "inception_v3",
+        "inception_v4",
+        "densenet121",
+        "vgg16",
+        "vgg19",
+        "mobilenet_v2",
+        "squeezenet1_1",
+        "nasnet",
+        "unet",
+        "lstm",
+        "brnn",
+        "bert-base",
+        "bert-large",
+        "gpt2",
+        "gpt2-medium",
+        "gpt2-large",
+        "gpt2-xl",
+        "vit_b_16",
+        "mlp",
+        "tiny-cnn",
+        "tiny-transformer",
+    ] {
+        assert!(
+            names.contains(&required),
+            "{required} missing from {names:?}"
+        );
+    }
+    for m in v.as_array().expect("array") {
+        assert!(m["description"].as_str().is_some_and(|d| !d.is_empty()));
+        assert!(m["knobs"].is_array());
+    }
+}
+
+#[test]
+fn stats_resnet50_has_its_published_parameter_count() {
+    let v = json_of(&["stats", "--model", "resnet50", "--batch", "32", "--json"]);
+    let params = v["param_count"].as_u64().expect("param_count");
+    let rel = (params as f64 - 25_557_032.0).abs() / 25_557_032.0;
+    assert!(rel < 0.005, "{params}");
+    for key in [
+        "model",
+        "batch",
+        "n_ops",
+        "n_ops_by_phase",
+        "n_tensors",
+        "n_distinct_sizes",
+        "param_count",
+        "param_bytes",
+        "optimizer_state_bytes",
+        "footprint_bytes",
+        "saved_for_backward_bytes",
+        "flops_by_phase",
+    ] {
+        assert!(!v[key].is_null(), "missing {key}");
+    }
+    assert_eq!(v["batch"], 32);
+}
+
+#[test]
+fn stats_of_pytorch_graphs_match_their_summaries() {
+    for name in ["vgg16_b32.json", "mobilenet_v2_b64.json"] {
+        let path = shared(name);
+        let v = json_of(&["stats", "--graph", &path, "--json"]);
+        let doc: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        let expected = doc["summary"]["peak_live_bytes"].as_f64().expect("peak");
+        let got = v["footprint_bytes"].as_f64().expect("footprint");
+        assert!(
+            (got - expected).abs() / expected < 0.001,
+            "{name}: {got} vs {expected}"
+        );
+    }
+}
+
+#[test]
+fn knob_flags_reach_the_model() {
+    let a = json_of(&["stats", "--model", "wide-resnet", "--batch", "1", "--json"]);
+    let b = json_of(&[
+        "stats",
+        "--model",
+        "wide-resnet",
+        "--batch",
+        "1",
+        "--depth",
+        "101",
+        "--json",
+    ]);
+    let c = json_of(&[
+        "stats",
+        "--model",
+        "wide-resnet",
+        "--batch",
+        "1",
+        "--knob",
+        "depth=101",
+        "--json",
+    ]);
+    assert!(b["param_count"].as_u64() > a["param_count"].as_u64());
+    assert_eq!(b["param_count"], c["param_count"]);
+}
+
+#[test]
+fn compare_ideal_and_none_on_resnet50_at_16_gib() {
+    let v = json_of(&[
+        "compare",
+        "--model",
+        "resnet50",
+        "--batch",
+        "256",
+        "--device",
+        "v100-16gb-pcie3",
+        "--budget",
+        "16GiB",
+        "--planners",
+        "ideal,none",
+        "--json",
+    ]);
+    for key in [
+        "model",
+        "batch",
+        "device",
+        "budget_bytes",
+        "footprint_bytes",
+        "ideal_time_s",
+        "results",
+    ] {
+        assert!(!v[key].is_null(), "missing {key}");
+    }
+    let results = v["results"].as_array().expect("results");
+    let ideal = &results[0];
+    assert_eq!(ideal["planner"], "ideal");
+    assert_eq!(ideal["feasible"], true);
+    assert_eq!(ideal["verified"], true);
+    assert_eq!(ideal["throughput_vs_ideal"].as_f64(), Some(1.0));
+    assert!(ideal["reason"].is_null());
+    let none = &results[1];
+    assert_eq!(none["feasible"], false);
+    let reason = none["reason"].as_str().expect("a reason");
+    assert!(reason.contains("over"), "{reason}");
+    for key in [
+        "planner",
+        "feasible",
+        "verified",
+        "reason",
+        "iter_time_s",
+        "throughput_vs_ideal",
+        "peak_bytes",
+        "swap_in_bytes",
+        "swap_out_bytes",
+        "recompute_time_s",
+        "stall_time_s",
+        "planner_time_s",
+        "simulate_time_s",
+    ] {
+        assert!(ideal.get(key).is_some(), "result lacks {key}");
+    }
+}
+
+#[test]
+fn plan_then_simulate_with_traces_and_replay() {
+    let plan = temp("plan.json");
+    let trace = temp("trace.json");
+    let alloc = temp("alloc.json");
+    let p = plan.to_str().expect("utf8");
+    let out = outcore(&[
+        "plan",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "a100-40gb",
+        "--budget",
+        "100%",
+        "--planner",
+        "none",
+        "-o",
+        p,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json_of(&[
+        "simulate",
+        p,
+        "--trace",
+        trace.to_str().expect("utf8"),
+        "--alloc-trace",
+        alloc.to_str().expect("utf8"),
+        "--json",
+    ]);
+    assert_eq!(v["verified"], true);
+    assert!(
+        v["throughput_vs_ideal"]
+            .as_f64()
+            .is_some_and(|t| (t - 1.0).abs() < 1e-9)
+    );
+    let t: Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("json");
+    assert!(t["traceEvents"].as_array().is_some_and(|e| e.len() > 10));
+    for allocator in ["best-fit", "virtual-chunks", "size-class"] {
+        let r = json_of(&[
+            "alloc-replay",
+            alloc.to_str().expect("utf8"),
+            "--allocator",
+            allocator,
+            "--json",
+        ]);
+        for key in [
+            "allocator",
+            "peak_live_bytes",
+            "peak_reserved_bytes",
+            "fragmentation",
+            "failures",
+        ] {
+            assert!(r.get(key).is_some(), "{allocator}: missing {key}");
+        }
+        assert_eq!(r["failures"], 0, "{allocator}");
+    }
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    fails_with(
+        &["stats", "--model", "resnet51"],
+        "unknown model `resnet51`",
+    );
+    fails_with(
+        &["stats", "--graph", "/nonexistent/graph.json"],
+        "cannot read",
+    );
+    let garbage = temp("garbage.json");
+    std::fs::write(&garbage, "{ not json").expect("write");
+    fails_with(
+        &["stats", "--graph", garbage.to_str().expect("utf8")],
+        "not valid JSON",
+    );
+    let wrong = temp("wrong.json");
+    std::fs::write(&wrong, r#"{"format": "something/9"}"#).expect("write");
+    fails_with(
+        &["stats", "--graph", wrong.to_str().expect("utf8")],
+        "unsupported format",
+    );
+    // A dnn-train-graph whose op reads a tensor that does not exist.
+    let text = std::fs::read_to_string(shared("vgg16_b32.json")).expect("read");
+    let mut doc: Value = serde_json::from_str(&text).expect("json");
+    doc["ops"][0]["inputs"][0] = Value::from(999_999);
+    let invalid = temp("invalid.json");
+    std::fs::write(&invalid, doc.to_string()).expect("write");
+    fails_with(
+        &["stats", "--graph", invalid.to_str().expect("utf8")],
+        "invalid graph",
+    );
+    fails_with(
+        &["stats", "--model", "wide-resnet", "--depth", "51"],
+        "depth 51",
+    );
+    let target = [
+        "--model",
+        "resnet50",
+        "--batch",
+        "256",
+        "--planner",
+        "ideal",
+        "-o",
+        "/tmp/x.json",
+    ];
+    let with = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = vec!["plan".into()];
+        v.extend(target.iter().map(|s| s.to_string()));
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let args = with(&["--device", "v100-16gb-pcie3", "--budget", "40GiB"]);
+    fails_with(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "larger than",
+    );
+    let args = with(&["--device", "tpu-v9", "--budget", "4GiB"]);
+    fails_with(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "tpu-v9",
+    );
+    let args = with(&["--device", "v100-16gb-pcie3", "--budget", "lots"]);
+    fails_with(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "budget `lots`",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--model",
+            "mlp",
+            "--device",
+            "a100-40gb",
+            "--budget",
+            "50%",
+            "--planner",
+            "magic",
+            "-o",
+            "/tmp/x.json",
+        ],
+        "unknown planner `magic`",
+    );
+    fails_with(&["simulate", "/nonexistent/plan.json"], "cannot read");
+    fails_with(
+        &["simulate", garbage.to_str().expect("utf8")],
+        "not a valid outcore plan",
+    );
+}
+
+#[test]
+fn a_tampered_plan_is_refused() {
+    let plan = temp("tampered.json");
+    let p = plan.to_str().expect("utf8");
+    let out = outcore(&[
+        "plan",
+        "--model",
+        "mlp",
+        "--device",
+        "a100-40gb",
+        "--budget",
+        "100%",
+        "--planner",
+        "none",
+        "-o",
+        p,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).expect("read")).expect("json");
+    // Drop the first compute step: an op is never computed.
+    doc["streams"][0]
+        .as_array_mut()
+        .expect("compute stream")
+        .remove(0);
+    std::fs::write(&plan, doc.to_string()).expect("write");
+    fails_with(&["simulate", p], "fails verification");
+    // A plan for another graph is refused by fingerprint.
+    doc["graph"]["batch"] = Value::from(3);
+    std::fs::write(&plan, doc.to_string()).expect("write");
+    fails_with(&["simulate", p], "another graph");
+}
