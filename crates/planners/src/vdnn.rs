@@ -17,7 +17,8 @@
 //! - Overlapped form (the default names, as in the improved vDNN TENSILE cites):
 //!   the prefetch starts when the op two before the use is done, so it overlaps
 //!   the op just before the use; the offload is awaited `k` ops after the last
-//!   forward use, `k` picked from {2, 3, 5} by simulation (fastest that verifies).
+//!   forward use, `k` picked from {1, 2, 3, 5} by simulation (fastest that verifies;
+//!   `k = 1` keeps the prefetch overlapped when the budget is too tight for more).
 //! - vDNN has no budget knob: it offloads its whole set; if the plan still does
 //!   not fit, the planner reports the peak it needs.
 
@@ -43,7 +44,7 @@ pub struct Vdnn {
 }
 
 /// Offload lags tried by the overlapped form, in ops after the last forward use.
-const OVERLAP_RECLAIM_LAGS_OPS: [usize; 3] = [2, 3, 5];
+const OVERLAP_RECLAIM_LAGS_OPS: [usize; 4] = [1, 2, 3, 5];
 
 impl Vdnn {
     /// The tensors this form offloads, in production order.
