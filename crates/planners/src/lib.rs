@@ -2,13 +2,49 @@
 //! the registry the command line uses.
 
 mod baseline;
+mod checkpoint;
+pub mod common;
+mod lms;
+mod superneurons;
+mod vdnn;
 
 pub use baseline::{Ideal, NoSwap};
+pub use checkpoint::{Checkpoint, CheckpointDecision, Segments};
+pub use lms::{Lms, LmsKnobs};
 use outcore_plan::Planner;
+pub use superneurons::{SuperNeurons, SuperNeuronsDecision, is_cheap};
+pub use vdnn::{Vdnn, VdnnScope};
 
 /// Every planner, in listing order.
 pub fn all() -> Vec<Box<dyn Planner>> {
-    vec![Box::new(Ideal), Box::new(NoSwap)]
+    vec![
+        Box::new(Ideal),
+        Box::new(NoSwap),
+        Box::new(Vdnn {
+            scope: VdnnScope::All,
+            overlapped: true,
+        }),
+        Box::new(Vdnn {
+            scope: VdnnScope::Conv,
+            overlapped: true,
+        }),
+        Box::new(Vdnn {
+            scope: VdnnScope::All,
+            overlapped: false,
+        }),
+        Box::new(Vdnn {
+            scope: VdnnScope::Conv,
+            overlapped: false,
+        }),
+        Box::new(Checkpoint {
+            segments: Segments::All,
+        }),
+        Box::new(Checkpoint {
+            segments: Segments::Sqrt,
+        }),
+        Box::new(SuperNeurons),
+        Box::new(Lms),
+    ]
 }
 
 /// The names of every planner.
