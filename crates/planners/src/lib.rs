@@ -2,13 +2,27 @@
 //! the registry the command line uses.
 
 mod baseline;
+mod capuchin;
+mod common;
+mod odswap;
+mod ondemand;
+mod window;
 
 pub use baseline::{Ideal, NoSwap};
+pub use capuchin::Capuchin;
+pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
+pub use window::Window;
 
 /// Every planner, in listing order.
 pub fn all() -> Vec<Box<dyn Planner>> {
-    vec![Box::new(Ideal), Box::new(NoSwap)]
+    vec![
+        Box::new(Ideal),
+        Box::new(NoSwap),
+        Box::new(Window),
+        Box::new(Capuchin),
+        Box::new(OdSwap),
+    ]
 }
 
 /// The names of every planner.
