@@ -103,37 +103,90 @@ pub(crate) fn capuchin_gaps(
         ctx,
         budget_bytes,
         allow_recompute,
-        |_q, cands: &[Candidate]| {
-            let mut best: Option<(f64, i64, usize, Choice)> = None;
-            for (i, c) in cands.iter().enumerate() {
-                let size = c.size_bytes.max(1) as f64;
-                let h2d_s = cost.h2d_time_s(c.size_bytes);
-                let d2h_s = cost.d2h_time_s(c.size_bytes);
-                let exposed_s =
-                    (h2d_s * lead_factor - c.ahead_s).max(0.0) + (d2h_s - c.behind_s).max(0.0);
-                let mut options = vec![(
-                    exposed_s,
-                    Choice::Swap {
-                        lead_s: h2d_s * lead_factor,
-                    },
-                )];
-                // Recompute only what cannot be swapped for free (Capuchin prefers swapping).
-                if exposed_s > 0.0
-                    && let Some(r) = c.recompute_s
-                {
-                    options.push((r, Choice::Recompute));
-                }
-                for (cost_s, choice) in options {
-                    let per_byte = cost_s / size;
-                    let better = best
-                        .as_ref()
-                        .is_none_or(|b| per_byte < b.0 || (per_byte == b.0 && c.last_access < b.1));
-                    if better {
-                        best = Some((per_byte, c.last_access, i, choice));
-                    }
-                }
-            }
-            best.map(|b| (b.2, b.3))
-        },
+        |_q, cands: &[Candidate]| capuchin_choice(cost, lead_factor, cands),
     )
+}
+
+/// Capuchin's pick among the candidates at one pressure point: the cheapest per
+/// byte, where a hidden swap costs nothing, an exposed one its stall, and a
+/// recomputation its run time (considered only when the swap would stall).
+pub(crate) fn capuchin_choice(
+    cost: &dyn outcore_cost::CostModel,
+    lead_factor: f64,
+    cands: &[Candidate],
+) -> Option<(usize, Choice)> {
+    let mut best: Option<(f64, i64, usize, Choice)> = None;
+    for (i, c) in cands.iter().enumerate() {
+        let size = c.size_bytes.max(1) as f64;
+        let h2d_s = cost.h2d_time_s(c.size_bytes);
+        let d2h_s = cost.d2h_time_s(c.size_bytes);
+        let exposed_s = (h2d_s - c.ahead_s).max(0.0) + (d2h_s - c.behind_s).max(0.0);
+        let swap = Choice::Swap {
+            lead_s: h2d_s * lead_factor,
+        };
+        let mut options = vec![(exposed_s, swap)];
+        // Recompute only what cannot be swapped for free (Capuchin prefers swapping).
+        if exposed_s > 0.0
+            && let Some(r) = c.recompute_s
+        {
+            options.push((r, Choice::Recompute));
+        }
+        for (cost_s, choice) in options {
+            let per_byte = cost_s / size;
+            let better = best
+                .as_ref()
+                .is_none_or(|b| per_byte < b.0 || (per_byte == b.0 && c.last_access < b.1));
+            if better {
+                best = Some((per_byte, c.last_access, i, choice));
+            }
+        }
+    }
+    best.map(|b| (b.2, b.3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::testing::v100;
+    use outcore_graph::TensorId;
+
+    fn candidate(id: u32, ahead_s: f64, recompute_s: Option<f64>) -> Candidate {
+        Candidate {
+            tensor: TensorId(id),
+            size_bytes: 64 << 20,
+            after: 1,
+            before: 9,
+            wraps: false,
+            last_access: 1,
+            ahead_s,
+            behind_s: ahead_s,
+            recompute_s,
+        }
+    }
+
+    #[test]
+    fn recomputes_what_cannot_be_hidden_and_swaps_what_can() {
+        let cost = v100();
+        // 64 MiB takes milliseconds over PCIe; 1 us of compute hides nothing.
+        let exposed = candidate(1, 1e-6, Some(1e-5));
+        let hidden = candidate(2, 1.0, Some(1e-5));
+        match capuchin_choice(&cost, 1.0, std::slice::from_ref(&exposed)) {
+            Some((0, Choice::Recompute)) => {}
+            other => panic!("expected a recomputation, got {other:?}"),
+        }
+        match capuchin_choice(&cost, 1.0, std::slice::from_ref(&hidden)) {
+            Some((0, Choice::Swap { .. })) => {}
+            other => panic!("expected a swap, got {other:?}"),
+        }
+        // Both at once: the free (hidden) swap goes first.
+        match capuchin_choice(&cost, 1.0, &[exposed, hidden]) {
+            Some((1, Choice::Swap { .. })) => {}
+            other => panic!("expected the hidden swap, got {other:?}"),
+        }
+        // Not recomputable and not hidden: swapped anyway.
+        match capuchin_choice(&cost, 1.0, &[candidate(3, 1e-6, None)]) {
+            Some((0, Choice::Swap { .. })) => {}
+            other => panic!("expected a swap, got {other:?}"),
+        }
+    }
 }

@@ -309,3 +309,36 @@ pub(crate) fn pinned_inside(
     let hi = before.unwrap_or(n);
     pins.iter().any(|&p| p >= lo && p < hi)
 }
+
+/// Small hand graphs and a cost model for the planners' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use outcore_cost::{DeviceProfile, RooflineModel};
+    use outcore_graph::DType;
+    use outcore_graph::Graph;
+    use outcore_graph::builder::{GraphBuilder, Optimizer};
+
+    /// A chain of `layers` linear + relu layers of width `width` on batch `batch`,
+    /// trained without an optimizer (so only activations and gradients move).
+    pub fn mlp_chain(layers: usize, width: u64, batch: u64) -> Graph {
+        let mut b = GraphBuilder::new("hand-mlp", batch, DType::Float32);
+        let mut x = b.input("x", &[batch, width]);
+        for i in 0..layers {
+            let y = b.linear(&format!("fc{i}"), x, width, false);
+            x = b.relu(y);
+        }
+        let labels = b.label("labels", &[batch]);
+        let loss = b.softmax_cross_entropy(x, labels);
+        match b.finish(loss, Optimizer::None) {
+            Ok(g) => g,
+            Err(e) => panic!("hand graph: {e}"),
+        }
+    }
+
+    pub fn v100() -> RooflineModel {
+        match DeviceProfile::builtin("v100-16gb-pcie3") {
+            Ok(d) => RooflineModel::new(d),
+            Err(e) => panic!("builtin device: {e}"),
+        }
+    }
+}

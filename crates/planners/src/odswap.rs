@@ -93,10 +93,8 @@ pub(crate) fn odswap_gaps(
     // Lead in seconds of the `lookahead_ops` ops before each use, found per
     // candidate: the trigger search takes a time, so convert ops to time here.
     evict_on_demand(ctx, budget_bytes, false, |_q, cands: &[Candidate]| {
-        let (i, c) = cands
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, c)| (c.last_access, c.tensor))?;
+        let i = least_recently_used(cands)?;
+        let c = &cands[i];
         let lead_s = if lookahead_ops == 0 {
             0.0
         } else {
@@ -107,4 +105,61 @@ pub(crate) fn odswap_gaps(
         };
         Some((i, Choice::Swap { lead_s }))
     })
+}
+
+/// The candidate accessed longest ago (ties: lower tensor id, for determinism).
+pub(crate) fn least_recently_used(cands: &[Candidate]) -> Option<usize> {
+    cands
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, c)| (c.last_access, c.tensor))
+        .map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::testing::{mlp_chain, v100};
+
+    #[test]
+    fn evicts_the_least_recently_used_tensor() {
+        let graph = mlp_chain(6, 256, 64);
+        let cost = v100();
+        let ctx = Ctx::new(&graph, &cost);
+        let (footprint_bytes, _) = outcore_graph::footprint(&graph);
+        // Just under the peak, so that the first pressure point comes after every
+        // weight's first use (no weight is evicted before it is first read).
+        let budget_bytes = footprint_bytes * 19 / 20;
+        let gaps = odswap_gaps(&ctx, budget_bytes, 0).expect("plans");
+        let first = gaps.first().expect("something is evicted");
+        let q = first.reclaim_before.expect("the eviction is synchronous");
+        // Independently: the resident tensors not used at q with a later use, and
+        // the oldest previous use among them.
+        let oldest = ctx
+            .owners()
+            .filter(|&t| ctx.size(t) > 0)
+            .filter(|&t| {
+                let (lo, hi) = ctx.base_interval(t);
+                lo <= q && q <= hi && !ctx.uses[t.index()].contains(&q)
+            })
+            .filter_map(|t| match ctx.neighbours(t, q) {
+                (Some(a), Some(_)) => Some(a),
+                // A weight after its last use waits for the next iteration.
+                (Some(a), None) if ctx.persistent(t) => Some(a),
+                _ => None,
+            })
+            .min()
+            .expect("candidates");
+        assert_eq!(first.after, Some(oldest));
+        // On demand: the swap-in starts right before the use.
+        if let Some(b) = first.before {
+            assert_eq!(first.prefetch_after, Some(b - 1));
+        }
+        let ahead = odswap_gaps(&ctx, budget_bytes, LOOKAHEAD_OPS).expect("plans");
+        assert!(ahead.iter().any(|g| {
+            g.prefetch_after
+                .zip(g.before)
+                .is_some_and(|(p, b)| p + 1 < b)
+        }));
+    }
 }

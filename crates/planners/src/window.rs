@@ -257,3 +257,69 @@ pub(crate) fn place_reclaims(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::common::testing::{mlp_chain, v100};
+
+    /// Bytes of the variable sequence from op `a + 1`'s first variable through
+    /// `t`'s occurrence at op `b`.
+    fn bytes_until_reuse(ctx: &Ctx<'_>, a: usize, b: usize, t: outcore_graph::TensorId) -> u64 {
+        let mut bytes = 0;
+        for pos in a + 1..=b {
+            for &o in &ctx.owners_at[pos] {
+                bytes += ctx.size(o);
+                if pos == b && o == t {
+                    return bytes;
+                }
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn never_swaps_a_tensor_used_again_inside_the_window() {
+        let graph = mlp_chain(6, 256, 64);
+        let cost = v100();
+        let ctx = Ctx::new(&graph, &cost);
+        let unlimited = u64::MAX / 4;
+        let total_bytes: u64 = ctx.owners_at.iter().flatten().map(|&t| ctx.size(t)).sum();
+        for window_bytes in [0, 200_000, 1_000_000, total_bytes] {
+            let gaps = window_gaps(&ctx, window_bytes, unlimited).expect("plans");
+            for g in &gaps {
+                if let (Some(a), Some(b)) = (g.after, g.before) {
+                    assert!(b > a + 1, "a tensor used by the next op left the device");
+                    assert!(
+                        bytes_until_reuse(&ctx, a, b, g.tensor) > window_bytes,
+                        "{} swapped out though reused within {window_bytes} bytes",
+                        g.tensor
+                    );
+                }
+            }
+            if window_bytes == total_bytes {
+                assert!(
+                    gaps.is_empty(),
+                    "a window covering everything swaps nothing"
+                );
+            }
+            if window_bytes == 0 {
+                assert!(!gaps.is_empty(), "a zero window swaps every long gap");
+            }
+        }
+    }
+
+    #[test]
+    fn waits_only_when_the_budget_demands() {
+        let graph = mlp_chain(6, 256, 64);
+        let cost = v100();
+        let ctx = Ctx::new(&graph, &cost);
+        let gaps = window_gaps(&ctx, 0, u64::MAX / 4).expect("plans");
+        assert!(gaps.iter().all(|g| g.reclaim_before.is_none()));
+        let (footprint_bytes, _) = outcore_graph::footprint(&graph);
+        let tight = window_gaps(&ctx, 0, footprint_bytes * 3 / 4).expect("plans");
+        assert!(tight.iter().any(|g| g.reclaim_before.is_some()));
+        let live = crate::common::live_bytes(&ctx, &tight);
+        assert!(live.iter().all(|&b| b <= (footprint_bytes * 3 / 4) as i128));
+    }
+}
