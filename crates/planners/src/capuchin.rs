@@ -21,7 +21,7 @@
 //!   so the rounds scale every prefetch lead by 1, 1.5, 2 and 3.
 //! - If verify rejects every round, a swap-only variant is tried before giving up.
 
-use crate::common::{
+use crate::pressure::{
     Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
 };
 use crate::ondemand::{Candidate, Choice, evict_on_demand};
@@ -147,7 +147,7 @@ pub(crate) fn capuchin_choice(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::testing::v100;
+    use crate::pressure::testing::v100;
     use outcore_graph::TensorId;
 
     fn candidate(id: u32, ahead_s: f64, recompute_s: Option<f64>) -> Candidate {

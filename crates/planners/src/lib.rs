@@ -3,7 +3,7 @@
 
 mod baseline;
 mod capuchin;
-mod common;
+mod pressure;
 mod odswap;
 mod ondemand;
 mod window;

@@ -15,7 +15,7 @@
 //! - Evictions are the same in both iterations (the prefetch only changes when
 //!   swap-ins start), which is what a deterministic LRU replays.
 
-use crate::common::{
+use crate::pressure::{
     Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
 };
 use crate::ondemand::{Candidate, Choice, evict_on_demand};
@@ -119,7 +119,7 @@ pub(crate) fn least_recently_used(cands: &[Candidate]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::testing::{mlp_chain, v100};
+    use crate::pressure::testing::{mlp_chain, v100};
 
     #[test]
     fn evicts_the_least_recently_used_tensor() {

@@ -2,7 +2,7 @@
 //! order and, wherever the modelled live bytes exceed the budget, let a policy pick
 //! a resident tensor not used by that op to drop (swap or recompute) until it fits.
 
-use crate::common::{Ctx, live_bytes, pinned_inside, recompute_scratch_bytes};
+use crate::pressure::{Ctx, live_bytes, pinned_inside, recompute_scratch_bytes};
 use outcore_graph::TensorId;
 use outcore_plan::{Gap, Restore};
 use std::collections::HashSet;

@@ -25,7 +25,7 @@
 //!   swap-out's free also orders every earlier one, as in the paper's FIFO.
 //! - No recomputation (the paper swaps only).
 
-use crate::common::{
+use crate::pressure::{
     Checked, Ctx, MARGINS, absent_range, check, fits_without_swapping, infeasible, live_bytes,
     margin_budget,
 };
@@ -264,7 +264,7 @@ pub(crate) fn place_reclaims(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::testing::{mlp_chain, v100};
+    use crate::pressure::testing::{mlp_chain, v100};
 
     /// Bytes of the variable sequence from op `a + 1`'s first variable through
     /// `t`'s occurrence at op `b`.
@@ -322,7 +322,7 @@ mod tests {
         let (footprint_bytes, _) = outcore_graph::footprint(&graph);
         let tight = window_gaps(&ctx, 0, footprint_bytes * 3 / 4).expect("plans");
         assert!(tight.iter().any(|g| g.reclaim_before.is_some()));
-        let live = crate::common::live_bytes(&ctx, &tight);
+        let live = crate::pressure::live_bytes(&ctx, &tight);
         assert!(live.iter().all(|&b| b <= (footprint_bytes * 3 / 4) as i128));
     }
 }
@@ -337,7 +337,7 @@ mod diagnose {
     fn first_problem_per_window() {
         let graph = outcore_graph::zoo::build("resnet50", Some(64), &Default::default(), None)
             .expect("zoo");
-        let cost = crate::common::testing::v100();
+        let cost = crate::pressure::testing::v100();
         let ctx = Ctx::new(&graph, &cost);
         let budget_bytes = outcore_graph::footprint(&graph).0 / 2;
         let request = PlanRequest {
