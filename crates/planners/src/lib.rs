@@ -2,18 +2,26 @@
 //! the registry the command line uses.
 
 mod baseline;
+mod capuchin;
 mod checkpoint;
 pub mod common;
 mod lms;
+mod odswap;
+mod ondemand;
+mod pressure;
 mod superneurons;
 mod vdnn;
+mod window;
 
 pub use baseline::{Ideal, NoSwap};
+pub use capuchin::Capuchin;
 pub use checkpoint::{Checkpoint, CheckpointDecision, Segments};
 pub use lms::{Lms, LmsKnobs};
+pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
 pub use superneurons::{SuperNeurons, SuperNeuronsDecision, is_cheap};
 pub use vdnn::{Vdnn, VdnnScope};
+pub use window::Window;
 
 /// Every planner, in listing order.
 pub fn all() -> Vec<Box<dyn Planner>> {
@@ -44,6 +52,9 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         }),
         Box::new(SuperNeurons),
         Box::new(Lms),
+        Box::new(Window),
+        Box::new(Capuchin),
+        Box::new(OdSwap),
     ]
 }
 

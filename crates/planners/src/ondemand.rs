@@ -1,0 +1,279 @@
+//! The on-demand eviction loop shared by `capuchin` and `odswap`: walk the ops in
+//! order and, wherever the modelled live bytes exceed the budget, let a policy pick
+//! a resident tensor not used by that op to drop (swap or recompute) until it fits.
+
+use crate::pressure::{Ctx, live_bytes, pinned_inside, recompute_scratch_bytes};
+use outcore_graph::TensorId;
+use outcore_plan::{Gap, Restore};
+use std::collections::HashSet;
+
+/// A resident tensor that could leave the device at the pressure point `q`.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub tensor: TensorId,
+    pub size_bytes: u64,
+    /// The use before `q` (for a persistent tensor before its first use this
+    /// iteration: its last use, of the previous iteration).
+    pub after: usize,
+    /// The use after `q` (for a persistent tensor after its last use: its first
+    /// use, of the next iteration).
+    pub before: usize,
+    /// The gap crosses the iteration boundary (persistent tensors only).
+    pub wraps: bool,
+    /// When it was last accessed, in positions relative to this iteration's start
+    /// (negative: in the previous iteration).
+    pub last_access: i64,
+    /// Compute time of the positions strictly between the pressure point and the
+    /// next use (the time a prefetch issued now could hide behind).
+    pub ahead_s: f64,
+    /// Compute time of the positions strictly between the last use and `q` (the
+    /// time a swap-out issued after the last use has before `q` waits for it).
+    pub behind_s: f64,
+    /// Recomputation time, when recomputing it before its next use is possible.
+    pub recompute_s: Option<f64>,
+}
+
+/// How a policy restores a chosen candidate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Choice {
+    /// Swap out (the pressure op waits for it) and start the swap-in this many
+    /// seconds of compute ahead of the next use (clamped to the pressure point).
+    Swap { lead_s: f64 },
+    /// Recompute just before the next use.
+    Recompute,
+}
+
+/// Runs the loop; `choose` returns the index of the candidate to drop and how.
+pub(crate) fn evict_on_demand(
+    ctx: &Ctx<'_>,
+    budget_bytes: u64,
+    allow_recompute: bool,
+    mut choose: impl FnMut(usize, &[Candidate]) -> Option<(usize, Choice)>,
+) -> Result<Vec<Gap>, String> {
+    let n = ctx.n;
+    let mut gaps: Vec<Gap> = Vec::new();
+    let mut live = live_bytes(ctx, &gaps);
+    // (tensor, after) of every gap pair already chosen; wrap pairs use `after` = last use.
+    let mut gapped: HashSet<(TensorId, usize)> = HashSet::new();
+    let mut pins: Vec<Vec<usize>> = vec![Vec::new(); ctx.graph.tensors.len()];
+    let owners: Vec<TensorId> = ctx.owners().filter(|&t| ctx.size(t) > 0).collect();
+    for q in 0..n {
+        while live[q] > budget_bytes as i128 {
+            let cands = candidates(ctx, q, &owners, &gapped, &pins, allow_recompute);
+            let Some((ci, choice)) = choose(q, &cands) else {
+                return Err(format!(
+                    "op {} needs {} bytes live and nothing else can leave the device",
+                    ctx.graph.ops[q].name, live[q]
+                ));
+            };
+            let Some(c) = cands.get(ci) else {
+                return Err("the eviction policy chose no candidate".into());
+            };
+            let size = c.size_bytes as i128;
+            gapped.insert((c.tensor, c.after));
+            let mut absent = |lo: usize, hi: usize| {
+                for v in &mut live[lo..=hi] {
+                    *v -= size;
+                }
+            };
+            match (choice, c.wraps) {
+                (Choice::Recompute, false) => {
+                    absent(c.after + 1, c.before - 1);
+                    let scratch = recompute_scratch_bytes(ctx, c.tensor) as i128;
+                    live[c.before] += scratch;
+                    if let Some(p) = ctx.graph.tensor(c.tensor).producer {
+                        for &x in &ctx.graph.op(p).inputs {
+                            pins[ctx.graph.storage_owner(x).index()].push(c.before);
+                        }
+                    }
+                    gaps.push(Gap {
+                        tensor: c.tensor,
+                        after: Some(c.after),
+                        before: Some(c.before),
+                        how: Restore::Recompute,
+                        prefetch_after: None,
+                        reclaim_before: None,
+                    });
+                }
+                (Choice::Swap { lead_s }, false) => {
+                    let p = prefetch_trigger(ctx, q, c.before, lead_s);
+                    absent(q, p);
+                    gaps.push(Gap {
+                        tensor: c.tensor,
+                        after: Some(c.after),
+                        before: Some(c.before),
+                        how: Restore::Swap,
+                        prefetch_after: Some(p),
+                        reclaim_before: Some(q),
+                    });
+                }
+                (_, true) => {
+                    // Off the device across the iteration boundary: out after the
+                    // last use, back before the first.
+                    let after_last = q > c.after;
+                    let lo = if after_last { 0 } else { q };
+                    let p = prefetch_trigger(ctx, lo, c.before, lead_of(choice));
+                    if after_last {
+                        absent(q, n - 1);
+                    }
+                    absent(0, p);
+                    gaps.push(Gap {
+                        tensor: c.tensor,
+                        after: Some(c.after),
+                        before: None,
+                        how: Restore::Swap,
+                        prefetch_after: None,
+                        reclaim_before: after_last.then_some(q),
+                    });
+                    gaps.push(Gap {
+                        tensor: c.tensor,
+                        after: None,
+                        before: Some(c.before),
+                        how: Restore::Swap,
+                        prefetch_after: Some(p),
+                        reclaim_before: None,
+                    });
+                }
+            }
+        }
+    }
+    Ok(gaps)
+}
+
+fn lead_of(choice: Choice) -> f64 {
+    match choice {
+        Choice::Swap { lead_s } => lead_s,
+        Choice::Recompute => 0.0,
+    }
+}
+
+/// The latest trigger in `[lo, before - 1]` that leaves at least `lead_s` of
+/// compute before `before`; `lo` when none does.
+pub(crate) fn prefetch_trigger(ctx: &Ctx<'_>, lo: usize, before: usize, lead_s: f64) -> usize {
+    let mut p = before.saturating_sub(1).max(lo);
+    while p > lo && ctx.time_s(p + 1, before) < lead_s {
+        p -= 1;
+    }
+    p
+}
+
+fn candidates(
+    ctx: &Ctx<'_>,
+    q: usize,
+    owners: &[TensorId],
+    gapped: &HashSet<(TensorId, usize)>,
+    pins: &[Vec<usize>],
+    allow_recompute: bool,
+) -> Vec<Candidate> {
+    let n = ctx.n;
+    let mut out = Vec::new();
+    for &t in owners {
+        let (lo, hi) = ctx.base_interval(t);
+        if q < lo || q > hi {
+            continue;
+        }
+        let uses = &ctx.uses[t.index()];
+        let (Some(&first), Some(&last)) = (uses.first(), uses.last()) else {
+            continue;
+        };
+        let (prev, next) = ctx.neighbours(t, q);
+        if uses.binary_search(&q).is_ok() {
+            continue;
+        }
+        let cand = match (prev, next) {
+            (Some(a), Some(b)) => {
+                if pinned_inside(&pins[t.index()], Some(a), Some(b), n) {
+                    continue;
+                }
+                let recompute_s = if allow_recompute {
+                    recompute_time(ctx, t, b, gapped)
+                } else {
+                    None
+                };
+                Candidate {
+                    tensor: t,
+                    size_bytes: ctx.size(t),
+                    after: a,
+                    before: b,
+                    wraps: false,
+                    last_access: a as i64,
+                    ahead_s: ctx.time_s(q + 1, b),
+                    behind_s: ctx.time_s(a + 1, q),
+                    recompute_s,
+                }
+            }
+            _ if ctx.persistent(t) && first > 0 => {
+                let pinned = pins[t.index()].iter().any(|&p| p > last || p < first);
+                if pinned {
+                    continue;
+                }
+                let after_last = q > last;
+                Candidate {
+                    tensor: t,
+                    size_bytes: ctx.size(t),
+                    after: last,
+                    before: first,
+                    wraps: true,
+                    last_access: last as i64 - if after_last { 0 } else { n as i64 },
+                    ahead_s: if after_last {
+                        ctx.time_s(q + 1, n) + ctx.time_s(0, first)
+                    } else {
+                        ctx.time_s(q + 1, first)
+                    },
+                    behind_s: if after_last {
+                        ctx.time_s(last + 1, q)
+                    } else {
+                        ctx.time_s(last + 1, n) + ctx.time_s(0, q)
+                    },
+                    recompute_s: None,
+                }
+            }
+            _ => continue,
+        };
+        if gapped.contains(&(t, cand.after)) {
+            continue;
+        }
+        out.push(cand);
+    }
+    out
+}
+
+/// Recomputing `t` just before its use at `b` is possible when its producer may be
+/// re-run, writes nothing in place, and every input is resident at `b` with the
+/// same version it had when the producer first ran.
+fn recompute_time(
+    ctx: &Ctx<'_>,
+    t: TensorId,
+    b: usize,
+    gapped: &HashSet<(TensorId, usize)>,
+) -> Option<f64> {
+    let graph = ctx.graph;
+    let p = graph.tensor(t).producer?;
+    let op = graph.op(p);
+    if !op.recomputable || op.outputs.iter().any(|&o| !graph.tensor(o).allocates()) {
+        return None;
+    }
+    let p_pos = p.index();
+    for &x in &op.inputs {
+        let x = graph.storage_owner(x);
+        let (lo, hi) = ctx.base_interval(x);
+        if b < lo || b > hi {
+            return None;
+        }
+        if ctx.writes[x.index()].iter().any(|&w| w > p_pos && w <= b) {
+            return None;
+        }
+        let uses = &ctx.uses[x.index()];
+        if uses.binary_search(&b).is_err() {
+            let (prev, next) = ctx.neighbours(x, b);
+            let key = match (prev, next) {
+                (Some(a), Some(_)) => a,
+                _ => uses.last().copied().unwrap_or(0),
+            };
+            if gapped.contains(&(x, key)) {
+                return None;
+            }
+        }
+    }
+    Some(ctx.op_time_s[p_pos])
+}
