@@ -83,3 +83,44 @@ fn plan_for_another_graph_is_rejected() {
     let err = execute(&graph, &plan, &backend, &ExecOptions::default()).expect_err("mismatch");
     assert!(matches!(err.kind, ExecErrorKind::BadPlan { .. }), "{err}");
 }
+
+#[test]
+fn plan_allocator_from_outcore_alloc_is_used() {
+    let graph = common::model("mlp", 8, &[]);
+    let mut plan = test_plans::in_order_plan(&graph, 0);
+    test_plans::fit_budget(&mut plan, &graph, 0.3).expect("verifies");
+    let reference = execute(
+        &graph,
+        &plan,
+        &CpuBackend::new(CpuBackendOptions::default()),
+        &ExecOptions {
+            iters: 2,
+            ..Default::default()
+        },
+    )
+    .expect("perfect allocator runs");
+    // The caching model keeps freed segments for reuse by similar sizes, so it
+    // needs headroom over the fragmentation-free bound.
+    plan.allocator = serde_json::json!({"kind": "best-fit"});
+    plan.budget_bytes *= 2;
+    let report = execute(
+        &graph,
+        &plan,
+        &CpuBackend::new(CpuBackendOptions::default()),
+        &ExecOptions {
+            iters: 2,
+            ..Default::default()
+        },
+    )
+    .expect("best-fit allocator runs");
+    assert_eq!(report.final_state(), reference.final_state());
+    plan.allocator = serde_json::json!({"kind": "no-such-allocator"});
+    let err = execute(
+        &graph,
+        &plan,
+        &CpuBackend::new(CpuBackendOptions::default()),
+        &ExecOptions::default(),
+    )
+    .expect_err("unknown allocator");
+    assert!(matches!(err.kind, ExecErrorKind::Allocator { .. }), "{err}");
+}
