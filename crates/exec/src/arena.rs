@@ -1,0 +1,180 @@
+//! Device-arena allocation for the executor: a best-fit free list for plans made
+//! with the `perfect` allocator, or any `outcore-alloc` allocator named by the plan.
+
+use crate::{ExecError, ExecErrorKind};
+use outcore_alloc::{ALIGNMENT_BYTES, AllocId, AllocatorConfig};
+use std::collections::{BTreeMap, HashMap};
+
+/// Where a failed allocation stood.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NoFit {
+    pub free_bytes: u64,
+    pub largest_free_block: u64,
+}
+
+/// The arena allocator of one run.
+#[derive(Debug)]
+pub(crate) enum ArenaAllocator {
+    Perfect(BestFitList),
+    Library(Box<dyn outcore_alloc::Allocator>),
+}
+
+impl ArenaAllocator {
+    /// Builds the allocator named by a plan's `allocator` JSON over `capacity_bytes`.
+    pub fn from_plan_json(
+        json: &serde_json::Value,
+        capacity_bytes: u64,
+    ) -> Result<Self, ExecError> {
+        let kind = json
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("perfect");
+        if kind == "perfect" {
+            return Ok(ArenaAllocator::Perfect(BestFitList::new(capacity_bytes)));
+        }
+        let config: AllocatorConfig = serde_json::from_value(json.clone()).map_err(|e| {
+            ExecError::new(ExecErrorKind::Allocator {
+                detail: e.to_string(),
+            })
+        })?;
+        let alloc = outcore_alloc::build(&config, capacity_bytes).map_err(|e| {
+            ExecError::new(ExecErrorKind::Allocator {
+                detail: e.to_string(),
+            })
+        })?;
+        Ok(ArenaAllocator::Library(alloc))
+    }
+
+    /// Allocates `size_bytes`; returns the offset, or where the arena stood.
+    pub fn allocate(&mut self, key: u64, size_bytes: u64) -> Result<u64, NoFit> {
+        match self {
+            ArenaAllocator::Perfect(list) => list.allocate(key, size_bytes),
+            ArenaAllocator::Library(a) => match a.allocate(AllocId(key), size_bytes) {
+                Ok(al) => Ok(al.addr),
+                Err(_) => Err(library_no_fit(a.as_ref())),
+            },
+        }
+    }
+
+    pub fn free(&mut self, key: u64) -> Result<(), ExecError> {
+        match self {
+            ArenaAllocator::Perfect(list) => list.free(key),
+            ArenaAllocator::Library(a) => a.free(AllocId(key)).map_err(|e| {
+                ExecError::new(ExecErrorKind::Allocator {
+                    detail: e.to_string(),
+                })
+            }),
+        }
+    }
+}
+
+fn library_no_fit(a: &dyn outcore_alloc::Allocator) -> NoFit {
+    let mut live = a.live_allocations();
+    live.sort_by_key(|x| x.addr);
+    let capacity = a.capacity_bytes();
+    let mut cursor = 0u64;
+    let mut largest = 0u64;
+    let mut used = 0u64;
+    for x in &live {
+        largest = largest.max(x.addr.saturating_sub(cursor));
+        cursor = cursor.max(x.end_addr());
+        used += x.size_bytes;
+    }
+    largest = largest.max(capacity.saturating_sub(cursor));
+    NoFit {
+        free_bytes: capacity.saturating_sub(used),
+        largest_free_block: largest,
+    }
+}
+
+/// Best-fit over free extents with coalescing; 512-byte granules like every
+/// outcore allocator.
+#[derive(Debug)]
+pub(crate) struct BestFitList {
+    /// Free extents: start -> length.
+    free: BTreeMap<u64, u64>,
+    /// Live allocations: key -> (start, rounded length).
+    live: HashMap<u64, (u64, u64)>,
+}
+
+impl BestFitList {
+    pub fn new(capacity_bytes: u64) -> Self {
+        let usable = capacity_bytes / ALIGNMENT_BYTES * ALIGNMENT_BYTES;
+        let mut free = BTreeMap::new();
+        if usable > 0 {
+            free.insert(0, usable);
+        }
+        BestFitList {
+            free,
+            live: HashMap::new(),
+        }
+    }
+
+    fn no_fit(&self) -> NoFit {
+        NoFit {
+            free_bytes: self.free.values().sum(),
+            largest_free_block: self.free.values().copied().max().unwrap_or(0),
+        }
+    }
+
+    pub fn allocate(&mut self, key: u64, size_bytes: u64) -> Result<u64, NoFit> {
+        let need = size_bytes.max(1).div_ceil(ALIGNMENT_BYTES) * ALIGNMENT_BYTES;
+        // Smallest block that fits; lowest address among equals (deterministic).
+        let best = self
+            .free
+            .iter()
+            .filter(|(_, len)| **len >= need)
+            .min_by_key(|(start, len)| (**len, **start))
+            .map(|(s, l)| (*s, *l));
+        let Some((start, len)) = best else {
+            return Err(self.no_fit());
+        };
+        self.free.remove(&start);
+        if len > need {
+            self.free.insert(start + need, len - need);
+        }
+        self.live.insert(key, (start, need));
+        Ok(start)
+    }
+
+    pub fn free(&mut self, key: u64) -> Result<(), ExecError> {
+        let (mut start, mut len) = self.live.remove(&key).ok_or_else(|| {
+            ExecError::new(ExecErrorKind::Allocator {
+                detail: format!("free of unknown allocation {key}"),
+            })
+        })?;
+        if let Some((&ps, &pl)) = self.free.range(..start).next_back()
+            && ps + pl == start
+        {
+            self.free.remove(&ps);
+            start = ps;
+            len += pl;
+        }
+        if let Some(&nl) = self.free.get(&(start + len)) {
+            self.free.remove(&(start + len));
+            len += nl;
+        }
+        self.free.insert(start, len);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_fit_coalesces() {
+        let mut a = BestFitList::new(4096);
+        let x = a.allocate(1, 1000).expect("x");
+        let y = a.allocate(2, 512).expect("y");
+        let z = a.allocate(3, 2048).expect("z");
+        assert_eq!((x, y, z), (0, 1024, 1536));
+        assert!(a.allocate(4, 1024).is_err());
+        a.free(1).expect("free x");
+        a.free(2).expect("free y");
+        assert_eq!(a.allocate(5, 1536).expect("reuse"), 0);
+        let e = a.allocate(6, 600).expect_err("full");
+        assert_eq!(e.free_bytes, 512);
+    }
+}

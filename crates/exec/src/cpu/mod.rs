@@ -1,0 +1,608 @@
+//! `CpuBackend`: a device simulated with real memory and real concurrency. Device
+//! memory is one arena of exactly the region's size, streams are worker threads
+//! with FIFO queues, events are cross-thread signals, copies are memcpy (optionally
+//! throttled to a link rate), and kernels are real f32 implementations.
+
+mod kernels;
+
+use crate::backend::{
+    Backend, ChecksumHandle, EventHandle, HostBuffer, KernelCall, StreamHandle, StreamKind, fnv1a,
+};
+use crate::{ExecError, ExecErrorKind};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use kernels::run_kernel;
+
+/// Settings of a [`CpuBackend`].
+#[derive(Debug, Clone, Default)]
+pub struct CpuBackendOptions {
+    /// Throttle copies so that `n` bytes take `n / rate` seconds (`None`: memcpy speed).
+    pub link_bytes_per_s: Option<f64>,
+    /// Test hooks that inject faults.
+    pub faults: CpuFaults,
+}
+
+/// Fault injection for tests.
+#[derive(Debug, Clone, Default)]
+pub struct CpuFaults {
+    /// The kernel of the op with this name returns an error.
+    pub fail_kernel_named: Option<String>,
+    /// After the device-to-host copy with this 0-based index completes, one byte of
+    /// its destination host buffer is flipped (a corrupted host copy).
+    pub flip_byte_after_d2h_copy: Option<u64>,
+}
+
+type HostMem = Arc<Mutex<Vec<u8>>>;
+
+/// A cross-thread event: completion time, or `None` while pending.
+#[derive(Debug, Default)]
+struct Event {
+    done_at: Mutex<Option<Instant>>,
+    cv: Condvar,
+}
+
+impl Event {
+    fn signal(&self) {
+        let mut done = lock(&self.done_at);
+        *done = Some(Instant::now());
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) -> Instant {
+        let mut done = lock(&self.done_at);
+        loop {
+            if let Some(at) = *done {
+                return at;
+            }
+            done = match self.cv.wait(done) {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+        }
+    }
+}
+
+/// Locks a mutex, recovering from poisoning (a panicked worker must not hide data).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+enum Command {
+    H2d {
+        src: HostMem,
+        src_off: usize,
+        dst_off: usize,
+        len: usize,
+    },
+    D2h {
+        src_off: usize,
+        dst: HostMem,
+        dst_off: usize,
+        len: usize,
+    },
+    Kernel(Box<KernelCall>),
+    Checksum {
+        off: usize,
+        len: usize,
+        slot: Arc<Mutex<Option<u64>>>,
+    },
+    Record(Arc<Event>),
+    Wait(Arc<Event>),
+    Shutdown,
+}
+
+/// State shared by the host side and the stream workers.
+#[derive(Debug)]
+struct Shared {
+    arena: Mutex<Vec<u8>>,
+    /// The first asynchronous error; later work is skipped but events still fire,
+    /// so nothing waits forever.
+    sticky_error: Mutex<Option<ExecError>>,
+    link_bytes_per_s: Option<f64>,
+    faults: CpuFaults,
+    d2h_copies: AtomicU64,
+}
+
+impl Shared {
+    fn failed(&self) -> bool {
+        lock(&self.sticky_error).is_some()
+    }
+
+    fn fail(&self, e: ExecError) {
+        let mut slot = lock(&self.sticky_error);
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    /// Sleeps so that a copy of `len` bytes that started at `start` lasts `len / rate`.
+    fn throttle(&self, start: Instant, len: usize) {
+        if let Some(rate) = self.link_bytes_per_s.filter(|r| *r > 0.0) {
+            let target = Duration::from_secs_f64(len as f64 / rate);
+            let spent = start.elapsed();
+            if target > spent {
+                std::thread::sleep(target - spent);
+            }
+        }
+    }
+
+    fn execute(&self, cmd: Command) {
+        match cmd {
+            Command::Record(ev) => ev.signal(),
+            Command::Wait(ev) => {
+                ev.wait();
+            }
+            Command::Shutdown => {}
+            _ if self.failed() => {}
+            Command::H2d {
+                src,
+                src_off,
+                dst_off,
+                len,
+            } => {
+                let start = Instant::now();
+                {
+                    let host = lock(&src);
+                    let mut arena = lock(&self.arena);
+                    arena[dst_off..dst_off + len].copy_from_slice(&host[src_off..src_off + len]);
+                }
+                self.throttle(start, len);
+            }
+            Command::D2h {
+                src_off,
+                dst,
+                dst_off,
+                len,
+            } => {
+                let start = Instant::now();
+                {
+                    let arena = lock(&self.arena);
+                    let mut host = lock(&dst);
+                    host[dst_off..dst_off + len].copy_from_slice(&arena[src_off..src_off + len]);
+                    let index = self.d2h_copies.fetch_add(1, Ordering::SeqCst);
+                    if self.faults.flip_byte_after_d2h_copy == Some(index) && len > 0 {
+                        host[dst_off + len / 2] ^= 0x5a;
+                    }
+                }
+                self.throttle(start, len);
+            }
+            Command::Checksum { off, len, slot } => {
+                let sum = {
+                    let arena = lock(&self.arena);
+                    fnv1a(&arena[off..off + len])
+                };
+                *lock(&slot) = Some(sum);
+            }
+            Command::Kernel(call) => {
+                if self.faults.fail_kernel_named.as_deref() == Some(call.op_name.as_str()) {
+                    self.fail(ExecError::new(ExecErrorKind::KernelFailed {
+                        op: call.op_name.clone(),
+                        detail: "injected fault".into(),
+                    }));
+                    return;
+                }
+                // Read the inputs, compute without holding the arena (copies on other
+                // streams may proceed), then write the outputs.
+                let inputs: Vec<Vec<u8>> = {
+                    let arena = lock(&self.arena);
+                    call.inputs
+                        .iter()
+                        .map(|o| {
+                            let off = o.offset_bytes as usize;
+                            arena[off..off + o.size_bytes as usize].to_vec()
+                        })
+                        .collect()
+                };
+                let start = Instant::now();
+                // A kernel that panics (e.g. on shapes it cannot handle) must not kill
+                // the stream worker, or every later event would hang the host.
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_kernel(&call, &inputs)
+                }))
+                .unwrap_or_else(|_| Err("the kernel panicked on its operands".to_string()));
+                match result {
+                    Ok((outputs, synthetic)) => {
+                        if synthetic && call.synthetic_time_s > 0.0 {
+                            let target = Duration::from_secs_f64(call.synthetic_time_s);
+                            let spent = start.elapsed();
+                            if target > spent {
+                                std::thread::sleep(target - spent);
+                            }
+                        }
+                        let mut arena = lock(&self.arena);
+                        for (o, bytes) in call.outputs.iter().zip(outputs) {
+                            if !o.write {
+                                continue;
+                            }
+                            let off = o.offset_bytes as usize;
+                            let n = (o.size_bytes as usize).min(bytes.len());
+                            arena[off..off + n].copy_from_slice(&bytes[..n]);
+                        }
+                    }
+                    Err(detail) => self.fail(ExecError::new(ExecErrorKind::KernelFailed {
+                        op: call.op_name.clone(),
+                        detail,
+                    })),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Worker {
+    tx: mpsc::Sender<Command>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// A CPU-simulated device. See the module docs.
+#[derive(Debug)]
+pub struct CpuBackend {
+    shared: Arc<Shared>,
+    workers: Vec<Mutex<Worker>>,
+    region_allocated: Mutex<bool>,
+    events: Mutex<HashMap<u64, Arc<Event>>>,
+    hosts: Mutex<HashMap<u64, HostMem>>,
+    checksums: Mutex<HashMap<u64, Arc<Mutex<Option<u64>>>>>,
+    next_id: AtomicU64,
+}
+
+impl CpuBackend {
+    /// A backend with three stream workers and no region yet.
+    pub fn new(options: CpuBackendOptions) -> Self {
+        let shared = Arc::new(Shared {
+            arena: Mutex::new(Vec::new()),
+            sticky_error: Mutex::new(None),
+            link_bytes_per_s: options.link_bytes_per_s,
+            faults: options.faults,
+            d2h_copies: AtomicU64::new(0),
+        });
+        let workers = StreamKind::ALL
+            .iter()
+            .map(|kind| {
+                let (tx, rx) = mpsc::channel::<Command>();
+                let shared = Arc::clone(&shared);
+                let handle = std::thread::Builder::new()
+                    .name(format!("outcore-cpu-{}", kind.as_str()))
+                    .spawn(move || {
+                        while let Ok(cmd) = rx.recv() {
+                            if matches!(cmd, Command::Shutdown) {
+                                break;
+                            }
+                            shared.execute(cmd);
+                        }
+                    })
+                    .ok();
+                Mutex::new(Worker { tx, handle })
+            })
+            .collect();
+        CpuBackend {
+            shared,
+            workers,
+            region_allocated: Mutex::new(false),
+            events: Mutex::new(HashMap::new()),
+            hosts: Mutex::new(HashMap::new()),
+            checksums: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn send(&self, stream: StreamHandle, cmd: Command) -> Result<(), ExecError> {
+        let worker = self
+            .workers
+            .get(stream.0 as usize)
+            .ok_or_else(|| unknown("stream", stream.0))?;
+        let w = lock(worker);
+        if w.handle.is_none() {
+            return Err(ExecError::new(ExecErrorKind::Backend {
+                detail: "a stream worker thread could not be started".into(),
+            }));
+        }
+        w.tx.send(cmd).map_err(|_| {
+            ExecError::new(ExecErrorKind::Backend {
+                detail: "a stream worker thread has stopped".into(),
+            })
+        })
+    }
+
+    fn event(&self, e: EventHandle) -> Result<Arc<Event>, ExecError> {
+        lock(&self.events)
+            .get(&e.0)
+            .cloned()
+            .ok_or_else(|| unknown("event", e.0))
+    }
+
+    fn host(&self, b: HostBuffer) -> Result<HostMem, ExecError> {
+        lock(&self.hosts)
+            .get(&b.0)
+            .cloned()
+            .ok_or_else(|| unknown("host buffer", b.0))
+    }
+
+    fn sticky(&self) -> Result<(), ExecError> {
+        match lock(&self.shared.sticky_error).clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn check_device_range(&self, what: &str, off: u64, len: u64) -> Result<(), ExecError> {
+        let size = self.region_size_bytes();
+        if off.checked_add(len).is_none_or(|end| end > size) {
+            return Err(ExecError::new(ExecErrorKind::OutOfRange {
+                what: what.to_string(),
+                detail: format!(
+                    "device range [{off}, {off}+{len}) exceeds the {size}-byte device region"
+                ),
+            }));
+        }
+        Ok(())
+    }
+
+    fn check_host_range(
+        &self,
+        what: &str,
+        buf: &HostMem,
+        off: u64,
+        len: u64,
+    ) -> Result<(), ExecError> {
+        let size = lock(buf).len() as u64;
+        if off.checked_add(len).is_none_or(|end| end > size) {
+            return Err(ExecError::new(ExecErrorKind::OutOfRange {
+                what: what.to_string(),
+                detail: format!(
+                    "host range [{off}, {off}+{len}) exceeds the {size}-byte host buffer"
+                ),
+            }));
+        }
+        Ok(())
+    }
+}
+
+fn unknown(what: &str, id: u64) -> ExecError {
+    ExecError::new(ExecErrorKind::UnknownHandle {
+        what: what.to_string(),
+        id,
+    })
+}
+
+impl Drop for CpuBackend {
+    fn drop(&mut self) {
+        for w in &self.workers {
+            let mut w = lock(w);
+            let _ = w.tx.send(Command::Shutdown);
+            if let Some(h) = w.handle.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Backend for CpuBackend {
+    fn device_name(&self) -> String {
+        "cpu".to_string()
+    }
+
+    fn alloc_region(&self, size_bytes: u64) -> Result<(), ExecError> {
+        let mut allocated = lock(&self.region_allocated);
+        if *allocated {
+            return Err(ExecError::invalid(
+                "the device region is already allocated; create a new backend for another region",
+            ));
+        }
+        let len = usize::try_from(size_bytes).map_err(|_| {
+            ExecError::invalid(format!("region of {size_bytes} bytes is too large"))
+        })?;
+        *lock(&self.shared.arena) = vec![0u8; len];
+        *allocated = true;
+        Ok(())
+    }
+
+    fn region_size_bytes(&self) -> u64 {
+        lock(&self.shared.arena).len() as u64
+    }
+
+    fn alloc_host(&self, size_bytes: u64) -> Result<HostBuffer, ExecError> {
+        let len = usize::try_from(size_bytes).map_err(|_| {
+            ExecError::invalid(format!("host buffer of {size_bytes} bytes is too large"))
+        })?;
+        let id = self.id();
+        lock(&self.hosts).insert(id, Arc::new(Mutex::new(vec![0u8; len])));
+        Ok(HostBuffer(id))
+    }
+
+    fn free_host(&self, buf: HostBuffer) -> Result<(), ExecError> {
+        lock(&self.hosts)
+            .remove(&buf.0)
+            .map(|_| ())
+            .ok_or_else(|| unknown("host buffer", buf.0))
+    }
+
+    fn write_host(&self, buf: HostBuffer, offset_bytes: u64, data: &[u8]) -> Result<(), ExecError> {
+        let mem = self.host(buf)?;
+        self.check_host_range("host write", &mem, offset_bytes, data.len() as u64)?;
+        let off = offset_bytes as usize;
+        lock(&mem)[off..off + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read_host(
+        &self,
+        buf: HostBuffer,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<Vec<u8>, ExecError> {
+        let mem = self.host(buf)?;
+        self.check_host_range("host read", &mem, offset_bytes, size_bytes)?;
+        let off = offset_bytes as usize;
+        Ok(lock(&mem)[off..off + size_bytes as usize].to_vec())
+    }
+
+    fn stream(&self, kind: StreamKind) -> StreamHandle {
+        StreamHandle(kind.index() as u64)
+    }
+
+    fn record_event(&self, stream: StreamHandle) -> Result<EventHandle, ExecError> {
+        let ev = Arc::new(Event::default());
+        let id = self.id();
+        self.send(stream, Command::Record(Arc::clone(&ev)))?;
+        lock(&self.events).insert(id, ev);
+        Ok(EventHandle(id))
+    }
+
+    fn wait_event(&self, stream: StreamHandle, event: EventHandle) -> Result<(), ExecError> {
+        let ev = self.event(event)?;
+        self.send(stream, Command::Wait(ev))
+    }
+
+    fn query_event(&self, event: EventHandle) -> Result<bool, ExecError> {
+        let ev = self.event(event)?;
+        let done = lock(&ev.done_at).is_some();
+        Ok(done)
+    }
+
+    fn synchronize_event(&self, event: EventHandle) -> Result<(), ExecError> {
+        self.event(event)?.wait();
+        self.sticky()
+    }
+
+    fn event_elapsed_s(&self, start: EventHandle, end: EventHandle) -> Result<f64, ExecError> {
+        let (a, b) = (self.event(start)?, self.event(end)?);
+        let (a, b) = (*lock(&a.done_at), *lock(&b.done_at));
+        match (a, b) {
+            (Some(a), Some(b)) => Ok(if b >= a {
+                (b - a).as_secs_f64()
+            } else {
+                -(a - b).as_secs_f64()
+            }),
+            _ => Err(ExecError::invalid(
+                "event_elapsed_s on an event that has not completed; synchronize first",
+            )),
+        }
+    }
+
+    fn destroy_event(&self, event: EventHandle) -> Result<(), ExecError> {
+        lock(&self.events)
+            .remove(&event.0)
+            .map(|_| ())
+            .ok_or_else(|| unknown("event", event.0))
+    }
+
+    fn copy_h2d(
+        &self,
+        stream: StreamHandle,
+        src: HostBuffer,
+        src_offset_bytes: u64,
+        dst_offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<(), ExecError> {
+        let mem = self.host(src)?;
+        self.check_host_range(
+            "host-to-device copy source",
+            &mem,
+            src_offset_bytes,
+            size_bytes,
+        )?;
+        self.check_device_range(
+            "host-to-device copy destination",
+            dst_offset_bytes,
+            size_bytes,
+        )?;
+        self.send(
+            stream,
+            Command::H2d {
+                src: mem,
+                src_off: src_offset_bytes as usize,
+                dst_off: dst_offset_bytes as usize,
+                len: size_bytes as usize,
+            },
+        )
+    }
+
+    fn copy_d2h(
+        &self,
+        stream: StreamHandle,
+        src_offset_bytes: u64,
+        dst: HostBuffer,
+        dst_offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<(), ExecError> {
+        let mem = self.host(dst)?;
+        self.check_device_range("device-to-host copy source", src_offset_bytes, size_bytes)?;
+        self.check_host_range(
+            "device-to-host copy destination",
+            &mem,
+            dst_offset_bytes,
+            size_bytes,
+        )?;
+        self.send(
+            stream,
+            Command::D2h {
+                src_off: src_offset_bytes as usize,
+                dst: mem,
+                dst_off: dst_offset_bytes as usize,
+                len: size_bytes as usize,
+            },
+        )
+    }
+
+    fn launch(&self, stream: StreamHandle, kernel: KernelCall) -> Result<(), ExecError> {
+        for o in kernel.inputs.iter().chain(&kernel.outputs) {
+            self.check_device_range(
+                &format!("operand {} of kernel `{}`", o.tensor, kernel.op_name),
+                o.offset_bytes,
+                o.size_bytes,
+            )?;
+        }
+        self.send(stream, Command::Kernel(Box::new(kernel)))
+    }
+
+    fn checksum(
+        &self,
+        stream: StreamHandle,
+        offset_bytes: u64,
+        size_bytes: u64,
+    ) -> Result<ChecksumHandle, ExecError> {
+        self.check_device_range("checksum range", offset_bytes, size_bytes)?;
+        let slot = Arc::new(Mutex::new(None));
+        let id = self.id();
+        self.send(
+            stream,
+            Command::Checksum {
+                off: offset_bytes as usize,
+                len: size_bytes as usize,
+                slot: Arc::clone(&slot),
+            },
+        )?;
+        lock(&self.checksums).insert(id, slot);
+        Ok(ChecksumHandle(id))
+    }
+
+    fn checksum_value(&self, handle: ChecksumHandle) -> Result<Option<u64>, ExecError> {
+        let slot = lock(&self.checksums)
+            .get(&handle.0)
+            .cloned()
+            .ok_or_else(|| unknown("checksum", handle.0))?;
+        let v = *lock(&slot);
+        Ok(v)
+    }
+
+    fn synchronize(&self, stream: StreamHandle) -> Result<(), ExecError> {
+        let ev = Arc::new(Event::default());
+        self.send(stream, Command::Record(Arc::clone(&ev)))?;
+        ev.wait();
+        self.sticky()
+    }
+}

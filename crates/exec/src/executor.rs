@@ -1,0 +1,963 @@
+//! `execute()`: runs a Plan on a Backend for N iterations with real buffers.
+//!
+//! The host issues the three stream programs in a topological order of the plan
+//! (a step is issued once every step it waits for has been issued), turning waits
+//! into event waits, so the device runs the streams concurrently exactly as the
+//! plan orders them. Device memory is allocated on the host at issue time; a `Free`
+//! only returns memory to the allocator once the event recorded after it has
+//! completed, so memory is never reused while a copy or kernel may still touch it.
+//! When an allocation does not fit, the executor drains in-flight frees (waits for
+//! their events) and retries before failing with `OutOfDeviceMemory`.
+
+use crate::arena::ArenaAllocator;
+use crate::backend::{
+    Backend, ChecksumHandle, EventHandle, HostBuffer, KernelCall, Operand, StreamHandle,
+    StreamKind, fnv1a,
+};
+use crate::{ExecError, ExecErrorKind};
+use outcore_graph::{DType, Graph, OpId, OpKind, TensorId, TensorKind};
+use outcore_plan::{Instr, Plan, Residency, Step, Stream};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+/// How to run a plan.
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// Training iterations to run.
+    pub iters: u32,
+    /// Checksum tensors at swap-out and verify them at swap-in; compare recomputed
+    /// tensors with the originals.
+    pub check: bool,
+    /// Seed of parameter initialisation and input generation.
+    pub seed: u64,
+    /// Number of distinct input batches cycled through (1: the same batch every
+    /// iteration, so the loss of a working run decreases).
+    pub distinct_batches: u64,
+    /// Speed assumed for synthetic stand-in kernels: they sleep `flops / rate`.
+    pub synthetic_flops_per_s: f64,
+    /// Record a Chrome trace of every step.
+    pub trace: bool,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            iters: 1,
+            check: false,
+            seed: 0,
+            distinct_batches: 1,
+            synthetic_flops_per_s: 1e10,
+            trace: true,
+        }
+    }
+}
+
+/// Measured median latency of one op.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatencyEntry {
+    pub op: u32,
+    pub name: String,
+    pub kind: String,
+    pub time_s: f64,
+    pub samples: usize,
+}
+
+/// Measured median latency of one tensor's copy in one direction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CopyLatencyEntry {
+    pub tensor: u32,
+    pub name: String,
+    pub direction: String,
+    pub size_bytes: u64,
+    pub time_s: f64,
+    pub samples: usize,
+}
+
+/// The measured-latency table (`outcore-latency-table/1`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatencyTable {
+    pub format: String,
+    pub device: String,
+    pub graph_model: String,
+    pub entries: Vec<LatencyEntry>,
+    pub copies: Vec<CopyLatencyEntry>,
+}
+
+impl LatencyTable {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// What a run did and measured.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub planner: String,
+    pub graph_model: String,
+    pub device: String,
+    pub iters: u32,
+    /// Wall time of each iteration, issue to completion.
+    pub iter_times_s: Vec<f64>,
+    /// Median of `iter_times_s` after the first iteration (the first if only one).
+    pub measured_iter_time_s: f64,
+    /// Highest device bytes allocated at once (requested sizes, including memory
+    /// whose free was still in flight).
+    pub peak_device_bytes: u64,
+    /// Bytes copied host-to-device by swap-ins, per iteration.
+    pub swap_in_bytes: u64,
+    /// Bytes copied device-to-host by swap-outs, per iteration.
+    pub swap_out_bytes: u64,
+    /// Recomputations per iteration.
+    pub recomputes: u64,
+    /// `Some(true)` when `check` was on and every comparison matched (a mismatch
+    /// stops the run with `CheckFailed`), `None` without `check`.
+    pub checks_passed: Option<bool>,
+    /// Checksum comparisons made over the whole run.
+    pub checks_run: u64,
+    /// The loss of each iteration (NaN when the graph has no f32 scalar loss).
+    pub losses: Vec<f32>,
+    pub latency_table: LatencyTable,
+    /// Chrome trace (Trace Event JSON), one track per stream; `Null` without `trace`.
+    pub trace: serde_json::Value,
+    final_state: BTreeMap<String, Vec<u8>>,
+}
+
+impl RunReport {
+    /// Final bytes of every persistent tensor (parameters, buffers, optimizer
+    /// state) by name.
+    pub fn final_state(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.final_state
+    }
+
+    /// Final value of a persistent f32 tensor by name.
+    pub fn final_f32(&self, name: &str) -> Option<Vec<f32>> {
+        self.final_state.get(name).map(|b| {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
+    }
+}
+
+/// A checksum that is known or still being computed on the device.
+#[derive(Debug, Clone, Copy)]
+enum Expected {
+    Known(u64),
+    Pending(ChecksumHandle),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Resident {
+    key: u64,
+    offset_bytes: u64,
+}
+
+#[derive(Debug)]
+struct Comparison {
+    tensor: TensorId,
+    stage: &'static str,
+    expected: Option<Expected>,
+    found: ChecksumHandle,
+}
+
+#[derive(Debug)]
+struct StepTiming {
+    stream: usize,
+    instr: Instr,
+    start: EventHandle,
+    end: EventHandle,
+}
+
+fn stream_kind(s: Stream) -> StreamKind {
+    match s {
+        Stream::Compute => StreamKind::Compute,
+        Stream::H2d => StreamKind::H2d,
+        Stream::D2h => StreamKind::D2h,
+    }
+}
+
+fn bad_plan(detail: impl Into<String>) -> ExecError {
+    ExecError::new(ExecErrorKind::BadPlan {
+        detail: detail.into(),
+    })
+}
+
+/// Runs `plan` on `backend` for `options.iters` iterations. The device region is
+/// allocated with exactly `plan.budget_bytes`.
+pub fn execute(
+    graph: &Graph,
+    plan: &Plan,
+    backend: &dyn Backend,
+    options: &ExecOptions,
+) -> Result<RunReport, ExecError> {
+    let mut ex = Executor::new(graph, plan, backend, options)?;
+    ex.run()
+}
+
+struct Executor<'a> {
+    graph: &'a Graph,
+    plan: &'a Plan,
+    be: &'a dyn Backend,
+    opts: &'a ExecOptions,
+    streams: [StreamHandle; 3],
+    alloc: ArenaAllocator,
+    next_key: u64,
+    owner: Vec<TensorId>,
+    dev: Vec<Option<Resident>>,
+    sizes: BTreeMap<u64, u64>,
+    live_bytes: u64,
+    peak_bytes: u64,
+    pending_frees: VecDeque<(EventHandle, u64)>,
+    host: Vec<Option<HostBuffer>>,
+    host_sum: Vec<Option<Expected>>,
+    orig_sum: Vec<Option<Expected>>,
+    recompute_target: Vec<bool>,
+    comparisons: Vec<Comparison>,
+    checks_run: u64,
+    loss_host: Option<HostBuffer>,
+    loss_copied: bool,
+    iteration: u64,
+    swap_in_bytes: u64,
+    swap_out_bytes: u64,
+    recomputes: u64,
+    timings: Vec<StepTiming>,
+}
+
+impl<'a> Executor<'a> {
+    fn new(
+        graph: &'a Graph,
+        plan: &'a Plan,
+        be: &'a dyn Backend,
+        opts: &'a ExecOptions,
+    ) -> Result<Self, ExecError> {
+        if plan.graph.n_ops != graph.ops.len() || plan.graph.n_tensors != graph.tensors.len() {
+            return Err(bad_plan(format!(
+                "it was made for a graph of {} ops and {} tensors, this one has {} and {}",
+                plan.graph.n_ops,
+                plan.graph.n_tensors,
+                graph.ops.len(),
+                graph.tensors.len()
+            )));
+        }
+        let alloc = ArenaAllocator::from_plan_json(&plan.allocator, plan.budget_bytes)?;
+        let n = graph.tensors.len();
+        let mut recompute_target = vec![false; n];
+        for step in plan.stream(Stream::Compute) {
+            if let Instr::Recompute { outputs, .. } = &step.instr {
+                for t in outputs {
+                    if let Some(flag) = recompute_target.get_mut(t.index()) {
+                        *flag = true;
+                    }
+                }
+            }
+        }
+        Ok(Executor {
+            graph,
+            plan,
+            be,
+            opts,
+            streams: StreamKind::ALL.map(|k| be.stream(k)),
+            alloc,
+            next_key: 1,
+            owner: graph
+                .tensors
+                .iter()
+                .map(|t| graph.storage_owner(t.id))
+                .collect(),
+            dev: vec![None; n],
+            sizes: BTreeMap::new(),
+            live_bytes: 0,
+            peak_bytes: 0,
+            pending_frees: VecDeque::new(),
+            host: vec![None; n],
+            host_sum: vec![None; n],
+            orig_sum: vec![None; n],
+            recompute_target,
+            comparisons: Vec::new(),
+            checks_run: 0,
+            loss_host: None,
+            loss_copied: false,
+            iteration: 0,
+            swap_in_bytes: 0,
+            swap_out_bytes: 0,
+            recomputes: 0,
+            timings: Vec::new(),
+        })
+    }
+
+    fn stream(&self, s: StreamKind) -> StreamHandle {
+        self.streams[s.index()]
+    }
+
+    fn sync_all(&self) -> Result<(), ExecError> {
+        for s in self.streams {
+            self.be.synchronize(s)?;
+        }
+        Ok(())
+    }
+
+    // ----- memory -----
+
+    /// Returns completed frees to the allocator; with `wait`, blocks on the oldest first.
+    fn reclaim(&mut self, wait_for_one: bool) -> Result<bool, ExecError> {
+        let mut any = false;
+        if wait_for_one && let Some(&(ev, _)) = self.pending_frees.front() {
+            self.be.synchronize_event(ev)?;
+        }
+        let mut keep = VecDeque::with_capacity(self.pending_frees.len());
+        while let Some((ev, key)) = self.pending_frees.pop_front() {
+            if self.be.query_event(ev)? {
+                self.alloc.free(key)?;
+                self.live_bytes -= self.sizes.remove(&key).unwrap_or(0);
+                any = true;
+            } else {
+                keep.push_back((ev, key));
+            }
+        }
+        self.pending_frees = keep;
+        Ok(any)
+    }
+
+    /// Allocates `size_bytes` for `tensor` (a name for errors), draining in-flight
+    /// frees when it does not fit.
+    fn allocate(&mut self, tensor: TensorId, size_bytes: u64) -> Result<Resident, ExecError> {
+        self.reclaim(false)?;
+        let key = self.next_key;
+        self.next_key += 1;
+        loop {
+            match self.alloc.allocate(key, size_bytes) {
+                Ok(offset_bytes) => {
+                    self.sizes.insert(key, size_bytes);
+                    self.live_bytes += size_bytes;
+                    self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+                    return Ok(Resident { key, offset_bytes });
+                }
+                Err(no_fit) => {
+                    if self.pending_frees.is_empty() {
+                        return Err(ExecError::new(ExecErrorKind::OutOfDeviceMemory {
+                            tensor: self.graph.tensor(tensor).name.clone(),
+                            bytes: size_bytes,
+                            free_bytes: no_fit.free_bytes,
+                            largest_free_block: no_fit.largest_free_block,
+                        }));
+                    }
+                    self.reclaim(true)?;
+                }
+            }
+        }
+    }
+
+    fn materialise(&mut self, t: TensorId) -> Result<Resident, ExecError> {
+        if self.dev[t.index()].is_some() {
+            return Err(bad_plan(format!(
+                "`{}` is materialised while already resident",
+                self.graph.tensor(t).name
+            )));
+        }
+        let r = self.allocate(t, self.graph.tensor(t).size_bytes)?;
+        self.dev[t.index()] = Some(r);
+        Ok(r)
+    }
+
+    fn resident(&self, t: TensorId) -> Result<Resident, ExecError> {
+        let owner = self.owner[t.index()];
+        self.dev[owner.index()].ok_or_else(|| {
+            bad_plan(format!(
+                "`{}` is used while not resident on the device",
+                self.graph.tensor(t).name
+            ))
+        })
+    }
+
+    fn host_buffer(&mut self, t: TensorId) -> Result<HostBuffer, ExecError> {
+        if let Some(b) = self.host[t.index()] {
+            return Ok(b);
+        }
+        let b = self.be.alloc_host(self.graph.tensor(t).size_bytes)?;
+        self.host[t.index()] = Some(b);
+        Ok(b)
+    }
+
+    // ----- data -----
+
+    fn init_bytes(&self, t: TensorId, batch: u64) -> Vec<u8> {
+        let tensor = self.graph.tensor(t);
+        let n = tensor.numel() as usize;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+            self.opts.seed ^ fnv1a(tensor.name.as_bytes()) ^ batch.wrapping_mul(0x9e37_79b9),
+        );
+        match (tensor.kind, tensor.dtype) {
+            (TensorKind::Parameter, DType::Float32) => {
+                let vals: Vec<f32> = if tensor.shape.len() >= 2 {
+                    let fan_in = (tensor.numel() / tensor.shape[0].max(1)).max(1) as f32;
+                    let bound = 1.0 / fan_in.sqrt();
+                    (0..n).map(|_| rng.random_range(-bound..bound)).collect()
+                } else if tensor.name.ends_with("weight") {
+                    vec![1.0; n]
+                } else {
+                    vec![0.0; n]
+                };
+                f32_bytes(&vals)
+            }
+            (TensorKind::Buffer, DType::Float32) if tensor.name.ends_with("running_var") => {
+                f32_bytes(&vec![1.0; n])
+            }
+            (TensorKind::Input, DType::Float32) => {
+                let vals: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                f32_bytes(&vals)
+            }
+            (TensorKind::Input | TensorKind::Label, DType::Int64) => {
+                let range = self.index_range(t).max(1);
+                (0..n)
+                    .flat_map(|_| (rng.random_range(0..range) as i64).to_le_bytes())
+                    .collect()
+            }
+            _ => vec![0u8; tensor.size_bytes as usize],
+        }
+    }
+
+    /// Valid values of an integer input: the class count of a loss that reads it,
+    /// or the row count of an embedding table it indexes.
+    fn index_range(&self, t: TensorId) -> u64 {
+        for op in &self.graph.ops {
+            match op.kind {
+                OpKind::SoftmaxCrossEntropy if op.inputs.get(1) == Some(&t) => {
+                    if let Some(&c) = op
+                        .inputs
+                        .first()
+                        .and_then(|l| self.graph.tensor(*l).shape.last())
+                    {
+                        return c;
+                    }
+                }
+                OpKind::Embedding if op.inputs.first() == Some(&t) => {
+                    if let Some(&rows) = op
+                        .inputs
+                        .get(1)
+                        .and_then(|w| self.graph.tensor(*w).shape.first())
+                    {
+                        return rows;
+                    }
+                }
+                _ => {}
+            }
+        }
+        2
+    }
+
+    // ----- run -----
+
+    fn run(&mut self) -> Result<RunReport, ExecError> {
+        self.be.alloc_region(self.plan.budget_bytes)?;
+        let residency: BTreeMap<TensorId, Residency> =
+            self.plan.initial_residency.iter().copied().collect();
+        let persistent: Vec<TensorId> = self.graph.persistent_tensors().map(|t| t.id).collect();
+        let h2d = self.stream(StreamKind::H2d);
+        for &t in &persistent {
+            let bytes = self.init_bytes(t, 0);
+            let host = self.host_buffer(t)?;
+            self.be.write_host(host, 0, &bytes)?;
+            let r = residency.get(&t).copied().unwrap_or(Residency::Device);
+            if matches!(r, Residency::DeviceAndHost | Residency::Host) {
+                self.host_sum[t.index()] = Some(Expected::Known(fnv1a(&bytes)));
+            }
+            if matches!(r, Residency::Device | Residency::DeviceAndHost) {
+                let res = self.materialise(t)?;
+                self.be
+                    .copy_h2d(h2d, host, 0, res.offset_bytes, bytes.len() as u64)?;
+            }
+        }
+        self.be.synchronize(h2d)?;
+        self.loss_host = Some(self.be.alloc_host(4)?);
+        let base = self.be.record_event(self.stream(StreamKind::Compute))?;
+        self.be.synchronize_event(base)?;
+
+        let mut iter_times_s = Vec::new();
+        let mut losses = Vec::new();
+        let mut op_samples: BTreeMap<OpId, Vec<f64>> = BTreeMap::new();
+        let mut copy_samples: BTreeMap<(TensorId, &'static str), Vec<f64>> = BTreeMap::new();
+        let mut trace_events: Vec<serde_json::Value> = Vec::new();
+        for iter in 0..self.opts.iters {
+            self.iteration = iter as u64;
+            self.swap_in_bytes = 0;
+            self.swap_out_bytes = 0;
+            self.recomputes = 0;
+            self.loss_copied = false;
+            self.load_batch()?;
+            let started = Instant::now();
+            self.issue_iteration()?;
+            self.sync_all()?;
+            iter_times_s.push(started.elapsed().as_secs_f64());
+            while !self.pending_frees.is_empty() {
+                self.reclaim(true)?;
+            }
+            self.finish_checks()?;
+            self.release_leftovers()?;
+            losses.push(self.read_loss()?);
+            // Latencies and trace from the events of this iteration.
+            for st in std::mem::take(&mut self.timings) {
+                let dur = self.be.event_elapsed_s(st.start, st.end)?.max(0.0);
+                let measured = iter >= 1 || self.opts.iters == 1;
+                match &st.instr {
+                    Instr::Compute(op) if measured => op_samples.entry(*op).or_default().push(dur),
+                    Instr::SwapIn(t) if measured => {
+                        copy_samples.entry((*t, "h2d")).or_default().push(dur)
+                    }
+                    Instr::SwapOut(t) if measured => {
+                        copy_samples.entry((*t, "d2h")).or_default().push(dur)
+                    }
+                    _ => {}
+                }
+                if self.opts.trace && !matches!(st.instr, Instr::Free(_)) {
+                    let ts = self.be.event_elapsed_s(base, st.start)?.max(0.0);
+                    let name = match &st.instr {
+                        Instr::Compute(op) => self.graph.op(*op).name.clone(),
+                        Instr::Recompute { op, .. } => {
+                            format!("recompute {}", self.graph.op(*op).name)
+                        }
+                        other => format!("{other} ({})", self.tensor_of(other)),
+                    };
+                    trace_events.push(serde_json::json!({
+                        "name": name, "cat": StreamKind::ALL[st.stream].as_str(), "ph": "X",
+                        "ts": ts * 1e6, "dur": dur * 1e6, "pid": 0, "tid": st.stream,
+                        "args": {"iter": iter, "instr": st.instr.to_string()}
+                    }));
+                }
+                self.be.destroy_event(st.start)?;
+                self.be.destroy_event(st.end)?;
+            }
+        }
+        let final_state = self.read_final_state(&persistent)?;
+        let device = self.be.device_name();
+        let table = LatencyTable {
+            format: "outcore-latency-table/1".into(),
+            device: device.clone(),
+            graph_model: self.graph.meta.model.clone(),
+            entries: op_samples
+                .into_iter()
+                .map(|(op, s)| LatencyEntry {
+                    op: op.0,
+                    name: self.graph.op(op).name.clone(),
+                    kind: self.graph.op(op).kind.label(),
+                    time_s: median(&s),
+                    samples: s.len(),
+                })
+                .collect(),
+            copies: copy_samples
+                .into_iter()
+                .map(|((t, dir), s)| CopyLatencyEntry {
+                    tensor: t.0,
+                    name: self.graph.tensor(t).name.clone(),
+                    direction: dir.to_string(),
+                    size_bytes: self.graph.tensor(t).size_bytes,
+                    time_s: median(&s),
+                    samples: s.len(),
+                })
+                .collect(),
+        };
+        let trace = if self.opts.trace {
+            let mut events: Vec<serde_json::Value> = StreamKind::ALL
+                .iter()
+                .map(|k| {
+                    serde_json::json!({"name": "thread_name", "ph": "M", "pid": 0,
+                        "tid": k.index(), "args": {"name": k.as_str()}})
+                })
+                .collect();
+            events.extend(trace_events);
+            serde_json::json!({"traceEvents": events, "displayTimeUnit": "ms"})
+        } else {
+            serde_json::Value::Null
+        };
+        let after_first: Vec<f64> = iter_times_s.iter().skip(1).copied().collect();
+        Ok(RunReport {
+            planner: self.plan.planner.name.clone(),
+            graph_model: self.graph.meta.model.clone(),
+            device,
+            iters: self.opts.iters,
+            measured_iter_time_s: if after_first.is_empty() {
+                median(&iter_times_s)
+            } else {
+                median(&after_first)
+            },
+            iter_times_s,
+            peak_device_bytes: self.peak_bytes,
+            swap_in_bytes: self.swap_in_bytes,
+            swap_out_bytes: self.swap_out_bytes,
+            recomputes: self.recomputes,
+            checks_passed: self.opts.check.then_some(true),
+            checks_run: self.checks_run,
+            losses,
+            latency_table: table,
+            trace,
+            final_state,
+        })
+    }
+
+    fn tensor_of(&self, instr: &Instr) -> String {
+        match instr {
+            Instr::SwapIn(t) | Instr::SwapOut(t) | Instr::Free(t) => self
+                .graph
+                .tensors
+                .get(t.index())
+                .map(|x| x.name.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
+        }
+    }
+
+    /// Inputs and labels arrive on the device at iteration start, with a host copy.
+    fn load_batch(&mut self) -> Result<(), ExecError> {
+        let h2d = self.stream(StreamKind::H2d);
+        let batch = self.iteration % self.opts.distinct_batches.max(1);
+        let inputs: Vec<TensorId> = self
+            .graph
+            .tensors
+            .iter()
+            .filter(|t| t.producer.is_none() && !t.is_persistent() && t.allocates())
+            .filter(|t| !t.kind.is_persistent())
+            .map(|t| t.id)
+            .collect();
+        for t in inputs {
+            let bytes = self.init_bytes(t, batch);
+            let host = self.host_buffer(t)?;
+            self.be.write_host(host, 0, &bytes)?;
+            self.host_sum[t.index()] = Some(Expected::Known(fnv1a(&bytes)));
+            let r = self.materialise(t)?;
+            self.be
+                .copy_h2d(h2d, host, 0, r.offset_bytes, bytes.len() as u64)?;
+        }
+        self.be.synchronize(h2d)
+    }
+
+    fn issue_iteration(&mut self) -> Result<(), ExecError> {
+        let plan = self.plan;
+        let mut ends: [Vec<Option<EventHandle>>; 3] = [
+            vec![None; plan.streams[0].len()],
+            vec![None; plan.streams[1].len()],
+            vec![None; plan.streams[2].len()],
+        ];
+        let mut cursor = [0usize; 3];
+        let total: usize = plan.n_steps();
+        let mut issued = 0usize;
+        // Compute first, then d2h (frees there unblock memory), then h2d.
+        let order = [Stream::Compute, Stream::D2h, Stream::H2d];
+        while issued < total {
+            let mut progressed = false;
+            for s in order {
+                let si = s.index();
+                while let Some(step) = plan.streams[si].get(cursor[si]) {
+                    let mut waits = Vec::with_capacity(step.waits.len());
+                    let mut ready = true;
+                    for w in &step.waits {
+                        match ends[w.stream.index()].get(w.index as usize) {
+                            Some(Some(ev)) => waits.push(*ev),
+                            Some(None) => ready = false,
+                            None => {
+                                return Err(bad_plan(format!(
+                                    "{s}#{} waits for {w}, which does not exist",
+                                    cursor[si]
+                                )));
+                            }
+                        }
+                    }
+                    if !ready {
+                        break;
+                    }
+                    let end = self.issue_step(s, step, &waits)?;
+                    ends[si][cursor[si]] = Some(end);
+                    cursor[si] += 1;
+                    issued += 1;
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                return Err(bad_plan(
+                    "its waits form a cycle, so some steps can never be issued",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn issue_step(
+        &mut self,
+        s: Stream,
+        step: &Step,
+        waits: &[EventHandle],
+    ) -> Result<EventHandle, ExecError> {
+        let kind = stream_kind(s);
+        let stream = self.stream(kind);
+        for &w in waits {
+            self.be.wait_event(stream, w)?;
+        }
+        let start = self.be.record_event(stream)?;
+        let mut free_after: Vec<u64> = Vec::new();
+        match &step.instr {
+            Instr::Compute(op) => self.compute(stream, *op, None, &mut free_after)?,
+            Instr::Recompute { op, outputs } => {
+                self.recomputes += 1;
+                self.compute(stream, *op, Some(outputs), &mut free_after)?
+            }
+            Instr::SwapIn(t) => {
+                let t = *t;
+                let host = self.host[t.index()].ok_or_else(|| {
+                    bad_plan(format!(
+                        "`{}` is swapped in but has no host copy",
+                        self.graph.tensor(t).name
+                    ))
+                })?;
+                let size = self.graph.tensor(t).size_bytes;
+                let r = self.materialise(t)?;
+                self.be.copy_h2d(stream, host, 0, r.offset_bytes, size)?;
+                self.swap_in_bytes += size;
+                if self.opts.check {
+                    let found = self.be.checksum(stream, r.offset_bytes, size)?;
+                    self.comparisons.push(Comparison {
+                        tensor: t,
+                        stage: "swap-in",
+                        expected: self.host_sum[t.index()],
+                        found,
+                    });
+                }
+            }
+            Instr::SwapOut(t) => {
+                let t = *t;
+                let r = self.resident(t)?;
+                let size = self.graph.tensor(t).size_bytes;
+                let host = self.host_buffer(t)?;
+                if self.opts.check {
+                    let sum = self.be.checksum(stream, r.offset_bytes, size)?;
+                    self.host_sum[t.index()] = Some(Expected::Pending(sum));
+                }
+                self.be.copy_d2h(stream, r.offset_bytes, host, 0, size)?;
+                self.swap_out_bytes += size;
+            }
+            Instr::Free(t) => {
+                let t = *t;
+                let r = self.dev[t.index()].ok_or_else(|| {
+                    bad_plan(format!(
+                        "`{}` is freed while not resident",
+                        self.graph.tensor(t).name
+                    ))
+                })?;
+                let tensor = self.graph.tensor(t);
+                if tensor.kind == TensorKind::Loss
+                    && tensor.dtype == DType::Float32
+                    && tensor.size_bytes == 4
+                    && let Some(buf) = self.loss_host
+                {
+                    self.be.copy_d2h(stream, r.offset_bytes, buf, 0, 4)?;
+                    self.loss_copied = true;
+                }
+                self.dev[t.index()] = None;
+                free_after.push(r.key);
+            }
+        }
+        let end = self.be.record_event(stream)?;
+        for key in free_after {
+            self.pending_frees.push_back((end, key));
+        }
+        self.timings.push(StepTiming {
+            stream: s.index(),
+            instr: step.instr.clone(),
+            start,
+            end,
+        });
+        Ok(end)
+    }
+
+    /// Launches an op; with `recompute`, re-materialises the listed outputs and puts
+    /// the others in scratch memory freed after the step.
+    fn compute(
+        &mut self,
+        stream: StreamHandle,
+        op_id: OpId,
+        recompute: Option<&Vec<TensorId>>,
+        free_after: &mut Vec<u64>,
+    ) -> Result<(), ExecError> {
+        let graph = self.graph;
+        let op = graph
+            .ops
+            .get(op_id.index())
+            .ok_or_else(|| bad_plan(format!("op {op_id} does not exist")))?;
+        let mut inputs = Vec::with_capacity(op.inputs.len());
+        for &t in &op.inputs {
+            let r = self.resident(t)?;
+            inputs.push(operand(graph, t, r.offset_bytes, false));
+        }
+        let mut outputs = Vec::with_capacity(op.outputs.len());
+        for &o in &op.outputs {
+            let t = graph.tensor(o);
+            let op_ref = match recompute {
+                None => {
+                    if t.allocates() {
+                        self.materialise(o)?;
+                    }
+                    let r = self.resident(o)?;
+                    operand(graph, o, r.offset_bytes, t.view_of.is_none())
+                }
+                Some(listed) if listed.contains(&o) => {
+                    let r = self.materialise(o)?;
+                    operand(graph, o, r.offset_bytes, true)
+                }
+                Some(_) => {
+                    // Scratch for outputs the recomputation does not keep.
+                    let r = self.allocate(o, t.size_bytes)?;
+                    free_after.push(r.key);
+                    operand(graph, o, r.offset_bytes, true)
+                }
+            };
+            outputs.push(op_ref);
+        }
+        let check_outputs: Vec<(TensorId, u64, u64)> = if self.opts.check {
+            outputs
+                .iter()
+                .filter(|o| match recompute {
+                    None => self.recompute_target[o.tensor.index()],
+                    Some(listed) => listed.contains(&o.tensor),
+                })
+                .map(|o| (o.tensor, o.offset_bytes, o.size_bytes))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.be.launch(
+            stream,
+            KernelCall {
+                op: op.id,
+                op_name: op.name.clone(),
+                kind: op.kind.clone(),
+                inputs,
+                outputs,
+                step: self.iteration + 1,
+                synthetic_time_s: op.flops as f64 / self.opts.synthetic_flops_per_s.max(1.0),
+            },
+        )?;
+        for (t, off, size) in check_outputs {
+            let sum = self.be.checksum(stream, off, size)?;
+            if recompute.is_some() {
+                self.comparisons.push(Comparison {
+                    tensor: t,
+                    stage: "recompute",
+                    expected: self.orig_sum[t.index()],
+                    found: sum,
+                });
+            } else {
+                self.orig_sum[t.index()] = Some(Expected::Pending(sum));
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve(&self, e: Expected) -> Result<u64, ExecError> {
+        match e {
+            Expected::Known(v) => Ok(v),
+            Expected::Pending(h) => self.be.checksum_value(h)?.ok_or_else(|| {
+                ExecError::new(ExecErrorKind::Backend {
+                    detail: "a checksum did not complete after synchronize".into(),
+                })
+            }),
+        }
+    }
+
+    fn finish_checks(&mut self) -> Result<(), ExecError> {
+        for c in std::mem::take(&mut self.comparisons) {
+            let name = self.graph.tensor(c.tensor).name.clone();
+            let Some(expected) = c.expected else {
+                return Err(bad_plan(format!(
+                    "`{name}` has no reference checksum at {}",
+                    c.stage
+                )));
+            };
+            let expected = self.resolve(expected)?;
+            let found = self.resolve(Expected::Pending(c.found))?;
+            self.checks_run += 1;
+            if expected != found {
+                return Err(ExecError::new(ExecErrorKind::CheckFailed {
+                    tensor: name,
+                    stage: c.stage.to_string(),
+                    expected,
+                    found,
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees non-persistent tensors a plan left resident (a plan that verify()
+    /// accepts leaves none), so the next iteration starts clean.
+    fn release_leftovers(&mut self) -> Result<(), ExecError> {
+        for t in &self.graph.tensors {
+            if t.is_persistent() {
+                continue;
+            }
+            if let Some(r) = self.dev[t.id.index()].take() {
+                self.alloc.free(r.key)?;
+                self.live_bytes -= self.sizes.remove(&r.key).unwrap_or(0);
+            }
+        }
+        Ok(())
+    }
+
+    fn read_loss(&mut self) -> Result<f32, ExecError> {
+        match (self.loss_copied, self.loss_host) {
+            (true, Some(buf)) => {
+                let b = self.be.read_host(buf, 0, 4)?;
+                Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            }
+            _ => Ok(f32::NAN),
+        }
+    }
+
+    fn read_final_state(
+        &mut self,
+        persistent: &[TensorId],
+    ) -> Result<BTreeMap<String, Vec<u8>>, ExecError> {
+        let compute = self.stream(StreamKind::Compute);
+        for &t in persistent {
+            if let Some(r) = self.dev[t.index()] {
+                let host = self.host_buffer(t)?;
+                let size = self.graph.tensor(t).size_bytes;
+                self.be.copy_d2h(compute, r.offset_bytes, host, 0, size)?;
+            }
+        }
+        self.be.synchronize(compute)?;
+        let mut out = BTreeMap::new();
+        for &t in persistent {
+            let tensor = self.graph.tensor(t);
+            let bytes = match self.host[t.index()] {
+                Some(h) => self.be.read_host(h, 0, tensor.size_bytes)?,
+                None => Vec::new(),
+            };
+            out.insert(tensor.name.clone(), bytes);
+        }
+        Ok(out)
+    }
+}
+
+fn operand(graph: &Graph, t: TensorId, offset_bytes: u64, write: bool) -> Operand {
+    let tensor = graph.tensor(t);
+    Operand {
+        tensor: t,
+        offset_bytes,
+        shape: tensor.shape.clone(),
+        dtype: tensor.dtype,
+        size_bytes: tensor.size_bytes,
+        write,
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[s.len() / 2]
+}
