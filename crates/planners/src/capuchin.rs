@@ -21,10 +21,10 @@
 //!   so the rounds scale every prefetch lead by 1, 1.5, 2 and 3.
 //! - If verify rejects every round, a swap-only variant is tried before giving up.
 
+use crate::ondemand::{Candidate, Choice, evict_on_demand};
 use crate::pressure::{
     Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
 };
-use crate::ondemand::{Candidate, Choice, evict_on_demand};
 use outcore_plan::{PlanOutcome, PlanRequest, Planner, PlannerInfo};
 
 /// Capuchin-style swap-or-recompute under memory pressure.

@@ -15,10 +15,10 @@
 //! - Evictions are the same in both iterations (the prefetch only changes when
 //!   swap-ins start), which is what a deterministic LRU replays.
 
+use crate::ondemand::{Candidate, Choice, evict_on_demand};
 use crate::pressure::{
     Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
 };
-use crate::ondemand::{Candidate, Choice, evict_on_demand};
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerInfo};
 
 /// On-demand LRU swapping with a fixed prefetch look-ahead in steady state.
