@@ -65,6 +65,46 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Plan (or load a plan) and execute it on a backend with real buffers.
+    Run {
+        /// Backend: `cpu` (the reference backend).
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+        #[command(flatten)]
+        graph: GraphArgs,
+        /// Run this plan file instead of planning.
+        #[arg(long, conflicts_with_all = ["model", "graph"])]
+        plan: Option<PathBuf>,
+        /// Budget: bytes, a size like 2GiB, or NN% of the footprint (the device arena's size).
+        #[arg(long, required_unless_present = "plan")]
+        budget: Option<String>,
+        #[arg(long, required_unless_present = "plan")]
+        planner: Option<String>,
+        #[arg(long, default_value_t = 10)]
+        iters: u32,
+        /// Throttle host<->device copies to this rate (GB/s) so overlap and stalls show.
+        #[arg(long = "link-gbps")]
+        link_gbps: Option<f64>,
+        /// Checksum tensors at swap-out / swap-in and compare recomputed tensors.
+        #[arg(long)]
+        check: bool,
+        /// Also run without swapping or recomputation and compare final parameters bit for bit.
+        #[arg(long)]
+        reference: bool,
+        /// Write a Chrome trace of what ran.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Write the measured-latency table (loadable with --latency-table).
+        #[arg(long = "profile-out")]
+        profile_out: Option<PathBuf>,
+        /// Speed at which stand-in kernels (ops without a CPU kernel) run, FLOP/s.
+        #[arg(long = "synthetic-flops", default_value_t = 1e10)]
+        synthetic_flops_per_s: f64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Replay an allocation trace through an allocator.
     AllocReplay {
         trace: PathBuf,

@@ -51,6 +51,37 @@ pub fn run(cli: Cli) -> Result<()> {
             planners,
             json,
         } => cmd_compare(&graph, &target, &planners, json),
+        Command::Run {
+            backend,
+            graph,
+            plan,
+            budget,
+            planner,
+            iters,
+            link_gbps,
+            check,
+            reference,
+            trace,
+            profile_out,
+            synthetic_flops_per_s,
+            seed,
+            json,
+        } => cmd_run(RunArgs {
+            backend,
+            graph,
+            plan,
+            budget,
+            planner,
+            iters,
+            link_gbps,
+            check,
+            reference,
+            trace,
+            profile_out,
+            synthetic_flops_per_s,
+            seed,
+            json,
+        }),
         Command::AllocReplay {
             trace,
             allocator,
@@ -726,5 +757,248 @@ fn cmd_alloc_replay(
             .map_or("n/a".into(), |f| format!("{f:.3}"))
     );
     say!("failures           {}", report.failures);
+    Ok(())
+}
+
+struct RunArgs {
+    backend: String,
+    graph: GraphArgs,
+    plan: Option<std::path::PathBuf>,
+    budget: Option<String>,
+    planner: Option<String>,
+    iters: u32,
+    link_gbps: Option<f64>,
+    check: bool,
+    reference: bool,
+    trace: Option<std::path::PathBuf>,
+    profile_out: Option<std::path::PathBuf>,
+    synthetic_flops_per_s: f64,
+    seed: u64,
+    json: bool,
+}
+
+/// The device the CPU backend presents to planners and the simulator: its arena is
+/// the budget, kernels without a CPU implementation run at `synthetic_flops_per_s`,
+/// and copies at the throttled link rate (or about memcpy speed).
+fn cpu_device_profile(
+    budget_bytes: u64,
+    link_gbps: Option<f64>,
+    synthetic_flops_per_s: f64,
+) -> DeviceProfile {
+    let link = link_gbps.map_or(10e9, |g| g * 1e9);
+    DeviceProfile {
+        name: "cpu-reference".into(),
+        description:
+            "outcore's CPU reference backend (arena of the budget's size, worker-thread streams)"
+                .into(),
+        memory_bytes: budget_bytes.max(1),
+        peak_flops_f32: synthetic_flops_per_s,
+        peak_flops_tf32: 0.0,
+        peak_flops_f16: synthetic_flops_per_s,
+        memory_bandwidth_bytes_per_s: 10e9,
+        h2d_bytes_per_s: link,
+        d2h_bytes_per_s: link,
+        // Independent worker threads: each direction keeps its rate when both run.
+        duplex_bytes_per_s: 2.0 * link,
+        copy_latency_s: 0.0,
+        kernel_launch_s: 0.0,
+    }
+}
+
+fn cmd_run(a: RunArgs) -> Result<()> {
+    if a.backend != "cpu" {
+        bail!(
+            "backend `{}` is not available in this build; use --backend cpu (the CUDA backend is a separate crate built with its feature)",
+            a.backend
+        );
+    }
+    if a.iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    if a.link_gbps.is_some_and(|g| !g.is_finite() || g <= 0.0) {
+        bail!("--link-gbps must be a positive number");
+    }
+    // The plan: loaded, or made here for the CPU device.
+    let (graph, mut plan, planner_name) = if let Some(path) = &a.plan {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let plan = Plan::from_json(&text, &path.display().to_string())?;
+        let graph = graph_of_plan(&plan)?;
+        let name = plan.planner.name.clone();
+        (graph, plan, name)
+    } else {
+        let loaded = load_graph(&a.graph)?;
+        let (footprint_bytes, _) = footprint(&loaded.graph);
+        let budget_bytes = parse_budget(a.budget.as_deref().unwrap_or("100%"), footprint_bytes)?;
+        let planner_name = a.planner.clone().unwrap_or_else(|| "none".into());
+        let planner = outcore_planners::by_name(&planner_name).map_err(|e| anyhow!(e))?;
+        let device = cpu_device_profile(budget_bytes, a.link_gbps, a.synthetic_flops_per_s);
+        let cost = RooflineModel::new(device.clone());
+        let target = Target {
+            device,
+            budget_bytes,
+            footprint_bytes,
+            allocator: json!({"kind": "perfect"}),
+        };
+        let target_args = TargetArgs {
+            device: "cpu-reference".into(),
+            budget: a.budget.clone().unwrap_or_default(),
+            allocator: "perfect".into(),
+            seed: a.seed,
+            seconds: 10.0,
+        };
+        let outcome = plan_and_check(
+            planner.as_ref(),
+            &loaded.graph,
+            &cost,
+            &target,
+            &target_args,
+        );
+        let Some(mut plan) = outcome.plan else {
+            bail!(
+                "{planner_name} finds no plan for {} under {}: {}",
+                loaded.graph.meta.model,
+                fmt_bytes(budget_bytes),
+                outcome.reason.unwrap_or_default()
+            );
+        };
+        if !outcome.verified {
+            bail!(
+                "{}",
+                outcome
+                    .reason
+                    .unwrap_or_else(|| "the plan fails verification".into())
+            );
+        }
+        record_graph_source(&mut plan, &loaded)?;
+        (loaded.graph, plan, planner_name)
+    };
+    let violations = verify(&plan, &graph);
+    if let Some(first) = violations.first() {
+        bail!(
+            "the plan fails verification ({} violations), first: {first}",
+            violations.len()
+        );
+    }
+    // Predict with the simulator on the same plan and cost model.
+    let device = cpu_device_profile(plan.budget_bytes, a.link_gbps, a.synthetic_flops_per_s);
+    plan.device = serde_json::to_value(&device)?;
+    let cost = RooflineModel::new(device);
+    let predicted = simulate(&graph, &plan, &cost, &SimOptions::default())?.report;
+
+    let options = outcore_exec::ExecOptions {
+        iters: a.iters,
+        check: a.check,
+        seed: a.seed,
+        synthetic_flops_per_s: a.synthetic_flops_per_s,
+        trace: a.trace.is_some(),
+        ..outcore_exec::ExecOptions::default()
+    };
+    let backend = outcore_exec::CpuBackend::new(outcore_exec::CpuBackendOptions {
+        link_bytes_per_s: a.link_gbps.map(|g| g * 1e9),
+        ..outcore_exec::CpuBackendOptions::default()
+    });
+    let report = outcore_exec::execute(&graph, &plan, &backend, &options)?;
+
+    let matches_reference = if a.reference {
+        let (footprint_bytes, _) = footprint(&graph);
+        let info = outcore_plan::PlannerInfo {
+            name: "reference".into(),
+            seed: None,
+            settings: Value::Null,
+        };
+        // Twice the footprint: room for the arena's fragmentation.
+        let reference_plan =
+            outcore_plan::lower_in_order(&graph, info, footprint_bytes.saturating_mul(2));
+        let backend = outcore_exec::CpuBackend::new(outcore_exec::CpuBackendOptions::default());
+        let reference_options = outcore_exec::ExecOptions {
+            check: false,
+            trace: false,
+            ..options.clone()
+        };
+        let reference =
+            outcore_exec::execute(&graph, &reference_plan, &backend, &reference_options)?;
+        Some(reference.final_state() == report.final_state())
+    } else {
+        None
+    };
+    if let Some(path) = &a.trace {
+        std::fs::write(path, serde_json::to_string(&report.trace)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &a.profile_out {
+        let mut table = outcore_cost::MeasuredTable::new("cpu-reference", &graph.meta.model);
+        for e in &report.latency_table.entries {
+            table.push(
+                outcore_graph::OpId(e.op),
+                &e.name,
+                e.time_s,
+                e.samples as u64,
+            );
+        }
+        table.write_json_file(path)?;
+    }
+    let losses: Vec<Value> = report
+        .losses
+        .iter()
+        .map(|l| if l.is_finite() { json!(l) } else { Value::Null })
+        .collect();
+    let out = json!({
+        "planner": planner_name,
+        "iters": report.iters,
+        "measured_iter_time_s": report.measured_iter_time_s,
+        "predicted_iter_time_s": predicted.iter_time_s,
+        "peak_device_bytes": report.peak_device_bytes,
+        "budget_bytes": plan.budget_bytes,
+        "swap_in_bytes": report.swap_in_bytes,
+        "swap_out_bytes": report.swap_out_bytes,
+        "recomputes": report.recomputes,
+        "checks_passed": report.checks_passed,
+        "matches_reference": matches_reference,
+        "losses": losses,
+    });
+    if a.json {
+        return print_json(&out);
+    }
+    say!(
+        "planner            {planner_name} on the cpu backend, {} iterations",
+        report.iters
+    );
+    say!(
+        "iteration time     measured {:.6} s, predicted {:.6} s",
+        report.measured_iter_time_s,
+        predicted.iter_time_s
+    );
+    say!(
+        "peak device        {} of a {} arena",
+        fmt_bytes(report.peak_device_bytes),
+        fmt_bytes(plan.budget_bytes)
+    );
+    say!(
+        "swapped in / out   {} / {} per iteration",
+        fmt_bytes(report.swap_in_bytes),
+        fmt_bytes(report.swap_out_bytes)
+    );
+    say!(
+        "checks             {}",
+        report.checks_passed.map_or("off".to_string(), |c| if c {
+            "passed".into()
+        } else {
+            "FAILED".into()
+        })
+    );
+    if let Some(m) = matches_reference {
+        say!(
+            "vs reference       {}",
+            if m {
+                "bit-identical parameters"
+            } else {
+                "DIFFERENT parameters"
+            }
+        );
+    }
+    if let (Some(first), Some(last)) = (report.losses.first(), report.losses.last()) {
+        say!("loss               {first:.4} -> {last:.4}");
+    }
     Ok(())
 }

@@ -64,6 +64,8 @@ pub struct Operand {
     /// Whether the kernel writes this output (false for views, which alias storage
     /// the kernel must not touch).
     pub write: bool,
+    /// For a view: how its contents derive from the owner's bytes at `offset_bytes`.
+    pub view: Option<crate::view::ViewMap>,
 }
 
 /// A kernel launch: which op kind to run and the device addresses of its operands.

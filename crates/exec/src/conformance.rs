@@ -111,6 +111,7 @@ pub fn fifo_per_stream(b: &dyn Backend) -> CheckResult {
         dtype: DType::Float32,
         size_bytes: 2048,
         write,
+        view: None,
     };
     b.launch(
         s,
@@ -169,6 +170,7 @@ pub fn kernel_on_bad_offsets_is_error(b: &dyn Backend) -> CheckResult {
                 dtype: DType::Float32,
                 size_bytes: 64,
                 write: true,
+                view: None,
             }],
             step: 1,
             synthetic_time_s: 0.0,

@@ -946,6 +946,7 @@ fn operand(graph: &Graph, t: TensorId, offset_bytes: u64, write: bool) -> Operan
         dtype: tensor.dtype,
         size_bytes: tensor.size_bytes,
         write,
+        view: crate::view::view_map(graph, t),
     }
 }
 

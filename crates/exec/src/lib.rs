@@ -9,6 +9,7 @@ pub mod cpu;
 mod error;
 mod executor;
 pub mod test_plans;
+pub mod view;
 
 pub use backend::{
     Backend, ChecksumHandle, EventHandle, HostBuffer, KernelCall, Operand, StreamHandle,

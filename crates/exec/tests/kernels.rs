@@ -14,6 +14,7 @@ fn operand(shape: &[u64], dtype: DType) -> Operand {
         dtype,
         size_bytes: n * 4,
         write: true,
+        view: None,
     }
 }
 

@@ -21,7 +21,8 @@ pub struct LiveInterval {
 ///
 /// Semantics follow `dnn-train-graph/1`: a tensor lives from its producer to the
 /// last op that reads it or a view of it (or writes it, for unread outputs);
-/// persistent tensors live always; step outputs (`is_output`) until the end.
+/// persistent tensors live always; step outputs (`is_output`, or owners of a view
+/// that is one) until the end.
 pub fn live_intervals(graph: &Graph) -> Vec<LiveInterval> {
     let mut last_use: Vec<Option<usize>> = vec![None; graph.tensors.len()];
     for (pos, op) in graph.ops.iter().enumerate() {
@@ -31,12 +32,13 @@ pub fn live_intervals(graph: &Graph) -> Vec<LiveInterval> {
             *slot = Some(slot.map_or(pos, |p: usize| p.max(pos)));
         }
     }
+    let output_storage = graph.output_storage();
     graph
         .tensors
         .iter()
         .filter(|t| t.allocates())
         .map(|t| {
-            let to_end = t.is_persistent() || t.is_output;
+            let to_end = t.is_persistent() || output_storage[t.id.index()];
             LiveInterval {
                 tensor: t.id,
                 first_op: t.producer.map(|p| p.index()),
@@ -51,8 +53,8 @@ pub fn live_intervals(graph: &Graph) -> Vec<LiveInterval> {
         .collect()
 }
 
-/// Live bytes at each op position (including that op's inputs and outputs), with a
-/// perfect allocator, persistent tensors always live and views free.
+/// Live bytes at each op position (including that op's inputs, outputs and
+/// workspace), with a perfect allocator, persistent tensors always live and views free.
 pub fn live_bytes_per_op(graph: &Graph) -> Vec<u64> {
     let n = graph.ops.len();
     // Difference array over positions 0..=n.
@@ -69,9 +71,10 @@ pub fn live_bytes_per_op(graph: &Graph) -> Vec<u64> {
     }
     let mut out = Vec::with_capacity(n);
     let mut cur = base;
-    for d in delta.iter().take(n) {
+    for (d, op) in delta.iter().zip(&graph.ops) {
         cur += d;
-        out.push(cur.max(0) as u64);
+        // Scratch memory exists only while its op runs.
+        out.push(cur.max(0) as u64 + op.workspace_bytes);
     }
     out
 }

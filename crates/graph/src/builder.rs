@@ -567,6 +567,59 @@ impl GraphBuilder {
         outs[0]
     }
 
+    /// Multiplication by a scalar; backward keeps nothing (`mul(x, 0.5)` in eager PyTorch).
+    pub fn scale(&mut self, x: TensorId, factor: f32) -> TensorId {
+        let shape = self.shape(x).to_vec();
+        let numel = self.numel(x);
+        let out = self.act_out(shape);
+        let (op, outs) =
+            self.forward_op(OpKind::Scale { factor }, "mul_scalar", vec![x], &out, numel);
+        self.record(
+            op,
+            BackwardRule::Op {
+                grad_of: vec![outs[0]],
+                saved: vec![],
+                flops: numel,
+            },
+        );
+        outs[0]
+    }
+
+    /// Addition of a scalar; the gradient passes through unchanged.
+    pub fn add_scalar(&mut self, x: TensorId, value: f32) -> TensorId {
+        let shape = self.shape(x).to_vec();
+        let numel = self.numel(x);
+        let out = self.act_out(shape);
+        let (op, outs) = self.forward_op(
+            OpKind::AddScalar { value },
+            "add_scalar",
+            vec![x],
+            &out,
+            numel,
+        );
+        self.record(op, BackwardRule::PassThrough);
+        outs[0]
+    }
+
+    /// `x ^ exponent`; backward keeps the input.
+    pub fn pow_scalar(&mut self, x: TensorId, exponent: f32) -> TensorId {
+        self.unary(OpKind::PowScalar { exponent }, "pow", x, false)
+    }
+
+    /// The tanh approximation of GELU as Hugging Face's `gelu_new` runs it in eager
+    /// PyTorch: eight element-wise ops, keeping `x`, `0.5 x`, the tanh output and
+    /// `1 + tanh` for backward (four tensors where a fused GELU keeps one).
+    pub fn gelu_tanh_eager(&mut self, x: TensorId) -> TensorId {
+        let half = self.scale(x, 0.5);
+        let cube = self.pow_scalar(x, 3.0);
+        let c = self.scale(cube, 0.044715);
+        let inner = self.add(&[x, c]);
+        let inner = self.scale(inner, (2.0 / std::f32::consts::PI).sqrt());
+        let t = self.tanh(inner);
+        let one_plus = self.add_scalar(t, 1.0);
+        self.mul(half, one_plus)
+    }
+
     /// Element-wise product; backward keeps both factors.
     pub fn mul(&mut self, a: TensorId, b: TensorId) -> TensorId {
         let shape = self.shape(a).to_vec();
@@ -1400,6 +1453,16 @@ impl GraphBuilder {
                         &targets,
                         *flops,
                     );
+                    if fwd.kind == OpKind::SoftmaxCrossEntropy {
+                        // Eager PyTorch runs nll_loss_backward, then
+                        // _log_softmax_backward_data: the logits-sized gradient of the
+                        // log-probabilities exists while the second runs. The fused op
+                        // holds it as workspace.
+                        let logits_bytes = self.tensors[fwd.inputs[0].index()].size_bytes;
+                        if let Some(last) = self.ops.last_mut() {
+                            last.workspace_bytes = logits_bytes;
+                        }
+                    }
                     for ((x, _), g) in targets.iter().zip(outs) {
                         self.accumulate(&mut grad, *x, g);
                     }

@@ -61,6 +61,16 @@ impl Graph {
         cur
     }
 
+    /// For every tensor, whether it owns storage that must survive to the end of the
+    /// iteration because it, or a view of it, is a step output.
+    pub fn output_storage(&self) -> Vec<bool> {
+        let mut out = vec![false; self.tensors.len()];
+        for t in self.tensors.iter().filter(|t| t.is_output) {
+            out[self.storage_owner(t.id).index()] = true;
+        }
+        out
+    }
+
     /// Tensors that are persistent graph inputs (parameters, buffers, optimizer state).
     pub fn persistent_tensors(&self) -> impl Iterator<Item = &Tensor> {
         self.tensors.iter().filter(|t| t.is_persistent())

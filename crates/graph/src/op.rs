@@ -81,6 +81,18 @@ pub enum OpKind {
     Add,
     /// Element-wise product of two inputs (same shape).
     Mul,
+    /// `factor * x` (multiplication by a Python scalar; backward keeps nothing).
+    Scale {
+        factor: f32,
+    },
+    /// `x + value` (addition of a Python scalar; the gradient passes through).
+    AddScalar {
+        value: f32,
+    },
+    /// `x ^ exponent`; backward keeps the input.
+    PowScalar {
+        exponent: f32,
+    },
     MaxPool2d(Pool2dAttrs),
     AvgPool2d(Pool2dAttrs),
     /// Adaptive average pooling to 1x1: `[n, c, h, w] -> [n, c, 1, 1]`.
@@ -232,6 +244,9 @@ impl OpKind {
             | OpKind::Sigmoid
             | OpKind::Add
             | OpKind::Mul
+            | OpKind::Scale { .. }
+            | OpKind::AddScalar { .. }
+            | OpKind::PowScalar { .. }
             | OpKind::Dropout { .. }
             | OpKind::Fill { .. }
             | OpKind::GradAccumulate => OpClass::Elementwise,

@@ -27,6 +27,11 @@ fn naive_footprint(g: &Graph) -> u64 {
             last[o] = last[o].max(pos);
         }
     }
+    // Owners of step outputs (directly or through a view) live to the end.
+    let mut to_end_storage = vec![false; g.tensors.len()];
+    for t in g.tensors.iter().filter(|t| t.is_output) {
+        to_end_storage[owner(t.id.index())] = true;
+    }
     let mut peak = 0;
     for pos in 0..n {
         let mut live = 0;
@@ -36,7 +41,7 @@ fn naive_footprint(g: &Graph) -> u64 {
             }
             let i = t.id.index();
             let from_start = t.producer.is_none();
-            let to_end = t.is_output || (t.kind.is_persistent() && t.producer.is_none());
+            let to_end = to_end_storage[i] || (t.kind.is_persistent() && t.producer.is_none());
             let starts = if from_start { 0 } else { first[i] };
             let ends = if to_end {
                 n
@@ -49,7 +54,7 @@ fn naive_footprint(g: &Graph) -> u64 {
                 live += t.size_bytes;
             }
         }
-        peak = peak.max(live);
+        peak = peak.max(live + g.ops[pos].workspace_bytes);
     }
     peak
 }

@@ -44,11 +44,12 @@ pub fn frees_after_op(graph: &Graph) -> Vec<Vec<TensorId>> {
 /// (step outputs such as the loss, and inputs nothing reads).
 pub fn frees_at_end(graph: &Graph) -> Vec<TensorId> {
     let uses = uses_by_owner(graph);
+    let output_storage = graph.output_storage();
     graph
         .tensors
         .iter()
         .filter(|t| t.allocates() && !t.is_persistent())
-        .filter(|t| t.is_output || uses[t.id.index()].is_empty())
+        .filter(|t| output_storage[t.id.index()] || uses[t.id.index()].is_empty())
         .map(|t| t.id)
         .collect()
 }

@@ -248,13 +248,14 @@ pub fn lower_schedule(
     // Tensors whose last gap ends after their last use: back only for recomputations.
     let mut free_after_recomputes: Vec<Vec<TensorId>> = vec![Vec::new(); n];
     let mut free_at_end: Vec<TensorId> = Vec::new();
+    let output_storage = graph.output_storage();
     for t in graph
         .tensors
         .iter()
         .filter(|t| t.allocates() && !t.is_persistent())
     {
         let u = &uses[t.id.index()];
-        if t.is_output {
+        if output_storage[t.id.index()] {
             free_at_end.push(t.id);
             continue;
         }

@@ -214,6 +214,13 @@ fn real(call: &KernelCall, raw: &[Vec<u8>]) -> Option<Result<Vec<Buf>, String>> 
             f(0).iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect(),
         )]),
         OpKind::Gelu => Ok(vec![Buf::F32(f(0).iter().map(|&x| gelu(x).0).collect())]),
+        OpKind::Scale { factor } => Ok(vec![Buf::F32(f(0).iter().map(|&x| x * factor).collect())]),
+        OpKind::AddScalar { value } => {
+            Ok(vec![Buf::F32(f(0).iter().map(|&x| x + value).collect())])
+        }
+        OpKind::PowScalar { exponent } => Ok(vec![Buf::F32(
+            f(0).iter().map(|&x| x.powf(*exponent)).collect(),
+        )]),
         OpKind::Add | OpKind::GradAccumulate => {
             let mut y = f(0);
             for k in 1..ins.len() {
@@ -839,6 +846,13 @@ fn backward(
         )]),
         OpKind::Gelu => select(vec![Some(
             f(0).iter().zip(f(1)).map(|(g, x)| g * gelu(x).1).collect(),
+        )]),
+        OpKind::Scale { factor } => select(vec![Some(f(0).iter().map(|g| g * factor).collect())]),
+        OpKind::PowScalar { exponent } => select(vec![Some(
+            f(0).iter()
+                .zip(f(1))
+                .map(|(g, x)| g * exponent * x.powf(exponent - 1.0))
+                .collect(),
         )]),
         OpKind::Mul => {
             let (g, a, b) = (f(0), f(1), f(2));

@@ -197,7 +197,14 @@ impl Shared {
                         .iter()
                         .map(|o| {
                             let off = o.offset_bytes as usize;
-                            arena[off..off + o.size_bytes as usize].to_vec()
+                            match &o.view {
+                                // A view reads its owner and derives its own contents.
+                                Some(map) => crate::view::materialise(
+                                    &arena[off..off + map.owner_size_bytes as usize],
+                                    map,
+                                ),
+                                None => arena[off..off + o.size_bytes as usize].to_vec(),
+                            }
                         })
                         .collect()
                 };
@@ -560,10 +567,12 @@ impl Backend for CpuBackend {
 
     fn launch(&self, stream: StreamHandle, kernel: KernelCall) -> Result<(), ExecError> {
         for o in kernel.inputs.iter().chain(&kernel.outputs) {
+            // A view spans its owner's bytes, not its own logical size.
+            let span = o.view.as_ref().map_or(o.size_bytes, |m| m.owner_size_bytes);
             self.check_device_range(
                 &format!("operand {} of kernel `{}`", o.tensor, kernel.op_name),
                 o.offset_bytes,
-                o.size_bytes,
+                span,
             )?;
         }
         self.send(stream, Command::Kernel(Box::new(kernel)))

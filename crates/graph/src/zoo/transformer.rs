@@ -11,9 +11,8 @@
 //!
 //! Left out, each allocating only transient tensors or nothing: BERT's additive
 //! attention mask (no padding is modelled), GPT-2's causal mask (`torch.where`
-//! on the scores), and the separate scaling op. GPT-2's `gelu_new` is one GELU
-//! op here; Hugging Face evaluates it as about eight eager element-wise ops,
-//! which keep more intermediates for backward. GPT-2's loss shifts the labels
+//! on the scores), and the separate scaling op. GPT-2's `gelu_new` is the eight
+//! eager element-wise ops Hugging Face runs (they keep four tensors for backward). GPT-2's loss shifts the labels
 //! (as `ForCausalLMLoss` does), so the logits are not copied. torchvision's ViT
 //! has dropout 0, which PyTorch skips, so it has no dropout ops; its
 //! `nn.MultiheadAttention(need_weights=False)` actually runs fused
@@ -423,7 +422,8 @@ fn gpt2_graph(
             let h = b.layer_norm("ln_2", x);
             let f = b.scoped("mlp", |b| {
                 let f = b.linear("c_fc", h, d.ffn, true);
-                let f = b.gelu(f);
+                // `gelu_new`, as eager PyTorch runs it: eight element-wise ops.
+                let f = b.gelu_tanh_eager(f);
                 let f = b.linear("c_proj", f, d.hidden, true);
                 b.dropout(f, p)
             });
