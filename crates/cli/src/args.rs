@@ -97,6 +97,10 @@ pub enum Command {
         /// Write the measured-latency table (loadable with --latency-table).
         #[arg(long = "profile-out")]
         profile_out: Option<PathBuf>,
+        /// Run every op on a synthetic kernel that takes the cost model's time (for
+        /// graphs too large for the CPU's reference kernels).
+        #[arg(long)]
+        synthetic: bool,
         /// Speed at which stand-in kernels (ops without a CPU kernel) run, FLOP/s.
         #[arg(long = "synthetic-flops", default_value_t = 1e10)]
         synthetic_flops_per_s: f64,

@@ -63,6 +63,7 @@ pub fn run(cli: Cli) -> Result<()> {
             reference,
             trace,
             profile_out,
+            synthetic,
             synthetic_flops_per_s,
             seed,
             json,
@@ -78,6 +79,7 @@ pub fn run(cli: Cli) -> Result<()> {
             reference,
             trace,
             profile_out,
+            synthetic,
             synthetic_flops_per_s,
             seed,
             json,
@@ -772,6 +774,7 @@ struct RunArgs {
     reference: bool,
     trace: Option<std::path::PathBuf>,
     profile_out: Option<std::path::PathBuf>,
+    synthetic: bool,
     synthetic_flops_per_s: f64,
     seed: u64,
     json: bool,
@@ -892,6 +895,14 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         seed: a.seed,
         synthetic_flops_per_s: a.synthetic_flops_per_s,
         trace: a.trace.is_some(),
+        synthetic_kernels: a.synthetic,
+        // Synthetic kernels take exactly the simulator's op times, so the measured
+        // gap is the executor's own overhead (issue, copies, allocation, threads).
+        op_time_s: a.synthetic.then(|| {
+            (0..graph.ops.len())
+                .map(|i| cost.op_time_s(&graph, outcore_graph::OpId(i as u32)))
+                .collect()
+        }),
         ..outcore_exec::ExecOptions::default()
     };
     let backend = outcore_exec::CpuBackend::new(outcore_exec::CpuBackendOptions {
@@ -953,6 +964,8 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         "swap_in_bytes": report.swap_in_bytes,
         "swap_out_bytes": report.swap_out_bytes,
         "recomputes": report.recomputes,
+        "synthetic_kernels": a.synthetic,
+        "iter_times_s": report.iter_times_s,
         "checks_passed": report.checks_passed,
         "matches_reference": matches_reference,
         "losses": losses,
