@@ -33,7 +33,7 @@
 //!
 //! Choices where the paper is vague:
 //! - `W` and the policy (reclaim first or delay first) are chosen per graph and
-//!   budget by a small deterministic search: `W` = 0 and budget / 256 .. 4 x budget in
+//!   budget by a small deterministic search: `W` = 0 and budget / 256 .. 16 x budget in
 //!   steps of sqrt(2), both policies; every candidate that the model says fits is
 //!   lowered, verified and simulated, and the fastest wins (the first on ties).
 //!   `W`, the policy and the counts are recorded in `settings`.
@@ -144,11 +144,11 @@ impl Planner for Window {
 }
 
 /// The window sizes tried: 0 (prefetch just in time) and fractions of the budget
-/// from 1/256 to 4 in steps of sqrt(2) (large windows hide more copy time but
+/// from 1/256 to 16 in steps of sqrt(2) (large windows hide more copy time but
 /// prefetch earlier; the sweep delays what does not fit).
 pub(crate) fn candidate_windows(budget_bytes: u64) -> Vec<u64> {
     let mut out = vec![0];
-    for half_steps in (-4..=16).rev() {
+    for half_steps in (-8..=16).rev() {
         let fraction = 0.5f64.powf(half_steps as f64 / 2.0);
         out.push((budget_bytes as f64 * fraction) as u64);
     }
