@@ -1,39 +1,83 @@
 //! `window`: the locally adaptive schedule-window swap scheduler of paper 003
-//! (out-of-core training with a schedule-window and virtual addressing), Sec. 3 and
-//! Figure 2.
+//! (out-of-core training with a schedule-window and virtual addressing), Sec. 2-3
+//! and Figure 2.
 //!
 //! The variable sequence is the storage owners each op touches, op by op. At op
 //! `i` the window covers the variables from op `i`'s first one onwards while their
-//! accumulated bytes stay within `W`: (a) every swapped-out variable entering the
-//! window is swapped in (its prefetch trigger is the op before the first op whose
-//! window reaches it); (b) when memory would exceed the budget at op `i`, op `i`
-//! waits for the oldest reserved swap-outs, just enough of them (`reclaim_before`);
-//! (c) after op `i`, a swap-out is reserved for each variable it used unless the
+//! accumulated bytes stay within `W`. The window rule decides *which* gaps swap:
+//! after op `i`, a swap-out is reserved for each variable it used unless the
 //! variable appears again inside the window of op `i + 1` (then it stays) or never
-//! again (then it is freed). Redundant swap-outs of variables whose host copy is
-//! current are skipped by the shared lowering (Fig. 2d).
+//! again (then it is freed) (Fig. 2c); the swap-in is wanted once the window
+//! reaches the next use (Fig. 2a). A sweep over the ops then decides *when*, with
+//! an exact model of the plan's memory as `verify` counts it (a buffer counts
+//! against a step unless its free happens-before the step or its allocation
+//! after it):
+//! - at a compute op: every buffer not yet freed on the compute stream, every
+//!   swap-in triggered by an earlier op, and every swapped-out buffer whose free on
+//!   the d2h stream no compute op up to here has (transitively) waited for;
+//! - at a swap-in, issued on h2d after compute op `q`: what is live after op `q`
+//!   (its frees come later on the compute stream), every allocation of the ops
+//!   between `q` and the use (they may run before the copy), earlier swap-ins, and
+//!   swapped-out buffers not freed before it on d2h (it waits for its own free, so
+//!   every older swap-out's free, d2h being FIFO).
+//!
+//! Fig. 2b: when a compute op would exceed the budget, it waits for the oldest
+//! reserved swap-outs (d2h order), just enough of them (`reclaim_before`). When a
+//! wanted swap-in does not fit, the sweep either first waits for the oldest
+//! swap-outs at the trigger op (the paper's "allocate enough memory by waiting for
+//! swap-outs") or delays the prefetch to a later op (step b of the brief: delay
+//! prefetches while memory is short); a swap-in is never delayed past the op
+//! before its use. Fig. 2d: a swap-out whose host copy is current costs nothing
+//! (the lowering skips the copy), and a reserved swap-out that nobody waited for
+//! by the time its swap-in is wanted is cancelled (the tensor simply stays).
 //!
 //! Choices where the paper is vague:
-//! - `W` is picked per graph and budget by simulating a small fixed candidate set
-//!   (0 and budget / 64 .. budget / 1 in steps of sqrt(2)) and keeping the fastest plan
-//!   that verifies; `W` is recorded in `settings.window_bytes`.
+//! - `W` and the policy (reclaim first or delay first) are chosen per graph and
+//!   budget by a small deterministic search: `W` = 0 and budget / 256 .. 16 x budget in
+//!   steps of sqrt(2), both policies; every candidate that the model says fits is
+//!   lowered, verified and simulated, and the fastest wins (the first on ties).
+//!   `W`, the policy and the counts are recorded in `settings`.
 //! - A window always covers at least the op's own variables.
 //! - Persistent tensors (weights, optimizer state) are variables too; the window
 //!   wraps into the next iteration, so one used again soon after the iteration
-//!   boundary stays resident, and others leave the device between iterations.
-//! - Waits for the oldest swap-outs are ordered on the d2h stream: waiting for one
-//!   swap-out's free also orders every earlier one, as in the paper's FIFO.
+//!   boundary stays resident, and the others start the iteration on the host
+//!   (initial residency Host, a gap from the start and one to the end), as
+//!   TENSILE does across iterations.
+//! - The model is exact except where it is conservative: a swap-in is assumed to
+//!   be unordered with every op before its own use (a later swap-in needed earlier
+//!   would order it sooner), and waits reached only through chains of frees on
+//!   the compute stream are not credited.
+//! - Should verify still reject a plan (a model gap), the same candidate is
+//!   re-planned against tighter internal budgets (recorded as `planning_margin`).
 //! - No recomputation (the paper swaps only).
 
 use crate::pressure::{
-    Checked, Ctx, MARGINS, absent_range, check, fits_without_swapping, infeasible, live_bytes,
-    margin_budget,
+    Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
 };
+use outcore_graph::TensorId;
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerInfo, Restore};
 
 /// The schedule-window swap scheduler.
 #[derive(Debug, Default)]
 pub struct Window;
+
+/// What the sweep does when a wanted swap-in does not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Policy {
+    /// Wait for the oldest swap-outs at the trigger op first, delay if that is not enough.
+    ReclaimFirst,
+    /// Delay the prefetch; wait for swap-outs only when the use is next.
+    DelayFirst,
+}
+
+impl Policy {
+    fn name(self) -> &'static str {
+        match self {
+            Policy::ReclaimFirst => "reclaim-first",
+            Policy::DelayFirst => "delay-first",
+        }
+    }
+}
 
 impl Planner for Window {
     fn name(&self) -> &'static str {
@@ -49,54 +93,62 @@ impl Planner for Window {
             return outcome;
         }
         let ctx = Ctx::new(request.graph, request.cost);
-        let mut best: Option<(Checked, u64, f64)> = None;
+        let windows = candidate_windows(request.budget_bytes);
+        let n_candidates = windows.len() * 2;
+        let mut best: Option<Checked> = None;
         let mut first_problem = String::from("the graph has no ops");
-        for window_bytes in candidate_windows(request.budget_bytes) {
-            for margin in MARGINS {
-                let budget = margin_budget(request.budget_bytes, margin);
-                let gaps = match window_gaps(&ctx, window_bytes, budget) {
-                    Ok(g) => g,
-                    Err(e) => {
-                        first_problem = e;
-                        // A tighter margin cannot help an op that alone exceeds it.
-                        break;
-                    }
-                };
-                let info = PlannerInfo {
-                    name: self.name().into(),
-                    seed: None,
-                    settings: serde_json::json!({
-                        "window_bytes": window_bytes,
-                        "planning_margin": margin,
-                    }),
-                };
-                match check(request, gaps, info) {
-                    Ok(c) => {
-                        if best
-                            .as_ref()
-                            .is_none_or(|b| c.iter_time_s < b.0.iter_time_s)
-                        {
-                            best = Some((c, window_bytes, margin));
+        for &window_bytes in &windows {
+            let rule = window_rule(&ctx, window_bytes);
+            for policy in [Policy::ReclaimFirst, Policy::DelayFirst] {
+                for margin in MARGINS {
+                    let budget = margin_budget(request.budget_bytes, margin);
+                    let sched = match schedule(&ctx, &rule, budget, policy) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            first_problem = e;
+                            // The model is exact or conservative: a tighter margin cannot help.
+                            break;
                         }
-                        break;
+                    };
+                    let info = PlannerInfo {
+                        name: self.name().into(),
+                        seed: None,
+                        settings: serde_json::json!({
+                            "window_bytes": window_bytes,
+                            "policy": policy.name(),
+                            "planning_margin": margin,
+                            "swap_gaps": sched.gaps.len(),
+                            "cancelled_swap_outs": sched.cancelled,
+                            "delayed_prefetches": sched.delayed,
+                            "reclaim_waits": sched.gaps.iter().filter(|g| g.reclaim_before.is_some()).count(),
+                            "candidates_tried": n_candidates,
+                        }),
+                    };
+                    match check(request, sched.gaps, info) {
+                        Ok(c) => {
+                            if best.as_ref().is_none_or(|b| c.iter_time_s < b.iter_time_s) {
+                                best = Some(c);
+                            }
+                            break;
+                        }
+                        Err(e) => first_problem = e,
                     }
-                    Err(e) => first_problem = e,
                 }
             }
         }
         match best {
-            Some((c, _, _)) => PlanOutcome::Feasible(Box::new(c.plan)),
+            Some(c) => PlanOutcome::Feasible(Box::new(c.plan)),
             None => infeasible(request, &first_problem),
         }
     }
 }
 
 /// The window sizes tried: 0 (prefetch just in time) and fractions of the budget
-/// from 1/64 to 1 in steps of sqrt(2) (large windows hide more copy time but
-/// prefetch earlier, so the best one sits just below where memory runs out).
-fn candidate_windows(budget_bytes: u64) -> Vec<u64> {
+/// from 1/256 to 16 in steps of sqrt(2) (large windows hide more copy time but
+/// prefetch earlier; the sweep delays what does not fit).
+pub(crate) fn candidate_windows(budget_bytes: u64) -> Vec<u64> {
     let mut out = vec![0];
-    for half_steps in (0..=12).rev() {
+    for half_steps in (-8..=16).rev() {
         let fraction = 0.5f64.powf(half_steps as f64 / 2.0);
         out.push((budget_bytes as f64 * fraction) as u64);
     }
@@ -104,16 +156,13 @@ fn candidate_windows(budget_bytes: u64) -> Vec<u64> {
     out
 }
 
-/// The gaps the window algorithm decides for window `window_bytes`, with waits
-/// placed so that the modelled live bytes stay within `budget_bytes`.
-pub(crate) fn window_gaps(
-    ctx: &Ctx<'_>,
-    window_bytes: u64,
-    budget_bytes: u64,
-) -> Result<Vec<Gap>, String> {
+/// The window rule (Fig. 2a, 2c): the gaps a window of `window_bytes` swaps, each
+/// with the prefetch trigger the window wants (`prefetch_after`: the op before the
+/// first op whose window reaches the next use) and no reclaim yet.
+pub(crate) fn window_rule(ctx: &Ctx<'_>, window_bytes: u64) -> Vec<Gap> {
     let n = ctx.n;
     if n == 0 {
-        return Ok(Vec::new());
+        return Vec::new();
     }
     // The variable sequence: block `i` holds op i's owners; cum[j] is the bytes before j.
     let mut block_start = Vec::with_capacity(n + 1);
@@ -127,6 +176,9 @@ pub(crate) fn window_gaps(
     }
     block_start.push(cum.len() - 1);
     let len = cum.len() - 1;
+    if len == 0 {
+        return Vec::new();
+    }
     // right[i]: last variable index inside op i's window (two pointers; monotone).
     let mut right = Vec::with_capacity(n);
     let mut r = 0usize;
@@ -144,7 +196,7 @@ pub(crate) fn window_gaps(
     // The first op (>= lo) whose window reaches variable index j.
     let first_covering = |j: usize, lo: usize| -> usize {
         let mut lo = lo;
-        let mut hi = j / len.max(1) * n + n; // the op owning j covers it
+        let mut hi = j / len * n + n; // the op owning j covers it
         while lo < hi {
             let mid = (lo + hi) / 2;
             if right_at(mid) >= j {
@@ -178,7 +230,7 @@ pub(crate) fn window_gaps(
                 after: Some(a),
                 before: Some(b),
                 how: Restore::Swap,
-                prefetch_after: Some(k.saturating_sub(1).max(a)),
+                prefetch_after: Some(k.saturating_sub(1).clamp(a, b - 1)),
                 reclaim_before: None,
             });
         }
@@ -189,7 +241,7 @@ pub(crate) fn window_gaps(
                 continue;
             }
             let k = first_covering(j, last + 1);
-            if k <= n {
+            if k <= n || first == 0 {
                 continue; // needed from the iteration start: keep it resident
             }
             gaps.push(Gap {
@@ -205,60 +257,404 @@ pub(crate) fn window_gaps(
                 after: None,
                 before: Some(first),
                 how: Restore::Swap,
-                prefetch_after: Some(k - n - 1),
+                prefetch_after: Some((k - n - 1).min(first - 1)),
                 reclaim_before: None,
             });
         }
     }
-    place_reclaims(ctx, &mut gaps, budget_bytes)?;
-    Ok(gaps)
+    gaps
 }
 
-/// Fig. 2b: walking the ops, when the live bytes would exceed the budget, the op
-/// waits for the oldest reserved swap-outs (d2h order) until enough memory is back.
-pub(crate) fn place_reclaims(
-    ctx: &Ctx<'_>,
-    gaps: &mut [Gap],
-    budget_bytes: u64,
-) -> Result<(), String> {
-    let n = ctx.n;
-    let live = live_bytes(ctx, gaps);
-    // d2h order: by the op after which the swap-out is issued, then list order.
-    let mut d2h: Vec<usize> = (0..gaps.len())
-        .filter(|&g| gaps[g].how == Restore::Swap && gaps[g].after.is_some())
-        .collect();
-    d2h.sort_by_key(|&g| (gaps[g].after, g));
-    let mut next_issued = 0usize;
-    let mut pending: std::collections::VecDeque<usize> = Default::default();
-    let mut saved = vec![0i128; n + 1];
-    let mut running = 0i128;
-    for q in 0..n {
-        running += saved[q];
-        while next_issued < d2h.len() && gaps[d2h[next_issued]].after.is_some_and(|a| a < q) {
-            pending.push_back(d2h[next_issued]);
-            next_issued += 1;
+/// The scheduled gaps and what the sweep did.
+#[derive(Debug)]
+pub(crate) struct Scheduled {
+    pub gaps: Vec<Gap>,
+    /// Swap-outs dropped because nobody waited for them before their swap-in.
+    pub cancelled: usize,
+    /// Prefetches issued later than the window wanted.
+    pub delayed: usize,
+}
+
+/// Per-gap state of the sweep.
+#[derive(Debug, Clone, Default)]
+struct State {
+    /// Index in the d2h queue when the swap-out is a real copy.
+    d2h: Option<usize>,
+    /// The buffer before the gap still counts at compute ops.
+    old_counted: bool,
+    /// The swap-in was issued (with `prefetch_after` set).
+    issued: bool,
+    cancelled: bool,
+    /// The host copy was current before this gap's swap-out (restored on cancel).
+    host_current_before: bool,
+    /// d2h entries `[0, frontier)` are freed before this gap's swap-in.
+    frontier: usize,
+}
+
+/// The sweep's model of the plan being built (module doc).
+struct Sweep<'a, 'g> {
+    ctx: &'a Ctx<'g>,
+    budget: i128,
+    gaps: Vec<Gap>,
+    state: Vec<State>,
+    /// Bytes that count at the next compute op (before its own allocations).
+    cur: i128,
+    host_current: Vec<bool>,
+    /// Real swap-outs (gap indices) in d2h order.
+    d2h: Vec<usize>,
+    /// d2h entries below `cf` are freed before the current compute op.
+    cf: usize,
+    /// d2h entries below `hf` are freed before the latest swap-in.
+    hf: usize,
+    /// Lower bound on what counts at each compute op, and what the sweep
+    /// committed above it (early prefetches, cancelled swap-outs).
+    min_live: Vec<i128>,
+    extra: Vec<i128>,
+}
+
+impl Sweep<'_, '_> {
+    fn size(&self, t: TensorId) -> i128 {
+        self.ctx.size(t) as i128
+    }
+
+    /// Whether `bytes` more fit at every compute op in `lo..hi` assuming the
+    /// oldest swap-outs can be waited for there.
+    fn fits_ahead(&self, lo: usize, hi: usize, bytes: i128) -> bool {
+        (lo..hi.min(self.ctx.n)).all(|p| self.min_live[p] + self.extra[p] + bytes <= self.budget)
+    }
+
+    fn commit_ahead(&mut self, lo: usize, hi: usize, bytes: i128) {
+        for p in lo..hi.min(self.ctx.n) {
+            self.extra[p] += bytes;
         }
-        let mut excess = live[q] - running - budget_bytes as i128;
-        while excess > 0 {
-            let Some(g) = pending.pop_front() else {
-                return Err(format!(
-                    "op {} needs {} bytes live with every earlier swap-out completed, over the budget of {budget_bytes} bytes",
-                    ctx.graph.ops[q].name,
-                    live[q] - running
-                ));
-            };
-            if let Some((lo, hi)) = absent_range(ctx, &gaps[g], Some(q))
-                && lo == q
-            {
-                let size = ctx.size(gaps[g].tensor) as i128;
-                running += size;
-                saved[hi + 1] -= size;
-                excess -= size;
-                gaps[g].reclaim_before = Some(q);
+    }
+
+    /// d2h entries below `upto` become freed before compute op `p`; with `wait`,
+    /// op `p` waits for them (`reclaim_before`), which needs them issued before
+    /// op `p`. Returns the bytes that stopped counting.
+    fn cover(&mut self, p: usize, upto: usize, wait: bool) -> i128 {
+        let mut freed = 0i128;
+        while self.cf < upto.min(self.d2h.len()) {
+            let gi = self.d2h[self.cf];
+            if wait && self.gaps[gi].after.is_none_or(|a| a >= p) {
+                break;
+            }
+            if !self.state[gi].cancelled {
+                if wait {
+                    self.gaps[gi].reclaim_before = Some(p);
+                }
+                if self.state[gi].old_counted {
+                    self.state[gi].old_counted = false;
+                    let s = self.size(self.gaps[gi].tensor);
+                    self.cur -= s;
+                    freed += s;
+                }
+            }
+            self.cf += 1;
+        }
+        freed
+    }
+
+    /// Counted bytes of old buffers in d2h entries `[cf, upto)`.
+    fn counted_between(&self, upto: usize) -> i128 {
+        (self.cf..upto.min(self.d2h.len()))
+            .map(|k| self.d2h[k])
+            .filter(|&gi| !self.state[gi].cancelled && self.state[gi].old_counted)
+            .map(|gi| self.size(self.gaps[gi].tensor))
+            .sum()
+    }
+
+    /// Whether the oldest swap-out not yet freed before compute could be waited
+    /// for at compute op `p`.
+    fn can_wait_at(&self, p: usize) -> bool {
+        self.d2h
+            .get(self.cf)
+            .is_some_and(|&gi| self.gaps[gi].after.is_some_and(|a| a < p))
+    }
+}
+
+/// The sweep: decides prefetch triggers and reclaim waits for the window rule's
+/// gaps with the exact memory model (module doc), so that every compute op and
+/// every swap-in stays within `budget_bytes`.
+pub(crate) fn schedule(
+    ctx: &Ctx<'_>,
+    rule: &[Gap],
+    budget_bytes: u64,
+    policy: Policy,
+) -> Result<Scheduled, String> {
+    let graph = ctx.graph;
+    let n = ctx.n;
+    let mut gaps: Vec<Gap> = rule.to_vec();
+    // Lowering order: by tensor, then start.
+    gaps.sort_by_key(|g| (g.tensor, g.after.map_or(0, |a| a + 1)));
+
+    // Allocations per op (outputs that own storage, and workspace).
+    let mut out_bytes = vec![0i128; n];
+    let mut work_bytes = vec![0i128; n];
+    let mut written: Vec<Vec<TensorId>> = vec![Vec::new(); n];
+    for (p, op) in graph.ops.iter().enumerate() {
+        work_bytes[p] = op.workspace_bytes as i128;
+        for &o in &op.outputs {
+            let t = graph.tensor(o);
+            if t.allocates() {
+                out_bytes[p] += t.size_bytes as i128;
+            }
+            if let Some(target) = t.inplace_update_of {
+                written[p].push(graph.storage_owner(target));
             }
         }
     }
-    Ok(())
+    let mut alloc_prefix = vec![0i128; n + 1];
+    for p in 0..n {
+        alloc_prefix[p + 1] = alloc_prefix[p] + out_bytes[p] + work_bytes[p];
+    }
+    // Allocations of ops lo..hi (exclusive).
+    let alloc_between = |lo: usize, hi: usize| -> i128 {
+        let hi = hi.min(n);
+        if hi <= lo {
+            0
+        } else {
+            alloc_prefix[hi] - alloc_prefix[lo]
+        }
+    };
+
+    // Who starts on the host, final frees, gaps by start and end.
+    let output_storage = graph.output_storage();
+    let mut starts_host = vec![false; graph.tensors.len()];
+    for g in &gaps {
+        if g.after.is_none() {
+            starts_host[g.tensor.index()] = true;
+        }
+    }
+    let mut cur: i128 = 0;
+    let mut host_current = vec![false; graph.tensors.len()];
+    let mut final_free: Vec<Vec<TensorId>> = vec![Vec::new(); n];
+    for t in graph.tensors.iter().filter(|t| t.allocates()) {
+        let persistent = t.is_persistent();
+        let batch_input = t.producer.is_none() && !persistent;
+        host_current[t.id.index()] = batch_input || starts_host[t.id.index()];
+        if batch_input || (persistent && !starts_host[t.id.index()]) {
+            cur += t.size_bytes as i128;
+        }
+        if !persistent
+            && !output_storage[t.id.index()]
+            && let Some(&last) = ctx.uses[t.id.index()].last()
+        {
+            final_free[last].push(t.id);
+        }
+    }
+    let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut waiting: Vec<usize> = Vec::new();
+    for (gi, g) in gaps.iter().enumerate() {
+        if g.how != Restore::Swap {
+            return Err(format!("gap on {} is not a swap", g.tensor));
+        }
+        match g.after {
+            Some(a) if a < n => starts[a].push(gi),
+            Some(_) => return Err(format!("gap on {} starts out of range", g.tensor)),
+            None => waiting.push(gi),
+        }
+        if let Some(b) = g.before {
+            if b >= n || g.after.is_some_and(|a| a >= b) || g.prefetch_after.is_none() {
+                return Err(format!("gap on {} ends out of range", g.tensor));
+            }
+            ends[b].push(gi);
+        }
+    }
+
+    // Lower bound per op: every swap gap absent from the op after its start to
+    // the op before its end.
+    let mut min_delta = vec![0i128; n + 1];
+    for t in ctx.owners() {
+        let (lo, hi) = ctx.base_interval(t);
+        min_delta[lo] += ctx.size(t) as i128;
+        min_delta[hi + 1] -= ctx.size(t) as i128;
+    }
+    for g in &gaps {
+        let lo = g.after.map_or(0, |a| a + 1);
+        let hi = g.before.unwrap_or(n); // exclusive
+        if lo < hi {
+            min_delta[lo] -= ctx.size(g.tensor) as i128;
+            min_delta[hi] += ctx.size(g.tensor) as i128;
+        }
+    }
+    let mut min_live = vec![0i128; n];
+    let mut acc = 0i128;
+    for p in 0..n {
+        acc += min_delta[p];
+        min_live[p] = acc + work_bytes[p];
+    }
+
+    let n_gaps = gaps.len();
+    let mut sw = Sweep {
+        ctx,
+        budget: budget_bytes as i128,
+        gaps,
+        state: vec![State::default(); n_gaps],
+        cur,
+        host_current,
+        d2h: Vec::new(),
+        cf: 0,
+        hf: 0,
+        min_live,
+        extra: vec![0i128; n],
+    };
+    let mut cancelled = 0usize;
+    let mut delayed = 0usize;
+
+    for p in 0..n {
+        let name = &graph.ops[p].name;
+        // Compute op p: its swap-ins' frees are ordered before it.
+        for &gi in &ends[p] {
+            if sw.state[gi].issued {
+                let upto = sw.state[gi].frontier;
+                sw.cover(p, upto, false);
+            }
+        }
+        let mut need = sw.cur + out_bytes[p] + work_bytes[p];
+        while need > sw.budget {
+            if !sw.can_wait_at(p) {
+                return Err(format!(
+                    "op {name} needs {need} bytes with every earlier swap-out waited for, over the budget of {budget_bytes} bytes"
+                ));
+            }
+            let upto = sw.cf + 1;
+            need -= sw.cover(p, upto, true);
+        }
+        sw.cur += out_bytes[p];
+        for &t in &written[p] {
+            sw.host_current[t.index()] = false;
+        }
+        // What a swap-in triggered after op p finds: nothing freed after op p yet.
+        let mut snap = sw.cur;
+        for &t in &final_free[p] {
+            sw.cur -= sw.size(t);
+        }
+        for &gi in &starts[p] {
+            let t = sw.gaps[gi].tensor;
+            sw.state[gi].host_current_before = sw.host_current[t.index()];
+            if sw.host_current[t.index()] {
+                sw.cur -= sw.size(t); // a free on the compute stream
+            } else {
+                sw.state[gi].d2h = Some(sw.d2h.len());
+                sw.state[gi].old_counted = true;
+                sw.d2h.push(gi);
+                sw.host_current[t.index()] = true;
+            }
+            if sw.gaps[gi].before.is_some() {
+                waiting.push(gi);
+            }
+        }
+
+        // Swap-ins the window wants by now, in order of need (h2d is FIFO).
+        let mut due: Vec<usize> = waiting
+            .iter()
+            .copied()
+            .filter(|&gi| sw.gaps[gi].prefetch_after.is_some_and(|d| d <= p))
+            .collect();
+        due.sort_by_key(|&gi| (sw.gaps[gi].before, sw.gaps[gi].tensor));
+        let mut same_trigger = 0i128;
+        let mut done: Vec<usize> = Vec::new();
+        for gi in due {
+            let g = sw.gaps[gi].clone();
+            let b = g.before.unwrap_or(n);
+            let bytes = sw.size(g.tensor);
+            let forced = b <= p + 1;
+            let want = g.prefetch_after.unwrap_or(p);
+            // Fig. 2d: nobody waited for the swap-out yet: keep the tensor instead.
+            if let Some(k) = sw.state[gi].d2h
+                && k >= sw.cf.max(sw.hf)
+                && sw.state[gi].old_counted
+                && sw.fits_ahead(p + 1, b, bytes)
+            {
+                sw.state[gi].cancelled = true;
+                sw.state[gi].old_counted = false; // now the tensor's own buffer
+                sw.host_current[g.tensor.index()] = sw.state[gi].host_current_before;
+                sw.commit_ahead(p + 1, b, bytes);
+                cancelled += 1;
+                done.push(gi);
+                continue;
+            }
+            // Its own free (compute stream) is ordered before it.
+            let own_free = if g.after == Some(p) && sw.state[gi].d2h.is_none() {
+                bytes
+            } else {
+                0
+            };
+            let frontier = sw.hf.max(sw.cf).max(sw.state[gi].d2h.map_or(0, |k| k + 1));
+            let swap_in_bytes = |sw: &Sweep<'_, '_>, snap: i128| {
+                snap - sw.counted_between(frontier) - own_free
+                    + same_trigger
+                    + alloc_between(p + 1, b)
+                    + bytes
+            };
+            let ahead_ok = sw.fits_ahead(p + 1, b, bytes);
+            let mut ok = ahead_ok && swap_in_bytes(&sw, snap) <= sw.budget;
+            if !ok && (ahead_ok || forced) && (policy == Policy::ReclaimFirst || forced) {
+                // Fig. 2b: wait at op p for the oldest swap-outs until it fits.
+                while !ok && sw.can_wait_at(p) {
+                    let upto = sw.cf + 1;
+                    snap -= sw.cover(p, upto, true);
+                    ok = (ahead_ok || forced) && swap_in_bytes(&sw, snap) <= sw.budget;
+                }
+            }
+            if forced && !ok {
+                let bytes_needed = swap_in_bytes(&sw, snap);
+                if bytes_needed > sw.budget {
+                    return Err(format!(
+                        "the swap-in of {} before op {} needs {bytes_needed} bytes, over the budget of {budget_bytes} bytes",
+                        g.tensor,
+                        graph.ops[b.min(n - 1)].name
+                    ));
+                }
+                ok = true; // the compute ops ahead wait for swap-outs as they come
+            }
+            if !ok {
+                break; // delay this and every later prefetch (step b)
+            }
+            if want < p {
+                delayed += 1;
+            }
+            sw.gaps[gi].prefetch_after = Some(p);
+            sw.state[gi].issued = true;
+            sw.state[gi].frontier = frontier;
+            sw.hf = frontier;
+            sw.cur += bytes;
+            same_trigger += bytes;
+            sw.commit_ahead(p + 1, b, bytes);
+            done.push(gi);
+        }
+        waiting.retain(|gi| !done.contains(gi));
+    }
+    if let Some(&gi) = waiting.first() {
+        return Err(format!(
+            "the swap-in of {} was never issued",
+            sw.gaps[gi].tensor
+        ));
+    }
+    let mut out = Vec::with_capacity(sw.gaps.len());
+    for (g, s) in sw.gaps.into_iter().zip(&sw.state) {
+        if !s.cancelled {
+            out.push(g);
+        }
+    }
+    Ok(Scheduled {
+        gaps: out,
+        cancelled,
+        delayed,
+    })
+}
+
+/// The window rule scheduled under `budget_bytes` with the reclaim-first policy.
+#[cfg(test)]
+pub(crate) fn window_gaps(
+    ctx: &Ctx<'_>,
+    window_bytes: u64,
+    budget_bytes: u64,
+) -> Result<Vec<Gap>, String> {
+    let rule = window_rule(ctx, window_bytes);
+    schedule(ctx, &rule, budget_bytes, Policy::ReclaimFirst).map(|s| s.gaps)
 }
 
 #[cfg(test)]
@@ -289,7 +685,21 @@ mod tests {
         let unlimited = u64::MAX / 4;
         let total_bytes: u64 = ctx.owners_at.iter().flatten().map(|&t| ctx.size(t)).sum();
         for window_bytes in [0, 200_000, 1_000_000, total_bytes] {
-            let gaps = window_gaps(&ctx, window_bytes, unlimited).expect("plans");
+            let gaps = window_rule(&ctx, window_bytes);
+            let scheduled = window_gaps(&ctx, window_bytes, unlimited).expect("plans");
+            assert!(
+                scheduled.iter().all(|g| gaps
+                    .iter()
+                    .any(|r| r.tensor == g.tensor && r.after == g.after && r.before == g.before)),
+                "the sweep only drops or times the window rule's gaps"
+            );
+            // With memory to spare nobody waits for a swap-out, so every real
+            // copy is cancelled; only frees of tensors whose host copy is current
+            // (weights that start on the host, the batch) remain.
+            assert!(scheduled.iter().all(|g| {
+                let t = graph.tensor(g.tensor);
+                g.reclaim_before.is_none() && (t.is_persistent() || t.producer.is_none())
+            }));
             for g in &gaps {
                 if let (Some(a), Some(b)) = (g.after, g.before) {
                     assert!(b > a + 1, "a tensor used by the next op left the device");
@@ -319,11 +729,137 @@ mod tests {
         let ctx = Ctx::new(&graph, &cost);
         let gaps = window_gaps(&ctx, 0, u64::MAX / 4).expect("plans");
         assert!(gaps.iter().all(|g| g.reclaim_before.is_none()));
+        assert!(!window_rule(&ctx, 0).is_empty());
         let (footprint_bytes, _) = outcore_graph::footprint(&graph);
-        let tight = window_gaps(&ctx, 0, footprint_bytes * 3 / 4).expect("plans");
-        assert!(tight.iter().any(|g| g.reclaim_before.is_some()));
-        let live = crate::pressure::live_bytes(&ctx, &tight);
-        assert!(live.iter().all(|&b| b <= (footprint_bytes * 3 / 4) as i128));
+        let mut waited = false;
+        for fraction in [0.75, 0.6, 0.5, 0.4] {
+            let budget_bytes = (footprint_bytes as f64 * fraction) as u64;
+            let Ok(tight) = window_gaps(&ctx, 0, budget_bytes) else {
+                continue;
+            };
+            waited |= tight.iter().any(|g| g.reclaim_before.is_some());
+            assert_eq!(verify_problem(&graph, tight, budget_bytes), None);
+        }
+        assert!(waited, "no budget made an op wait for a swap-out");
+    }
+
+    /// Lowers `gaps` at `budget_bytes` and returns verify's first complaint.
+    fn verify_problem(
+        graph: &outcore_graph::Graph,
+        gaps: Vec<Gap>,
+        budget_bytes: u64,
+    ) -> Option<String> {
+        let mut schedule = outcore_plan::Schedule::in_graph_order(graph);
+        schedule.initial_residency = crate::pressure::initial_residency(&gaps);
+        schedule.gaps = gaps;
+        let info = PlannerInfo {
+            name: "window".into(),
+            seed: None,
+            settings: serde_json::Value::Null,
+        };
+        match outcore_plan::lower_schedule(graph, &schedule, info, budget_bytes) {
+            Ok(plan) => outcore_plan::verify(&plan, graph)
+                .first()
+                .map(|v| v.to_string()),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn a_schedule_the_model_accepts_verifies_at_the_full_budget() {
+        let cost = v100();
+        let graphs = [
+            mlp_chain(8, 512, 64),
+            outcore_graph::zoo::build("resnet18", Some(2), &Default::default(), None).expect("zoo"),
+        ];
+        let mut accepted = 0usize;
+        for (gi, graph) in graphs.iter().enumerate() {
+            let ctx = Ctx::new(graph, &cost);
+            let (footprint_bytes, _) = outcore_graph::footprint(graph);
+            for fraction in [0.7, 0.5, 0.3] {
+                let budget_bytes = (footprint_bytes as f64 * fraction) as u64;
+                for w in candidate_windows(budget_bytes).into_iter().step_by(3) {
+                    let rule = window_rule(&ctx, w);
+                    for policy in [Policy::ReclaimFirst, Policy::DelayFirst] {
+                        let Ok(s) = schedule(&ctx, &rule, budget_bytes, policy) else {
+                            continue;
+                        };
+                        accepted += 1;
+                        let problem = verify_problem(graph, s.gaps, budget_bytes);
+                        assert!(
+                            problem.is_none(),
+                            "graph {gi} at {fraction} W {w} {policy:?}: {problem:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(accepted > 10, "only {accepted} schedules accepted");
+    }
+
+    #[test]
+    fn prefetch_is_delayed_when_memory_is_short() {
+        let graph = mlp_chain(8, 512, 64);
+        let cost = v100();
+        let ctx = Ctx::new(&graph, &cost);
+        let (footprint_bytes, _) = outcore_graph::footprint(&graph);
+        let w = footprint_bytes / 4;
+        let rule = window_rule(&ctx, w);
+        assert!(!rule.is_empty());
+        let wanted = |g: &Gap| {
+            rule.iter()
+                .find(|r| r.tensor == g.tensor && r.after == g.after && r.before == g.before)
+                .and_then(|r| r.prefetch_after)
+        };
+        // Short of memory: some prefetches come later than the window wants, none earlier.
+        let mut found_short = false;
+        for fraction in [0.6, 0.5, 0.45, 0.4, 0.35] {
+            let budget_bytes = (footprint_bytes as f64 * fraction) as u64;
+            let Ok(s) = schedule(&ctx, &rule, budget_bytes, Policy::DelayFirst) else {
+                continue;
+            };
+            for g in &s.gaps {
+                assert!(
+                    g.prefetch_after >= wanted(g),
+                    "a prefetch came earlier than wanted"
+                );
+            }
+            let late = s
+                .gaps
+                .iter()
+                .filter(|g| g.prefetch_after > wanted(g))
+                .count();
+            assert_eq!(late, s.delayed);
+            if s.delayed > 0 {
+                found_short = true;
+                assert!(verify_problem(&graph, s.gaps, budget_bytes).is_none());
+            }
+        }
+        assert!(found_short, "no budget made the sweep delay a prefetch");
+        // With memory to spare the window's triggers stand.
+        let roomy = schedule(&ctx, &rule, footprint_bytes * 2, Policy::DelayFirst).expect("plans");
+        assert_eq!(roomy.delayed, 0);
+    }
+
+    #[test]
+    fn the_planner_plans_against_the_full_budget() {
+        let graph =
+            outcore_graph::zoo::build("resnet18", Some(2), &Default::default(), None).expect("zoo");
+        let cost = v100();
+        let (footprint_bytes, _) = outcore_graph::footprint(&graph);
+        let request = PlanRequest {
+            graph: &graph,
+            cost: &cost,
+            budget_bytes: footprint_bytes / 2,
+            seed: 0,
+            time_limit_s: 10.0,
+        };
+        let PlanOutcome::Feasible(plan) = Window.plan(&request) else {
+            panic!("resnet18 at half its footprint is feasible");
+        };
+        assert!(outcore_plan::verify(&plan, &graph).is_empty());
+        assert_eq!(plan.planner.settings["planning_margin"], 1.0);
+        assert!(plan.planner.settings["window_bytes"].is_u64());
     }
 }
 
