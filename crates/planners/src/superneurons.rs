@@ -17,7 +17,10 @@
 //!   need by recomputing the (otherwise dead) batch-norm output from the
 //!   convolution output, which is swapped in early enough for that; see
 //!   `common::materialise`. Tensors rebuilt only to feed a chain are freed right
-//!   after it (`chain_only_tensors`).
+//!   after it (`chain_only_tensors`). Chains cost recomputation and bring swapped
+//!   tensors back early, so the planner also simulates the same rule without
+//!   rebuilding dead intermediates (such ReLUs then stay resident) and keeps the
+//!   faster plan that fits (`chains_through_dead_cheap_outputs`).
 
 use crate::common::{
     Analysis, Candidate, Decision, Decisions, SwapTiming, best_of, bytes, count, fits_as_is,
@@ -63,6 +66,18 @@ pub struct SuperNeuronsDecision {
 impl SuperNeurons {
     /// Decides per tensor; `reclaim_lag_ops` is the offload wait distance.
     pub fn decide(&self, an: &Analysis<'_>, reclaim_lag_ops: usize) -> SuperNeuronsDecision {
+        self.decide_with(an, reclaim_lag_ops, true)
+    }
+
+    /// Decides per tensor; with `chains == false` a recomputation may read only
+    /// what is still resident or swapped (no dead intermediate is rebuilt), so
+    /// e.g. a ReLU after a batch norm stays resident.
+    pub fn decide_with(
+        &self,
+        an: &Analysis<'_>,
+        reclaim_lag_ops: usize,
+        chains: bool,
+    ) -> SuperNeuronsDecision {
         let graph = an.graph;
         let saved = an.saved_activations();
         let mut d = Decisions::keep_all(graph);
@@ -85,7 +100,7 @@ impl SuperNeurons {
         // Chains pass only through cheap layers: a dead output of anything else
         // (e.g. the sum of a residual block) is not rebuilt, so what reads it
         // stays resident.
-        let rebuild = |t: TensorId| producer_kind(t).is_some_and(is_cheap);
+        let rebuild = |t: TensorId| chains && producer_kind(t).is_some_and(is_cheap);
         let m = materialise(an, &d, timing, &rebuild);
         let gaps = m.gaps;
         let dropped = |t: &TensorId| !gaps[t.index()].is_empty();
@@ -119,12 +134,14 @@ impl Planner for SuperNeurons {
         let an = Analysis::new(request.graph);
         let candidates = RECLAIM_LAGS_OPS
             .iter()
-            .map(|&lag| {
-                let d = self.decide(&an, lag);
+            .flat_map(|&lag| [(lag, true), (lag, false)])
+            .map(|(lag, chains)| {
+                let d = self.decide_with(&an, lag, chains);
                 Candidate {
                     settings: serde_json::json!({
                         "prefetch_lead_ops": 2,
                         "reclaim_lag_ops": lag,
+                        "chains_through_dead_cheap_outputs": chains,
                         "swapped_tensors": count(&d.gaps, Restore::Swap),
                         "swapped_bytes": bytes(request.graph, &d.gaps, Restore::Swap),
                         "recomputed_tensors": count(&d.gaps, Restore::Recompute),
