@@ -1,18 +1,25 @@
 //! Shared machinery of the baseline planners (vDNN, checkpointing, SuperNeurons,
-//! LMS): which tensors backward keeps from forward, when a recomputation can read
-//! its inputs under the shared lowering, and the lower -> verify -> simulate
-//! pipeline that turns candidate schedules into a plan or an infeasibility reason.
+//! LMS): which tensors backward keeps from forward, how per-tensor decisions
+//! (keep, recompute, swap) become gaps under the shared lowering, and the
+//! lower -> verify -> simulate pipeline that turns candidate schedules into a
+//! plan or an infeasibility reason.
 //!
-//! A limit of the shared lowering shapes every recompute decision here: a gap must
-//! end at a position that uses the tensor, and a `Recompute` step waits for no
-//! swap-in. So a tensor can be rematerialised only from inputs that are already
-//! resident just before its first backward use (one hop); chains through
-//! intermediates that backward never reads cannot be expressed.
+//! [`materialise`] turns decisions into gaps with recomputation chains: a
+//! dropped tensor comes back at the first position that needs it (its first
+//! backward use, an anchor such as the start of a Chen et al. segment, or a
+//! recomputation that reads it); a recomputation at position `p` needs its
+//! inputs resident at `p`, so inputs that are gone by then (dropped, swapped,
+//! or dead after forward, e.g. a batch-norm output that only feeds a ReLU) are
+//! brought back at `p` too, recursively. The lowering runs the recomputations
+//! at one position in producer order, lets the first step at `p` carry the
+//! swap-in waits, and frees tensors brought back only for recomputations right
+//! after them. [`Analysis::try_recompute`] is the older one-hop rule (inputs
+//! must already be resident), kept for planners that want it.
 
 use outcore_graph::{Graph, OpId, Phase, TensorId, TensorKind, footprint};
 use outcore_plan::{
-    Gap, Plan, PlanOutcome, PlanRequest, PlannerInfo, Restore, Schedule, ViolationKind, fmt_bytes,
-    lower_in_order, lower_schedule, use_positions, verify,
+    Gap, Instr, Plan, PlanOutcome, PlanRequest, PlannerInfo, Restore, Schedule, ViolationKind,
+    fmt_bytes, lower_in_order, lower_schedule, use_positions, verify,
 };
 use outcore_sim::{SimOptions, simulate};
 
@@ -220,6 +227,8 @@ pub enum Checked {
     /// Verified except for memory: the most bytes it may need.
     OverBudget {
         peak_bytes: u64,
+        /// Where the peak falls, in words (see [`describe_peak`]).
+        at: String,
     },
     /// The lowering refused it, or verify found something other than memory (a
     /// planner bug; reported rather than panicking).
@@ -239,9 +248,15 @@ pub fn lower_and_verify(request: &PlanRequest<'_>, gaps: Vec<Gap>, info: Planner
         return Checked::Verified(Box::new(plan));
     }
     let mut peak_bytes = 0;
+    let mut peak_at = None;
     for v in &violations {
         match v.kind {
-            ViolationKind::OverBudget { bytes, .. } => peak_bytes = peak_bytes.max(bytes),
+            ViolationKind::OverBudget { bytes, .. } => {
+                if bytes > peak_bytes {
+                    peak_bytes = bytes;
+                    peak_at = v.at;
+                }
+            }
             _ => {
                 return Checked::Broken(format!(
                     "{} verify violations, first: {v}",
@@ -250,17 +265,29 @@ pub fn lower_and_verify(request: &PlanRequest<'_>, gaps: Vec<Gap>, info: Planner
             }
         }
     }
-    Checked::OverBudget { peak_bytes }
+    Checked::OverBudget {
+        peak_bytes,
+        at: describe_peak(request.graph, &plan, peak_at),
+    }
 }
 
 /// Simulated iteration time, `None` when the simulation fails or runs out of memory.
 pub fn simulated_time_s(request: &PlanRequest<'_>, plan: &Plan) -> Option<f64> {
+    simulated(request, plan).map(|(time_s, _)| time_s)
+}
+
+/// Simulated iteration time and peak live bytes, `None` when the simulation
+/// fails or runs out of memory.
+pub fn simulated(request: &PlanRequest<'_>, plan: &Plan) -> Option<(f64, u64)> {
     let options = SimOptions {
         iterations: 1,
         ..SimOptions::default()
     };
     let out = simulate(request.graph, plan, request.cost, &options).ok()?;
-    out.report.oom.is_none().then_some(out.report.iter_time_s)
+    out.report
+        .oom
+        .is_none()
+        .then_some((out.report.iter_time_s, out.report.peak_live_bytes))
 }
 
 /// One candidate: its settings (recorded in the plan) and its gaps.
@@ -272,17 +299,37 @@ pub struct Candidate {
 
 /// Lowers and verifies every candidate, simulates those that verify, and returns
 /// the fastest (the first on ties, so the choice is deterministic); otherwise an
-/// infeasibility naming the smallest peak any candidate still needs.
+/// infeasibility naming the smallest peak any candidate still needs, and where.
 pub fn best_of(
     request: &PlanRequest<'_>,
     name: &str,
     what: &str,
     candidates: Vec<Candidate>,
 ) -> PlanOutcome {
+    best_by(request, name, what, candidates, Pick::Fastest)
+}
+
+/// Which verified candidate [`best_by`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// The least simulated iteration time.
+    Fastest,
+    /// The least simulated peak of live bytes (then the least time).
+    LeastPeak,
+}
+
+/// [`best_of`] with a choice of criterion.
+pub fn best_by(
+    request: &PlanRequest<'_>,
+    name: &str,
+    what: &str,
+    candidates: Vec<Candidate>,
+    pick: Pick,
+) -> PlanOutcome {
     let n_candidates = candidates.len();
-    let mut best: Option<(f64, Box<Plan>)> = None;
+    let mut best: Option<((u64, f64), Box<Plan>)> = None;
     let mut fallback: Option<Box<Plan>> = None;
-    let mut least_peak_bytes: Option<u64> = None;
+    let mut least_peak: Option<(u64, String)> = None;
     let mut broken: Option<String> = None;
     for candidate in candidates {
         let info = PlannerInfo {
@@ -291,20 +338,26 @@ pub fn best_of(
             settings: candidate.settings,
         };
         match lower_and_verify(request, candidate.gaps, info) {
-            Checked::Verified(plan) => match simulated_time_s(request, &plan) {
-                Some(time_s) if best.as_ref().is_none_or(|(b, _)| time_s < *b) => {
-                    best = Some((time_s, plan));
+            Checked::Verified(plan) => match simulated(request, &plan) {
+                Some((time_s, peak_bytes)) => {
+                    let key = match pick {
+                        Pick::Fastest => (0, time_s),
+                        Pick::LeastPeak => (peak_bytes, time_s),
+                    };
+                    if best.as_ref().is_none_or(|(b, _)| key < *b) {
+                        best = Some((key, plan));
+                    }
                 }
-                Some(_) => {}
                 None => {
                     if fallback.is_none() {
                         fallback = Some(plan);
                     }
                 }
             },
-            Checked::OverBudget { peak_bytes } => {
-                least_peak_bytes =
-                    Some(least_peak_bytes.map_or(peak_bytes, |p: u64| p.min(peak_bytes)));
+            Checked::OverBudget { peak_bytes, at } => {
+                if least_peak.as_ref().is_none_or(|(p, _)| peak_bytes < *p) {
+                    least_peak = Some((peak_bytes, at));
+                }
             }
             Checked::Broken(reason) => {
                 if broken.is_none() {
@@ -314,7 +367,7 @@ pub fn best_of(
         }
     }
     let chosen = best
-        .map(|(time_s, plan)| (Some(time_s), plan))
+        .map(|((_, time_s), plan)| (Some(time_s), plan))
         .or(fallback.map(|plan| (None, plan)));
     if let Some((time_s, mut plan)) = chosen {
         if let serde_json::Value::Object(map) = &mut plan.planner.settings {
@@ -325,9 +378,9 @@ pub fn best_of(
         }
         return PlanOutcome::Feasible(plan);
     }
-    let reason = match (least_peak_bytes, broken) {
-        (Some(peak_bytes), _) => format!(
-            "{name}: {what}, the plan still needs {} of device memory but the budget is {} ({} short)",
+    let reason = match (least_peak, broken) {
+        (Some((peak_bytes, at)), _) => format!(
+            "{name}: {what}, the plan still needs {} of device memory but the budget is {} ({} short){at}",
             fmt_bytes(peak_bytes),
             fmt_bytes(request.budget_bytes),
             fmt_bytes(peak_bytes.saturating_sub(request.budget_bytes))
@@ -379,4 +432,323 @@ pub fn swap_gap(
         prefetch_after: Some(trigger),
         reclaim_before: Some(reclaim),
     }
+}
+
+/// What a planner decides for one storage owner between forward and backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Resident from production to its last use (brought back after that only
+    /// when a recomputation reads it).
+    Keep,
+    /// Freed after its last forward use, recomputed when first needed again.
+    Recompute,
+    /// Offloaded after its last forward use, swapped in when first needed again.
+    Swap,
+}
+
+/// Per-owner decisions for [`materialise`].
+#[derive(Debug, Clone)]
+pub struct Decisions {
+    pub how: Vec<Decision>,
+    /// Extra positions at which a tensor must be resident (before any
+    /// recomputation there), e.g. the first backward op of its Chen segment.
+    pub anchors: Vec<Vec<usize>>,
+}
+
+impl Decisions {
+    /// Every tensor kept, no anchors.
+    pub fn keep_all(graph: &Graph) -> Self {
+        Decisions {
+            how: vec![Decision::Keep; graph.tensors.len()],
+            anchors: vec![Vec::new(); graph.tensors.len()],
+        }
+    }
+
+    pub fn set(&mut self, t: TensorId, how: Decision) {
+        if let Some(slot) = self.how.get_mut(t.index()) {
+            *slot = how;
+        }
+    }
+
+    pub fn anchor(&mut self, t: TensorId, position: usize) {
+        if let Some(list) = self.anchors.get_mut(t.index()) {
+            list.push(position);
+        }
+    }
+}
+
+/// Swap timing of the swap gaps [`materialise`] makes (see [`swap_gap`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SwapTiming {
+    pub lead_ops: usize,
+    pub reclaim_lag_ops: usize,
+}
+
+/// Gaps for a set of decisions, and what it took.
+#[derive(Debug, Default)]
+pub struct Materialised {
+    pub gaps: Vec<Vec<Gap>>,
+    /// Tensors decided `Keep` (or never read by backward) brought back only to
+    /// feed recomputations.
+    pub chain_only: usize,
+    /// Recompute gaps, i.e. recomputation steps in the plan.
+    pub recompute_steps: usize,
+    /// Decided tensors set back to `Keep` because no chain could bring back
+    /// what their recomputation reads (an input with no recomputable producer
+    /// and no host copy).
+    pub relaxed: usize,
+}
+
+/// A demand at `position` on `tensor` that nothing can satisfy.
+struct Unsatisfiable {
+    position: usize,
+    /// Per owner: the positions where it was recomputed, up to the failure.
+    regen: Vec<Vec<usize>>,
+}
+
+/// Turns decisions into gaps, with recomputation chains (see the module docs).
+/// Never fails: a decision whose chain cannot be built is relaxed to `Keep`.
+///
+/// `rebuild` says whether a tensor decided `Keep` may be recomputed when a
+/// recomputation reads it after its last use (a dead intermediate of a chain);
+/// when it may not, the recomputations that need it are relaxed.
+pub fn materialise(
+    an: &Analysis<'_>,
+    decisions: &Decisions,
+    timing: SwapTiming,
+    rebuild: &dyn Fn(TensorId) -> bool,
+) -> Materialised {
+    let mut d = decisions.clone();
+    let mut relaxed = 0;
+    loop {
+        match materialise_once(an, &d, timing, rebuild) {
+            Ok(mut m) => {
+                m.relaxed = relaxed;
+                return m;
+            }
+            Err(failure) => {
+                // Relax the decided recomputations that run at the failing position.
+                let mut any = false;
+                for (i, positions) in failure.regen.iter().enumerate() {
+                    if d.how[i] == Decision::Recompute && positions.contains(&failure.position) {
+                        d.how[i] = Decision::Keep;
+                        d.anchors[i].clear();
+                        relaxed += 1;
+                        any = true;
+                    }
+                }
+                if !any {
+                    relaxed += d.how.iter().filter(|&&h| h != Decision::Keep).count();
+                    d = Decisions::keep_all(an.graph);
+                }
+            }
+        }
+    }
+}
+
+fn materialise_once(
+    an: &Analysis<'_>,
+    d: &Decisions,
+    timing: SwapTiming,
+    rebuild: &dyn Fn(TensorId) -> bool,
+) -> Result<Materialised, Unsatisfiable> {
+    let g = an.graph;
+    let nt = g.tensors.len();
+    let output_storage = g.output_storage();
+    let mut demands: Vec<Vec<usize>> = d.anchors.clone();
+    demands.resize(nt, Vec::new());
+    let mut regen: Vec<Vec<usize>> = vec![Vec::new(); nt];
+    let mut gaps: Vec<Vec<Gap>> = vec![Vec::new(); nt];
+    let mut m = Materialised::default();
+    // Consumers before producers, so every demand on a tensor is known when it
+    // is decided.
+    let mut owners: Vec<(usize, TensorId)> = g
+        .tensors
+        .iter()
+        .filter(|t| t.allocates() && !t.is_persistent())
+        .map(|t| (t.producer.map_or(0, |p| an.position(p) + 1), t.id))
+        .collect();
+    owners.sort_unstable_by(|a, b| b.cmp(a));
+    for (_, u) in owners {
+        let tensor = g.tensor(u);
+        let ui = u.index();
+        let uses = &an.uses[ui];
+        let mut dem = std::mem::take(&mut demands[ui]);
+        dem.sort_unstable();
+        dem.dedup();
+        let fail = |position: usize, regen: Vec<Vec<usize>>| Unsatisfiable { position, regen };
+        let producer = tensor.producer;
+        let recomputable = producer.is_some_and(|p| g.op(p).recomputable);
+        let never_freed = output_storage.get(ui).copied().unwrap_or(false);
+        let Some(&last_use) = uses.last() else {
+            if let Some(&p) = dem.first() {
+                return Err(fail(p, regen));
+            }
+            continue;
+        };
+        let last_use = if never_freed { usize::MAX } else { last_use };
+        // How it comes back when it is gone: by its decision, or for a kept
+        // tensor needed after its last use, whichever works.
+        let decided = d.how.get(ui).copied().unwrap_or(Decision::Keep);
+        let dropped = match decided {
+            Decision::Recompute if recomputable => Some(Restore::Recompute),
+            Decision::Swap => Some(Restore::Swap),
+            _ => None,
+        };
+        let backward_uses = uses.iter().copied().filter(|&p| p >= an.backward_start);
+        let mut spans: Vec<(usize, usize, Restore)> = Vec::new();
+        let dropped_from = dropped.and_then(|how| {
+            if never_freed {
+                return None;
+            }
+            let lf = an.last_forward_use(u)?;
+            let mut q: Vec<usize> = backward_uses.chain(dem.iter().copied()).collect();
+            q.sort_unstable();
+            q.dedup();
+            let &q1 = q.first()?;
+            (q1 > lf).then_some((lf, q1, how, q))
+        });
+        match dropped_from {
+            Some((lf, q1, how, q)) => {
+                // Back at q1; it stays from a use or an anchor on, but leaves
+                // again after a position where it only fed recomputations, and
+                // after its last use.
+                spans.push((lf, q1, how));
+                let anchors = d.anchors.get(ui).map_or(&[][..], |a| &a[..]);
+                let stays = |p: usize| uses.binary_search(&p).is_ok() || anchors.contains(&p);
+                let mut came_back = true;
+                for w in q.windows(2) {
+                    let (p, next) = (w[0], w[1]);
+                    if (came_back && !stays(p)) || p >= last_use {
+                        spans.push((p, next, how));
+                        came_back = true;
+                    } else {
+                        came_back = false;
+                    }
+                }
+            }
+            None => {
+                let made_at = producer.map(|p| an.position(p));
+                let mut prev = last_use;
+                for &p in &dem {
+                    if made_at.is_some_and(|a| p <= a) {
+                        return Err(fail(p, regen));
+                    }
+                    if p <= prev {
+                        continue;
+                    }
+                    let how = if recomputable && rebuild(u) {
+                        Restore::Recompute
+                    } else if producer.is_none() {
+                        // The input batch: its host copy is current.
+                        Restore::Swap
+                    } else {
+                        return Err(fail(p, regen));
+                    };
+                    spans.push((prev, p, how));
+                    prev = p;
+                }
+                if !spans.is_empty() {
+                    m.chain_only += 1;
+                }
+            }
+        }
+        for (after, before, how) in spans {
+            match how {
+                Restore::Recompute => {
+                    gaps[ui].push(Gap {
+                        tensor: u,
+                        after: Some(after),
+                        before: Some(before),
+                        how,
+                        prefetch_after: None,
+                        reclaim_before: None,
+                    });
+                    regen[ui].push(before);
+                    m.recompute_steps += 1;
+                }
+                Restore::Swap => gaps[ui].push(swap_gap(
+                    u,
+                    after,
+                    before,
+                    timing.lead_ops,
+                    timing.reclaim_lag_ops,
+                )),
+            }
+        }
+        if regen[ui].is_empty() {
+            continue;
+        }
+        let Some(op) = producer.map(|p| g.op(p)) else {
+            continue;
+        };
+        for &i in &op.inputs {
+            let v = g.storage_owner(i);
+            if g.tensor(v).is_persistent() {
+                continue;
+            }
+            if v == u {
+                let p = regen[ui].first().copied().unwrap_or(0);
+                return Err(fail(p, regen));
+            }
+            let positions = regen[ui].clone();
+            demands[v.index()].extend(positions);
+        }
+    }
+    m.gaps = gaps;
+    Ok(m)
+}
+
+/// Where a plan's peak falls, in words: the step and, for an op, the bytes it
+/// touches itself (its inputs, outputs and workspace).
+pub fn describe_peak(graph: &Graph, plan: &Plan, at: Option<outcore_plan::StepRef>) -> String {
+    let Some(step) = at.and_then(|a| plan.step(a)) else {
+        return String::new();
+    };
+    let op = match &step.instr {
+        Instr::Compute(op) | Instr::Recompute { op, .. } => *op,
+        Instr::SwapIn(t) | Instr::SwapOut(t) | Instr::Free(t) => {
+            let what = match step.instr {
+                Instr::SwapIn(_) => "the swap-in of",
+                Instr::SwapOut(_) => "the swap-out of",
+                _ => "the free of",
+            };
+            return match graph.tensors.get(t.index()) {
+                Some(tensor) => format!(
+                    " (peak at {what} `{}` ({}), with everything the ops around it hold)",
+                    tensor.name,
+                    fmt_bytes(tensor.size_bytes)
+                ),
+                None => String::new(),
+            };
+        }
+    };
+    if op.index() >= graph.ops.len() {
+        return String::new();
+    }
+    let op = graph.op(op);
+    let mut owners: Vec<TensorId> = op
+        .inputs
+        .iter()
+        .chain(&op.outputs)
+        .map(|&t| graph.storage_owner(t))
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let own: u64 = owners
+        .iter()
+        .map(|&t| graph.tensor(t).size_bytes)
+        .sum::<u64>()
+        + op.workspace_bytes;
+    let what = if matches!(step.instr, Instr::Recompute { .. }) {
+        "the recomputation of"
+    } else {
+        "op"
+    };
+    format!(
+        " (peak at {what} `{}` ({}), whose own inputs, outputs and workspace take {})",
+        op.name,
+        op.kind.label(),
+        fmt_bytes(own)
+    )
 }
