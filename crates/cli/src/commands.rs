@@ -780,34 +780,6 @@ struct RunArgs {
     json: bool,
 }
 
-/// The device the CPU backend presents to planners and the simulator: its arena is
-/// the budget, kernels without a CPU implementation run at `synthetic_flops_per_s`,
-/// and copies at the throttled link rate (or about memcpy speed).
-fn cpu_device_profile(
-    budget_bytes: u64,
-    link_gbps: Option<f64>,
-    synthetic_flops_per_s: f64,
-) -> DeviceProfile {
-    let link = link_gbps.map_or(10e9, |g| g * 1e9);
-    DeviceProfile {
-        name: "cpu-reference".into(),
-        description:
-            "outcore's CPU reference backend (arena of the budget's size, worker-thread streams)"
-                .into(),
-        memory_bytes: budget_bytes.max(1),
-        peak_flops_f32: synthetic_flops_per_s,
-        peak_flops_tf32: 0.0,
-        peak_flops_f16: synthetic_flops_per_s,
-        memory_bandwidth_bytes_per_s: 10e9,
-        h2d_bytes_per_s: link,
-        d2h_bytes_per_s: link,
-        // Independent worker threads: each direction keeps its rate when both run.
-        duplex_bytes_per_s: 2.0 * link,
-        copy_latency_s: 0.0,
-        kernel_launch_s: 0.0,
-    }
-}
-
 fn cmd_run(a: RunArgs) -> Result<()> {
     if a.backend != "cpu" {
         bail!(
@@ -835,7 +807,8 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         let budget_bytes = parse_budget(a.budget.as_deref().unwrap_or("100%"), footprint_bytes)?;
         let planner_name = a.planner.clone().unwrap_or_else(|| "none".into());
         let planner = outcore_planners::by_name(&planner_name).map_err(|e| anyhow!(e))?;
-        let device = cpu_device_profile(budget_bytes, a.link_gbps, a.synthetic_flops_per_s);
+        let device =
+            outcore_exec::cpu::device_profile(budget_bytes, a.link_gbps, a.synthetic_flops_per_s);
         let cost = RooflineModel::new(device.clone());
         let target = Target {
             device,
@@ -884,7 +857,8 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         );
     }
     // Predict with the simulator on the same plan and cost model.
-    let device = cpu_device_profile(plan.budget_bytes, a.link_gbps, a.synthetic_flops_per_s);
+    let device =
+        outcore_exec::cpu::device_profile(plan.budget_bytes, a.link_gbps, a.synthetic_flops_per_s);
     plan.device = serde_json::to_value(&device)?;
     let cost = RooflineModel::new(device);
     let predicted = simulate(&graph, &plan, &cost, &SimOptions::default())?.report;

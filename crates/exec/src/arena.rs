@@ -46,8 +46,11 @@ impl ArenaAllocator {
     }
 
     /// Allocates `size_bytes`; returns the offset, or where the arena stood.
-    pub fn allocate(&mut self, key: u64, size_bytes: u64) -> Result<u64, NoFit> {
+    /// `long_lived` asks the built-in list to place the block at the top of the
+    /// arena (library allocators place by their own policy).
+    pub fn allocate(&mut self, key: u64, size_bytes: u64, long_lived: bool) -> Result<u64, NoFit> {
         match self {
+            ArenaAllocator::Perfect(list) if long_lived => list.allocate_high(key, size_bytes),
             ArenaAllocator::Perfect(list) => list.allocate(key, size_bytes),
             ArenaAllocator::Library(a) => match a.allocate(AllocId(key), size_bytes) {
                 Ok(al) => Ok(al.addr),
@@ -135,6 +138,29 @@ impl BestFitList {
         }
         self.live.insert(key, (start, need));
         Ok(start)
+    }
+
+    /// Places a long-lived block at the top of the highest free extent that fits,
+    /// so that persistent tensors gather at one end and transient ones (best-fit
+    /// from the bottom) do not get split around them.
+    pub fn allocate_high(&mut self, key: u64, size_bytes: u64) -> Result<u64, NoFit> {
+        let need = size_bytes.max(1).div_ceil(ALIGNMENT_BYTES) * ALIGNMENT_BYTES;
+        let best = self
+            .free
+            .iter()
+            .rev()
+            .find(|(_, len)| **len >= need)
+            .map(|(s, l)| (*s, *l));
+        let Some((start, len)) = best else {
+            return Err(self.no_fit());
+        };
+        self.free.remove(&start);
+        if len > need {
+            self.free.insert(start, len - need);
+        }
+        let at = start + len - need;
+        self.live.insert(key, (at, need));
+        Ok(at)
     }
 
     pub fn free(&mut self, key: u64) -> Result<(), ExecError> {

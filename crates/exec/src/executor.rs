@@ -335,8 +335,13 @@ impl<'a> Executor<'a> {
         self.reclaim(false)?;
         let key = self.next_key;
         self.next_key += 1;
+        // Persistent tensors and parameter gradients (alive from backward to the
+        // optimizer step) go to the top of the arena, away from short-lived ones.
+        let kind = self.graph.tensor(tensor).kind;
+        let long_lived =
+            kind.is_persistent() || kind == outcore_graph::TensorKind::ParameterGradient;
         loop {
-            match self.alloc.allocate(key, size_bytes) {
+            match self.alloc.allocate(key, size_bytes, long_lived) {
                 Ok(offset_bytes) => {
                     self.sizes.insert(key, size_bytes);
                     self.live_bytes += size_bytes;

@@ -632,3 +632,31 @@ impl Backend for CpuBackend {
         self.sticky()
     }
 }
+
+/// The device the CPU backend presents to planners and the simulator: its arena is
+/// the budget, stand-in kernels run at `synthetic_flops_per_s`, and copies at the
+/// throttled link rate (or about memcpy speed without one).
+pub fn device_profile(
+    budget_bytes: u64,
+    link_gbps: Option<f64>,
+    synthetic_flops_per_s: f64,
+) -> outcore_cost::DeviceProfile {
+    let link = link_gbps.map_or(10e9, |g| g * 1e9);
+    outcore_cost::DeviceProfile {
+        name: "cpu-reference".into(),
+        description:
+            "outcore's CPU reference backend (arena of the budget's size, worker-thread streams)"
+                .into(),
+        memory_bytes: budget_bytes.max(1),
+        peak_flops_f32: synthetic_flops_per_s,
+        peak_flops_tf32: 0.0,
+        peak_flops_f16: synthetic_flops_per_s,
+        memory_bandwidth_bytes_per_s: 10e9,
+        h2d_bytes_per_s: link,
+        d2h_bytes_per_s: link,
+        // Independent worker threads: each direction keeps its rate when both run.
+        duplex_bytes_per_s: 2.0 * link,
+        copy_latency_s: 0.0,
+        kernel_launch_s: 0.0,
+    }
+}

@@ -34,11 +34,18 @@ pub(super) fn models() -> Vec<ModelInfo> {
             name: "tiny-cnn",
             description: "three conv-bn-relu blocks with max pooling on 32x32x3 images, 10 classes",
             source: SOURCE,
-            knobs: &[Knob {
-                name: "width",
-                default: 16,
-                help: "channels of the first block",
-            }],
+            knobs: &[
+                Knob {
+                    name: "width",
+                    default: 16,
+                    help: "channels of the first block",
+                },
+                Knob {
+                    name: "depth",
+                    default: 1,
+                    help: "conv-bn-relu layers per block (deeper: activations dominate memory)",
+                },
+            ],
             default_batch: 32,
             // convs 3->16, 16->32, 32->64 (3x3, no bias), bn 2*(16+32+64), fc 64*4*4*10+10.
             reference_param_count: Some(
@@ -75,11 +82,21 @@ fn build_tiny_cnn(name: &'static str, req: &ModelRequest) -> Result<Graph, Graph
     let x = b.input("images", &[n, 3, 32, 32]);
     let labels = b.label("labels", &[n]);
     let mut h = x;
+    let depth = req.knob("depth");
     for (i, ch) in [w, 2 * w, 4 * w].into_iter().enumerate() {
         h = b.scoped(format!("block{i}"), |b| {
-            let c = b.conv2d("conv", h, ch, 3, 1, 1);
-            let c = b.batch_norm("bn", c);
-            let c = b.relu(c);
+            let mut c = h;
+            for layer in 0..depth {
+                // The first layer keeps the historical names (`conv`, `bn`).
+                let suffix = if layer == 0 {
+                    String::new()
+                } else {
+                    layer.to_string()
+                };
+                c = b.conv2d(&format!("conv{suffix}"), c, ch, 3, 1, 1);
+                c = b.batch_norm(&format!("bn{suffix}"), c);
+                c = b.relu(c);
+            }
             b.max_pool2d(c, 2, 2, 0, false)
         });
     }
