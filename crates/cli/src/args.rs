@@ -47,6 +47,9 @@ pub enum Command {
         /// Write the allocation trace (for `outcore alloc-replay`).
         #[arg(long = "alloc-trace")]
         alloc_trace: Option<PathBuf>,
+        /// Measured per-op latencies that override the roofline model.
+        #[arg(long = "latency-table")]
+        latency_table: Option<PathBuf>,
         /// Iterations to simulate (the report is the last one's).
         #[arg(long, default_value_t = 2)]
         iterations: usize,
@@ -160,6 +163,10 @@ pub struct TargetArgs {
     /// Wall-clock seconds for search-based planners.
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
+    /// Measured per-op latencies (`outcore run --profile-out`) that override the
+    /// roofline model for the ops they list.
+    #[arg(long = "latency-table")]
+    pub latency_table: Option<PathBuf>,
 }
 
 /// Rewrites `--NAME VALUE` and `--NAME=VALUE` for every zoo knob name into

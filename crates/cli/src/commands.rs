@@ -36,12 +36,14 @@ pub fn run(cli: Cli) -> Result<()> {
             plan,
             trace,
             alloc_trace,
+            latency_table,
             iterations,
             json,
         } => cmd_simulate(
             &plan,
             trace.as_deref(),
             alloc_trace.as_deref(),
+            latency_table.as_deref(),
             iterations,
             json,
         ),
@@ -282,6 +284,18 @@ fn graph_of_plan(plan: &Plan) -> Result<Graph> {
     Ok(graph)
 }
 
+/// The roofline model on `device`, with measured latencies over it when given.
+fn cost_model(device: DeviceProfile, latency_table: Option<&Path>) -> Result<Box<dyn CostModel>> {
+    let roofline = RooflineModel::new(device);
+    Ok(match latency_table {
+        None => Box::new(roofline),
+        Some(path) => {
+            let table = outcore_cost::MeasuredTable::from_json_file(path)?;
+            Box::new(outcore_cost::MeasuredModel::new(table, roofline))
+        }
+    })
+}
+
 // ----- planning, checking, simulating -----
 
 /// One planner's outcome on one request, as `compare` reports it.
@@ -487,8 +501,9 @@ fn cmd_plan(
     let loaded = load_graph(args)?;
     let target = load_target(&loaded.graph, target_args)?;
     let planner = outcore_planners::by_name(planner_name).map_err(|e| anyhow!(e))?;
-    let cost = RooflineModel::new(target.device.clone());
-    let outcome = plan_and_check(planner.as_ref(), &loaded.graph, &cost, &target, target_args);
+    let cost = cost_model(target.device.clone(), target_args.latency_table.as_deref())?;
+    let cost = cost.as_ref();
+    let outcome = plan_and_check(planner.as_ref(), &loaded.graph, cost, &target, target_args);
     let Some(mut plan) = outcome.plan else {
         bail!(
             "{planner_name} finds no plan for {} under {}: {}",
@@ -524,6 +539,7 @@ fn cmd_simulate(
     plan_path: &Path,
     trace: Option<&Path>,
     alloc_trace: Option<&Path>,
+    latency_table: Option<&Path>,
     iterations: usize,
     json_out: bool,
 ) -> Result<()> {
@@ -533,7 +549,8 @@ fn cmd_simulate(
     let graph = graph_of_plan(&plan)?;
     let device: DeviceProfile = serde_json::from_value(plan.device.clone())
         .map_err(|e| anyhow!("the plan's device profile is unreadable: {e}"))?;
-    let cost = RooflineModel::new(device);
+    let cost = cost_model(device, latency_table)?;
+    let cost = cost.as_ref();
     let violations = verify(&plan, &graph);
     if let Some(first) = violations.first() {
         bail!(
@@ -547,7 +564,7 @@ fn cmd_simulate(
         record_alloc_trace: alloc_trace.is_some(),
     };
     let t0 = Instant::now();
-    let out = simulate(&graph, &plan, &cost, &options)?;
+    let out = simulate(&graph, &plan, cost, &options)?;
     let simulate_time_s = t0.elapsed().as_secs_f64();
     if let (Some(path), Some(doc)) = (trace, &out.trace) {
         std::fs::write(path, serde_json::to_string(doc)?)
@@ -617,13 +634,14 @@ fn cmd_compare(
             .map(|n| outcore_planners::by_name(n.trim()).map_err(|e| anyhow!(e)))
             .collect::<Result<_>>()?
     };
-    let cost = RooflineModel::new(target.device.clone());
+    let cost = cost_model(target.device.clone(), target_args.latency_table.as_deref())?;
+    let cost = cost.as_ref();
     let ideal_time_s: f64 = (0..loaded.graph.ops.len())
         .map(|i| cost.op_time_s(&loaded.graph, outcore_graph::OpId(i as u32)))
         .sum();
     let outcomes: Vec<Outcome> = chosen
         .iter()
-        .map(|p| plan_and_check(p.as_ref(), &loaded.graph, &cost, &target, target_args))
+        .map(|p| plan_and_check(p.as_ref(), &loaded.graph, cost, &target, target_args))
         .collect();
     let g = &loaded.graph;
     if json_out {
@@ -822,6 +840,7 @@ fn cmd_run(a: RunArgs) -> Result<()> {
             allocator: "perfect".into(),
             seed: a.seed,
             seconds: 10.0,
+            latency_table: None,
         };
         let outcome = plan_and_check(
             planner.as_ref(),

@@ -862,39 +862,3 @@ mod tests {
         assert!(plan.planner.settings["window_bytes"].is_u64());
     }
 }
-
-#[cfg(test)]
-mod diagnose {
-    use super::*;
-
-    #[test]
-    #[ignore = "diagnosis: first verify problem per window and margin on resnet50 b64"]
-    #[allow(clippy::print_stdout)] // the diagnosis is printed
-    fn first_problem_per_window() {
-        let graph = outcore_graph::zoo::build("resnet50", Some(64), &Default::default(), None)
-            .expect("zoo");
-        let cost = crate::pressure::testing::v100();
-        let ctx = Ctx::new(&graph, &cost);
-        let budget_bytes = outcore_graph::footprint(&graph).0 / 2;
-        let request = PlanRequest {
-            graph: &graph,
-            cost: &cost,
-            budget_bytes,
-            seed: 0,
-            time_limit_s: 1.0,
-        };
-        for w in candidate_windows(budget_bytes) {
-            for margin in [1.0, 0.8] {
-                let r = window_gaps(&ctx, w, margin_budget(budget_bytes, margin)).and_then(|g| {
-                    let info = PlannerInfo {
-                        name: "window".into(),
-                        seed: None,
-                        settings: serde_json::Value::Null,
-                    };
-                    check(&request, g, info).map(|c| c.throughput_vs_ideal.to_string())
-                });
-                println!("W {w} margin {margin}: {r:?}");
-            }
-        }
-    }
-}

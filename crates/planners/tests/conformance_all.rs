@@ -171,6 +171,13 @@ fn every_planner_verifies_or_explains_on_every_model_and_budget() {
     for (secs, what) in slowest.iter().take(5) {
         eprintln!("slowest: {secs:.2} s {what}");
     }
+    // The main algorithm must find plans below the footprint, not only at it.
+    let window_feasible = tally.get("window").map_or(0, |t| t.0);
+    assert!(
+        window_feasible > graphs.len(),
+        "window is feasible only {window_feasible} times over {} graphs",
+        graphs.len()
+    );
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",
