@@ -25,6 +25,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a model or imported graph in outcore's own format (`outcore-graph/1`).
+    Export {
+        #[command(flatten)]
+        graph: GraphArgs,
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
     /// Plan a model under a memory budget and write the plan.
     Plan {
         #[command(flatten)]

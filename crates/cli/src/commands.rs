@@ -26,6 +26,22 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Zoo { json } => cmd_zoo(json),
         Command::Stats { graph, json } => cmd_stats(&graph, json),
+        Command::Export { graph, output } => {
+            let loaded = load_graph(&graph)?;
+            std::fs::write(
+                &output,
+                outcore_graph::format::native::to_string(&loaded.graph),
+            )
+            .with_context(|| format!("cannot write {}", output.display()))?;
+            say!(
+                "wrote {} ({} ops, {} tensors, {})",
+                output.display(),
+                loaded.graph.ops.len(),
+                loaded.graph.tensors.len(),
+                outcore_graph::format::native::FORMAT
+            );
+            Ok(())
+        }
         Command::Plan {
             graph,
             target,

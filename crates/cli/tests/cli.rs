@@ -292,6 +292,21 @@ fn plan_then_simulate_with_traces_and_replay() {
 }
 
 #[test]
+fn export_round_trips_through_stats() {
+    let out = temp("resnet18.outcore.json");
+    let o = out.to_str().expect("utf8");
+    let run = outcore(&["export", "--model", "resnet18", "--batch", "4", "-o", o]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let from_zoo = json_of(&["stats", "--model", "resnet18", "--batch", "4", "--json"]);
+    let from_file = json_of(&["stats", "--graph", o, "--json"]);
+    assert_eq!(from_zoo, from_file);
+}
+
+#[test]
 fn bad_input_is_a_one_line_error() {
     fails_with(
         &["stats", "--model", "resnet51"],
