@@ -217,6 +217,15 @@ pub trait Allocator: fmt::Debug + Send {
     /// Running statistics.
     fn stats(&self) -> &AllocStats;
 
+    /// The physical byte ranges `(offset, length)` backing live allocation `id`,
+    /// in address order, when they differ from `[addr, addr + size)`: only
+    /// virtual-address allocators (`virtual-chunks`) return `Some`; for the others
+    /// the address is the physical offset. `None` also for an unknown id.
+    fn physical_segments(&self, id: AllocId) -> Option<Vec<(u64, u64)>> {
+        let _ = id;
+        None
+    }
+
     /// All live allocations, sorted by address. Meant for checks; may be slow.
     fn live_allocations(&self) -> Vec<Allocation>;
 }

@@ -46,6 +46,7 @@ use crate::{
     ALIGNMENT_BYTES, AllocError, AllocErrorKind, AllocId, Allocation, Allocator, AllocatorKind,
     round_request,
 };
+use std::collections::BTreeMap;
 
 const MIB: u64 = 1 << 20;
 
@@ -107,8 +108,9 @@ pub struct VirtualChunks {
     cached_chunks: Vec<u64>,
     virtual_space: ExtentMap,
     small: BlockPool,
-    /// Small-pool segment (virtual address) -> its physical chunk.
-    small_segments: FastMap<u64, u64>,
+    /// Small-pool segment (virtual address) -> its physical chunk. Ordered, so
+    /// that the segment holding a small block is found by a range query.
+    small_segments: BTreeMap<u64, u64>,
     live: FastMap<AllocId, Live>,
     stats: AllocStats,
 }
@@ -135,7 +137,7 @@ impl VirtualChunks {
             cached_chunks: Vec::new(),
             virtual_space: ExtentMap::new(0, VIRTUAL_SPACE_BYTES),
             small: BlockPool::default(),
-            small_segments: FastMap::default(),
+            small_segments: BTreeMap::new(),
             live: FastMap::default(),
             stats: AllocStats::default(),
         })
@@ -152,7 +154,7 @@ impl VirtualChunks {
             cached_chunks: Vec::new(),
             virtual_space: ExtentMap::new(0, VIRTUAL_SPACE_BYTES),
             small: BlockPool::default(),
-            small_segments: FastMap::default(),
+            small_segments: BTreeMap::new(),
             live: FastMap::default(),
             stats: AllocStats::default(),
         }
@@ -189,6 +191,52 @@ impl VirtualChunks {
         }
         out.sort_unstable_by_key(|m| m.virtual_addr);
         out
+    }
+
+    /// The physical byte ranges backing live allocation `id`, in virtual-address
+    /// order: `(physical offset, length)` with physical offset = chunk index *
+    /// `chunk_bytes` + offset within the chunk. They cover exactly the requested
+    /// size (none for a zero-byte request); physically adjacent chunks are merged
+    /// into one segment. A small (packed) allocation is one segment inside its
+    /// chunk. `None` for an unknown id.
+    pub fn physical_segments(&self, id: AllocId) -> Option<Vec<(u64, u64)>> {
+        let live = self.live.get(&id)?;
+        let chunk_bytes = self.config.chunk_bytes;
+        match &live.backing {
+            Backing::Small => {
+                // Small blocks never straddle segments, and a segment with a live
+                // block stays mapped, so the segment below the address holds it.
+                let (&segment_addr, &chunk) =
+                    self.small_segments.range(..=live.addr).next_back()?;
+                let within = live.addr - segment_addr;
+                let len = live.size_bytes;
+                Some(if len == 0 {
+                    Vec::new()
+                } else {
+                    vec![(chunk * chunk_bytes + within, len)]
+                })
+            }
+            Backing::Chunks(chunks) => {
+                let mut out: Vec<(u64, u64)> = Vec::with_capacity(chunks.len());
+                let mut remaining = live.size_bytes;
+                for &chunk in chunks.iter() {
+                    if remaining == 0 {
+                        break;
+                    }
+                    let len = remaining.min(chunk_bytes);
+                    let start = chunk * chunk_bytes;
+                    match out.last_mut() {
+                        // Physically contiguous with the previous chunk: one segment.
+                        Some((prev_start, prev_len)) if *prev_start + *prev_len == start => {
+                            *prev_len += len;
+                        }
+                        _ => out.push((start, len)),
+                    }
+                    remaining -= len;
+                }
+                Some(out)
+            }
+        }
     }
 
     /// Physical chunks that can still be mapped (cached or not yet created).
@@ -351,6 +399,10 @@ impl Allocator for VirtualChunks {
         &self.stats
     }
 
+    fn physical_segments(&self, id: AllocId) -> Option<Vec<(u64, u64)>> {
+        VirtualChunks::physical_segments(self, id)
+    }
+
     fn live_allocations(&self) -> Vec<Allocation> {
         let mut out: Vec<Allocation> = self
             .live
@@ -426,6 +478,67 @@ mod tests {
         a.allocate(AllocId(0), 1).expect("one chunk");
         a.allocate(AllocId(1), 1).expect("another chunk");
         assert!(a.allocate(AllocId(2), 1).is_err());
+    }
+
+    /// Checks that the live allocations' physical segments cover exactly their
+    /// sizes, lie within the physical capacity and never overlap.
+    fn check_segments(a: &VirtualChunks, live: &[(AllocId, u64)]) {
+        let mut all: Vec<(u64, u64)> = Vec::new();
+        for &(id, size) in live {
+            let segs = a.physical_segments(id).expect("live id has segments");
+            assert_eq!(segs.iter().map(|s| s.1).sum::<u64>(), size, "{id}");
+            for &(start, len) in &segs {
+                assert!(len > 0);
+                assert!(start + len <= a.capacity_bytes(), "{id} beyond capacity");
+            }
+            all.extend(segs);
+        }
+        all.sort_unstable();
+        for w in all.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "overlap {:?} {:?}", w[0], w[1]);
+        }
+    }
+
+    #[test]
+    fn physical_segments_cover_sizes_without_overlap() {
+        let cfg = VirtualChunksConfig {
+            chunk_bytes: 64 * 1024,
+            small_alloc_max_bytes: 16 * 1024,
+        };
+        let capacity = 64 * 64 * 1024 + 1000;
+        let mut a = VirtualChunks::new(cfg, capacity).expect("config");
+        assert_eq!(a.physical_segments(AllocId(1)), None);
+        let mut live: Vec<(AllocId, u64)> = Vec::new();
+        let mut rng: u64 = 0x1234_5678;
+        let mut next = 0u64;
+        for _ in 0..3000 {
+            rng = rng
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let r = rng >> 33;
+            if r % 3 == 0 && !live.is_empty() {
+                let (id, _) = live.swap_remove((r as usize / 3) % live.len());
+                a.free(id).expect("free");
+                assert_eq!(a.physical_segments(id), None);
+            } else {
+                let size = match r % 4 {
+                    0 => r % 3000,
+                    1 => r % (16 * 1024),
+                    _ => r % (300 * 1024),
+                };
+                let id = AllocId(next);
+                next += 1;
+                if a.allocate(id, size).is_ok() {
+                    live.push((id, size));
+                }
+            }
+            check_segments(&a, &live);
+        }
+        // Scattered chunks give a large allocation several segments.
+        assert!(
+            live.iter()
+                .any(|&(id, _)| a.physical_segments(id).is_some_and(|s| s.len() > 1))
+        );
     }
 
     #[test]

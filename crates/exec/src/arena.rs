@@ -1,8 +1,14 @@
 //! Device-arena allocation for the executor: a best-fit free list for plans made
 //! with the `perfect` allocator, or any `outcore-alloc` allocator named by the plan.
+//!
+//! An allocation is a list of [`DeviceSegment`]s of the region: one for the
+//! contiguous allocators, the mapped physical chunks for `virtual-chunks`
+//! (whose addresses are virtual and exceed the region; the region is its
+//! physical memory).
 
+use crate::backend::DeviceSegment;
 use crate::{ExecError, ExecErrorKind};
-use outcore_alloc::{ALIGNMENT_BYTES, AllocId, AllocatorConfig};
+use outcore_alloc::{ALIGNMENT_BYTES, AllocErrorKind, AllocId, AllocatorConfig};
 use std::collections::{BTreeMap, HashMap};
 
 /// Where a failed allocation stood.
@@ -45,18 +51,47 @@ impl ArenaAllocator {
         Ok(ArenaAllocator::Library(alloc))
     }
 
-    /// Allocates `size_bytes`; returns the offset, or where the arena stood.
-    /// `long_lived` asks the built-in list to place the block at the top of the
-    /// arena (library allocators place by their own policy).
-    pub fn allocate(&mut self, key: u64, size_bytes: u64, long_lived: bool) -> Result<u64, NoFit> {
-        match self {
-            ArenaAllocator::Perfect(list) if long_lived => list.allocate_high(key, size_bytes),
-            ArenaAllocator::Perfect(list) => list.allocate(key, size_bytes),
+    /// Allocates `size_bytes`; returns the device segments holding it (they total
+    /// `size_bytes`), or where the arena stood. `long_lived` asks the built-in list
+    /// to place the block at the top of the arena (library allocators place by
+    /// their own policy).
+    pub fn allocate(
+        &mut self,
+        key: u64,
+        size_bytes: u64,
+        long_lived: bool,
+    ) -> Result<Vec<DeviceSegment>, NoFit> {
+        let offset_bytes = match self {
+            ArenaAllocator::Perfect(list) if long_lived => list.allocate_high(key, size_bytes)?,
+            ArenaAllocator::Perfect(list) => list.allocate(key, size_bytes)?,
             ArenaAllocator::Library(a) => match a.allocate(AllocId(key), size_bytes) {
-                Ok(al) => Ok(al.addr),
-                Err(_) => Err(library_no_fit(a.as_ref())),
+                Ok(al) => {
+                    // A virtual-address allocator says where the bytes physically
+                    // are; for the others the address is the region offset.
+                    if let Some(segments) = a.physical_segments(AllocId(key)) {
+                        return Ok(segments
+                            .into_iter()
+                            .map(|(off, len)| DeviceSegment::new(off, len))
+                            .collect());
+                    }
+                    al.addr
+                }
+                Err(e) => {
+                    return Err(match *e.kind() {
+                        AllocErrorKind::OutOfMemory {
+                            free_bytes,
+                            largest_free_block_bytes,
+                            ..
+                        } => NoFit {
+                            free_bytes,
+                            largest_free_block: largest_free_block_bytes,
+                        },
+                        _ => library_no_fit(a.as_ref()),
+                    });
+                }
             },
-        }
+        };
+        Ok(vec![DeviceSegment::new(offset_bytes, size_bytes)])
     }
 
     pub fn free(&mut self, key: u64) -> Result<(), ExecError> {

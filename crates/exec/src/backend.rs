@@ -53,18 +53,67 @@ pub struct HostBuffer(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ChecksumHandle(pub u64);
 
+/// A contiguous byte range `[offset_bytes, offset_bytes + size_bytes)` of the
+/// device region.
+///
+/// A device tensor occupies one or more segments, in order: its bytes are the
+/// concatenation of its segments. Contiguous allocators give one segment; a
+/// virtual-address allocator (`virtual-chunks`) gives one per run of physically
+/// adjacent chunks. The segments are plain device offsets and lengths: a CUDA
+/// backend realises them by reserving one virtual range per tensor
+/// (`cuMemAddressReserve`) and `cuMemMap`-ping each segment's chunks into it in
+/// order, so its kernels and copies see one contiguous pointer; the CPU backend
+/// gathers and scatters instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeviceSegment {
+    pub offset_bytes: u64,
+    pub size_bytes: u64,
+}
+
+impl DeviceSegment {
+    pub fn new(offset_bytes: u64, size_bytes: u64) -> Self {
+        DeviceSegment {
+            offset_bytes,
+            size_bytes,
+        }
+    }
+
+    /// Total bytes of a segment list.
+    pub fn total_bytes(segments: &[DeviceSegment]) -> u64 {
+        segments.iter().map(|s| s.size_bytes).sum()
+    }
+
+    /// The segments holding the first `size_bytes` bytes of `segments` (the
+    /// last one shortened; fewer bytes if `segments` hold fewer).
+    pub fn prefix(segments: &[DeviceSegment], size_bytes: u64) -> Vec<DeviceSegment> {
+        let mut out = Vec::new();
+        let mut remaining = size_bytes;
+        for s in segments {
+            if remaining == 0 {
+                break;
+            }
+            let len = s.size_bytes.min(remaining);
+            out.push(DeviceSegment::new(s.offset_bytes, len));
+            remaining -= len;
+        }
+        out
+    }
+}
+
 /// One operand of a kernel: where it lives in the device region and its layout.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Operand {
     pub tensor: TensorId,
-    pub offset_bytes: u64,
+    /// The device bytes of the operand (of its owner, for a view), in order; they
+    /// total `size_bytes` (the owner's size for a view).
+    pub segments: Vec<DeviceSegment>,
     pub shape: Vec<u64>,
     pub dtype: DType,
     pub size_bytes: u64,
     /// Whether the kernel writes this output (false for views, which alias storage
     /// the kernel must not touch).
     pub write: bool,
-    /// For a view: how its contents derive from the owner's bytes at `offset_bytes`.
+    /// For a view: how its contents derive from the owner's bytes in `segments`.
     pub view: Option<crate::view::ViewMap>,
 }
 
@@ -176,6 +225,24 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         size_bytes: u64,
     ) -> Result<ChecksumHandle, ExecError>;
 
+    /// Queues the FNV-1a checksum of the concatenation of `segments` (a tensor
+    /// that is not contiguous in the region). The default handles at most one
+    /// segment through [`Backend::checksum`]; a backend that runs
+    /// virtual-address allocators overrides it.
+    fn checksum_segments(
+        &self,
+        stream: StreamHandle,
+        segments: &[DeviceSegment],
+    ) -> Result<ChecksumHandle, ExecError> {
+        match segments {
+            [] => self.checksum(stream, 0, 0),
+            [one] => self.checksum(stream, one.offset_bytes, one.size_bytes),
+            _ => Err(ExecError::new(crate::ExecErrorKind::Unsupported {
+                feature: "checksums of non-contiguous tensors (checksum_segments)".into(),
+            })),
+        }
+    }
+
     /// The checksum's value, `None` while it is still queued.
     fn checksum_value(&self, handle: ChecksumHandle) -> Result<Option<u64>, ExecError>;
 
@@ -183,9 +250,17 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn synchronize(&self, stream: StreamHandle) -> Result<(), ExecError>;
 }
 
+/// Starting state of [`fnv1a`], for checksumming in pieces with [`fnv1a_update`].
+pub const FNV1A_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
 /// 64-bit FNV-1a, the checksum every backend must compute.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a_update(FNV1A_OFFSET_BASIS, bytes)
+}
+
+/// Continues an FNV-1a checksum over `bytes`: folding the segments of a tensor
+/// in order gives the checksum of their concatenation.
+pub fn fnv1a_update(mut hash: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         hash ^= b as u64;
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);

@@ -3,7 +3,7 @@
 //! fresh backend with no region allocated and returns a description of the first
 //! failure.
 
-use crate::backend::{Backend, KernelCall, Operand, StreamKind};
+use crate::backend::{Backend, DeviceSegment, KernelCall, Operand, StreamKind, fnv1a};
 use outcore_graph::{DType, OpId, OpKind, TensorId};
 
 /// Result of one check: `Err(why)` on failure.
@@ -106,7 +106,7 @@ pub fn fifo_per_stream(b: &dyn Backend) -> CheckResult {
     // A kernel on the same stream copies the range (as a `Copy` op) elsewhere.
     let operand = |off: u64, write: bool| Operand {
         tensor: TensorId(0),
-        offset_bytes: off,
+        segments: vec![DeviceSegment::new(off, 2048)],
         shape: vec![512],
         dtype: DType::Float32,
         size_bytes: 2048,
@@ -165,7 +165,7 @@ pub fn kernel_on_bad_offsets_is_error(b: &dyn Backend) -> CheckResult {
             inputs: vec![],
             outputs: vec![Operand {
                 tensor: TensorId(0),
-                offset_bytes: 1 << 20,
+                segments: vec![DeviceSegment::new(1 << 20, 64)],
                 shape: vec![16],
                 dtype: DType::Float32,
                 size_bytes: 64,
@@ -183,10 +183,77 @@ pub fn kernel_on_bad_offsets_is_error(b: &dyn Backend) -> CheckResult {
     Ok(())
 }
 
+/// A kernel reads and writes non-contiguous operands through their segments
+/// (in segment order, not address order), and a segmented checksum covers their
+/// concatenation.
+pub fn segmented_operands(b: &dyn Backend) -> CheckResult {
+    b.alloc_region(8192).map_err(err("alloc_region"))?;
+    let s = b.stream(StreamKind::Compute);
+    let x = pattern(2048, 7);
+    let hx = b.alloc_host(2048).map_err(err("alloc_host"))?;
+    let out = b.alloc_host(2048).map_err(err("alloc_host"))?;
+    b.write_host(hx, 0, &x).map_err(err("write_host"))?;
+    // The input's first half lives above its second half.
+    let input = [
+        DeviceSegment::new(6144, 1024),
+        DeviceSegment::new(512, 1024),
+    ];
+    let output = [
+        DeviceSegment::new(2048, 512),
+        DeviceSegment::new(4096, 1536),
+    ];
+    let mut host_offset = 0;
+    for seg in input {
+        b.copy_h2d(s, hx, host_offset, seg.offset_bytes, seg.size_bytes)
+            .map_err(err("copy_h2d"))?;
+        host_offset += seg.size_bytes;
+    }
+    let operand = |segments: &[DeviceSegment], write: bool| Operand {
+        tensor: TensorId(0),
+        segments: segments.to_vec(),
+        shape: vec![512],
+        dtype: DType::Float32,
+        size_bytes: 2048,
+        write,
+        view: None,
+    };
+    b.launch(
+        s,
+        KernelCall {
+            op: OpId(0),
+            op_name: "conformance.segmented-copy".into(),
+            kind: OpKind::Copy,
+            inputs: vec![operand(&input, false)],
+            outputs: vec![operand(&output, true)],
+            step: 1,
+            synthetic_time_s: 0.0,
+        },
+    )
+    .map_err(err("launch"))?;
+    let sum = b
+        .checksum_segments(s, &output)
+        .map_err(err("checksum_segments"))?;
+    let mut host_offset = 0;
+    for seg in output {
+        b.copy_d2h(s, seg.offset_bytes, out, host_offset, seg.size_bytes)
+            .map_err(err("copy_d2h"))?;
+        host_offset += seg.size_bytes;
+    }
+    b.synchronize(s).map_err(err("synchronize"))?;
+    if b.read_host(out, 0, 2048).map_err(err("read_host"))? != x {
+        return Err("a kernel did not gather / scatter its segments in order".into());
+    }
+    if b.checksum_value(sum).map_err(err("checksum_value"))? != Some(fnv1a(&x)) {
+        return Err("a segmented checksum differs from the checksum of the bytes".into());
+    }
+    Ok(())
+}
+
 /// Every check by name.
 pub fn checks() -> Vec<(&'static str, Check)> {
     vec![
         ("copies_round_trip", copies_round_trip),
+        ("segmented_operands", segmented_operands),
         ("events_order_streams", events_order_streams),
         ("event_elapsed_non_negative", event_elapsed_non_negative),
         ("fifo_per_stream", fifo_per_stream),

@@ -11,8 +11,8 @@
 
 use crate::arena::ArenaAllocator;
 use crate::backend::{
-    Backend, ChecksumHandle, EventHandle, HostBuffer, KernelCall, Operand, StreamHandle,
-    StreamKind, fnv1a,
+    Backend, ChecksumHandle, DeviceSegment, EventHandle, HostBuffer, KernelCall, Operand,
+    StreamHandle, StreamKind, fnv1a,
 };
 use crate::{ExecError, ExecErrorKind};
 use outcore_graph::{DType, Graph, OpId, OpKind, TensorId, TensorKind};
@@ -157,10 +157,12 @@ enum Expected {
     Pending(ChecksumHandle),
 }
 
-#[derive(Debug, Clone, Copy)]
+/// A tensor's device allocation: its allocator key and the region segments
+/// holding its bytes in order (one unless the allocator maps chunks).
+#[derive(Debug, Clone)]
 struct Resident {
     key: u64,
-    offset_bytes: u64,
+    segments: Vec<DeviceSegment>,
 }
 
 #[derive(Debug)]
@@ -342,11 +344,11 @@ impl<'a> Executor<'a> {
             kind.is_persistent() || kind == outcore_graph::TensorKind::ParameterGradient;
         loop {
             match self.alloc.allocate(key, size_bytes, long_lived) {
-                Ok(offset_bytes) => {
+                Ok(segments) => {
                     self.sizes.insert(key, size_bytes);
                     self.live_bytes += size_bytes;
                     self.peak_bytes = self.peak_bytes.max(self.live_bytes);
-                    return Ok(Resident { key, offset_bytes });
+                    return Ok(Resident { key, segments });
                 }
                 Err(no_fit) => {
                     if self.pending_frees.is_empty() {
@@ -371,13 +373,13 @@ impl<'a> Executor<'a> {
             )));
         }
         let r = self.allocate(t, self.graph.tensor(t).size_bytes)?;
-        self.dev[t.index()] = Some(r);
+        self.dev[t.index()] = Some(r.clone());
         Ok(r)
     }
 
     fn resident(&self, t: TensorId) -> Result<Resident, ExecError> {
         let owner = self.owner[t.index()];
-        self.dev[owner.index()].ok_or_else(|| {
+        self.dev[owner.index()].clone().ok_or_else(|| {
             bad_plan(format!(
                 "`{}` is used while not resident on the device",
                 self.graph.tensor(t).name
@@ -392,6 +394,52 @@ impl<'a> Executor<'a> {
         let b = self.be.alloc_host(self.graph.tensor(t).size_bytes)?;
         self.host[t.index()] = Some(b);
         Ok(b)
+    }
+
+    /// Copies `size_bytes` from the start of a host buffer into `segments`, one
+    /// copy per segment with the host offset advancing.
+    fn copy_in(
+        &self,
+        stream: StreamHandle,
+        host: HostBuffer,
+        segments: &[DeviceSegment],
+        size_bytes: u64,
+    ) -> Result<(), ExecError> {
+        let mut host_offset = 0;
+        for seg in DeviceSegment::prefix(segments, size_bytes) {
+            self.be
+                .copy_h2d(stream, host, host_offset, seg.offset_bytes, seg.size_bytes)?;
+            host_offset += seg.size_bytes;
+        }
+        Ok(())
+    }
+
+    /// Copies the first `size_bytes` of `segments` to the start of a host buffer.
+    fn copy_out(
+        &self,
+        stream: StreamHandle,
+        segments: &[DeviceSegment],
+        host: HostBuffer,
+        size_bytes: u64,
+    ) -> Result<(), ExecError> {
+        let mut host_offset = 0;
+        for seg in DeviceSegment::prefix(segments, size_bytes) {
+            self.be
+                .copy_d2h(stream, seg.offset_bytes, host, host_offset, seg.size_bytes)?;
+            host_offset += seg.size_bytes;
+        }
+        Ok(())
+    }
+
+    /// Queues the checksum of the first `size_bytes` of `segments`.
+    fn checksum(
+        &self,
+        stream: StreamHandle,
+        segments: &[DeviceSegment],
+        size_bytes: u64,
+    ) -> Result<ChecksumHandle, ExecError> {
+        self.be
+            .checksum_segments(stream, &DeviceSegment::prefix(segments, size_bytes))
     }
 
     // ----- data -----
@@ -479,8 +527,7 @@ impl<'a> Executor<'a> {
             }
             if matches!(r, Residency::Device | Residency::DeviceAndHost) {
                 let res = self.materialise(t)?;
-                self.be
-                    .copy_h2d(h2d, host, 0, res.offset_bytes, bytes.len() as u64)?;
+                self.copy_in(h2d, host, &res.segments, bytes.len() as u64)?;
             }
         }
         self.be.synchronize(h2d)?;
@@ -639,8 +686,7 @@ impl<'a> Executor<'a> {
             self.be.write_host(host, 0, &bytes)?;
             self.host_sum[t.index()] = Some(Expected::Known(fnv1a(&bytes)));
             let r = self.materialise(t)?;
-            self.be
-                .copy_h2d(h2d, host, 0, r.offset_bytes, bytes.len() as u64)?;
+            self.copy_in(h2d, host, &r.segments, bytes.len() as u64)?;
         }
         self.be.synchronize(h2d)
     }
@@ -724,10 +770,10 @@ impl<'a> Executor<'a> {
                 })?;
                 let size = self.graph.tensor(t).size_bytes;
                 let r = self.materialise(t)?;
-                self.be.copy_h2d(stream, host, 0, r.offset_bytes, size)?;
+                self.copy_in(stream, host, &r.segments, size)?;
                 self.swap_in_bytes += size;
                 if self.opts.check {
-                    let found = self.be.checksum(stream, r.offset_bytes, size)?;
+                    let found = self.checksum(stream, &r.segments, size)?;
                     self.comparisons.push(Comparison {
                         tensor: t,
                         stage: "swap-in",
@@ -742,15 +788,15 @@ impl<'a> Executor<'a> {
                 let size = self.graph.tensor(t).size_bytes;
                 let host = self.host_buffer(t)?;
                 if self.opts.check {
-                    let sum = self.be.checksum(stream, r.offset_bytes, size)?;
+                    let sum = self.checksum(stream, &r.segments, size)?;
                     self.host_sum[t.index()] = Some(Expected::Pending(sum));
                 }
-                self.be.copy_d2h(stream, r.offset_bytes, host, 0, size)?;
+                self.copy_out(stream, &r.segments, host, size)?;
                 self.swap_out_bytes += size;
             }
             Instr::Free(t) => {
                 let t = *t;
-                let r = self.dev[t.index()].ok_or_else(|| {
+                let r = self.dev[t.index()].clone().ok_or_else(|| {
                     bad_plan(format!(
                         "`{}` is freed while not resident",
                         self.graph.tensor(t).name
@@ -762,7 +808,7 @@ impl<'a> Executor<'a> {
                     && tensor.size_bytes == 4
                     && let Some(buf) = self.loss_host
                 {
-                    self.be.copy_d2h(stream, r.offset_bytes, buf, 0, 4)?;
+                    self.copy_out(stream, &r.segments, buf, 4)?;
                     self.loss_copied = true;
                 }
                 self.dev[t.index()] = None;
@@ -799,7 +845,7 @@ impl<'a> Executor<'a> {
         let mut inputs = Vec::with_capacity(op.inputs.len());
         for &t in &op.inputs {
             let r = self.resident(t)?;
-            inputs.push(operand(graph, t, r.offset_bytes, false));
+            inputs.push(operand(graph, t, r.segments, false));
         }
         let mut outputs = Vec::with_capacity(op.outputs.len());
         for &o in &op.outputs {
@@ -810,29 +856,29 @@ impl<'a> Executor<'a> {
                         self.materialise(o)?;
                     }
                     let r = self.resident(o)?;
-                    operand(graph, o, r.offset_bytes, t.view_of.is_none())
+                    operand(graph, o, r.segments, t.view_of.is_none())
                 }
                 Some(listed) if listed.contains(&o) => {
                     let r = self.materialise(o)?;
-                    operand(graph, o, r.offset_bytes, true)
+                    operand(graph, o, r.segments, true)
                 }
                 Some(_) => {
                     // Scratch for outputs the recomputation does not keep.
                     let r = self.allocate(o, t.size_bytes)?;
                     free_after.push(r.key);
-                    operand(graph, o, r.offset_bytes, true)
+                    operand(graph, o, r.segments, true)
                 }
             };
             outputs.push(op_ref);
         }
-        let check_outputs: Vec<(TensorId, u64, u64)> = if self.opts.check {
+        let check_outputs: Vec<(TensorId, Vec<DeviceSegment>, u64)> = if self.opts.check {
             outputs
                 .iter()
                 .filter(|o| match recompute {
                     None => self.recompute_target[o.tensor.index()],
                     Some(listed) => listed.contains(&o.tensor),
                 })
-                .map(|o| (o.tensor, o.offset_bytes, o.size_bytes))
+                .map(|o| (o.tensor, o.segments.clone(), o.size_bytes))
                 .collect()
         } else {
             Vec::new()
@@ -859,8 +905,8 @@ impl<'a> Executor<'a> {
                 },
             },
         )?;
-        for (t, off, size) in check_outputs {
-            let sum = self.be.checksum(stream, off, size)?;
+        for (t, segments, size) in check_outputs {
+            let sum = self.checksum(stream, &segments, size)?;
             if recompute.is_some() {
                 self.comparisons.push(Comparison {
                     tensor: t,
@@ -941,10 +987,10 @@ impl<'a> Executor<'a> {
     ) -> Result<BTreeMap<String, Vec<u8>>, ExecError> {
         let compute = self.stream(StreamKind::Compute);
         for &t in persistent {
-            if let Some(r) = self.dev[t.index()] {
+            if let Some(r) = self.dev[t.index()].clone() {
                 let host = self.host_buffer(t)?;
                 let size = self.graph.tensor(t).size_bytes;
-                self.be.copy_d2h(compute, r.offset_bytes, host, 0, size)?;
+                self.copy_out(compute, &r.segments, host, size)?;
             }
         }
         self.be.synchronize(compute)?;
@@ -961,11 +1007,12 @@ impl<'a> Executor<'a> {
     }
 }
 
-fn operand(graph: &Graph, t: TensorId, offset_bytes: u64, write: bool) -> Operand {
+/// A kernel operand of `t` held in `segments` (its owner's, for a view).
+fn operand(graph: &Graph, t: TensorId, segments: Vec<DeviceSegment>, write: bool) -> Operand {
     let tensor = graph.tensor(t);
     Operand {
         tensor: t,
-        offset_bytes,
+        segments,
         shape: tensor.shape.clone(),
         dtype: tensor.dtype,
         size_bytes: tensor.size_bytes,

@@ -12,8 +12,8 @@ pub mod test_plans;
 pub mod view;
 
 pub use backend::{
-    Backend, ChecksumHandle, EventHandle, HostBuffer, KernelCall, Operand, StreamHandle,
-    StreamKind, fnv1a,
+    Backend, ChecksumHandle, DeviceSegment, EventHandle, HostBuffer, KernelCall, Operand,
+    StreamHandle, StreamKind, fnv1a, fnv1a_update,
 };
 pub use cpu::{CpuBackend, CpuBackendOptions, CpuFaults};
 pub use error::{ExecError, ExecErrorKind};

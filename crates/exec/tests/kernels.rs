@@ -2,14 +2,14 @@
 //! kernels, and the synthetic stand-in is deterministic.
 
 use outcore_exec::cpu::run_kernel;
-use outcore_exec::{KernelCall, Operand};
+use outcore_exec::{DeviceSegment, KernelCall, Operand};
 use outcore_graph::{Conv2dAttrs, DType, OpId, OpKind, TensorId};
 
 fn operand(shape: &[u64], dtype: DType) -> Operand {
     let n: u64 = shape.iter().product();
     Operand {
         tensor: TensorId(0),
-        offset_bytes: 0,
+        segments: vec![DeviceSegment::new(0, n * 4)],
         shape: shape.to_vec(),
         dtype,
         size_bytes: n * 4,

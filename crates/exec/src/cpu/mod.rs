@@ -2,11 +2,18 @@
 //! memory is one arena of exactly the region's size, streams are worker threads
 //! with FIFO queues, events are cross-thread signals, copies are memcpy (optionally
 //! throttled to a link rate), and kernels are real f32 implementations.
+//!
+//! Operands may be non-contiguous ([`DeviceSegment`] lists, from a
+//! virtual-address allocator): kernels gather their inputs from the segments
+//! into contiguous buffers and scatter their outputs back, and checksums fold
+//! over the segments in order. (A CUDA backend would map the chunks into one
+//! virtual range instead; see [`DeviceSegment`].)
 
 mod kernels;
 
 use crate::backend::{
-    Backend, ChecksumHandle, EventHandle, HostBuffer, KernelCall, StreamHandle, StreamKind, fnv1a,
+    Backend, ChecksumHandle, DeviceSegment, EventHandle, HostBuffer, KernelCall, StreamHandle,
+    StreamKind, fnv1a_update,
 };
 use crate::{ExecError, ExecErrorKind};
 use std::collections::HashMap;
@@ -90,8 +97,7 @@ enum Command {
     },
     Kernel(Box<KernelCall>),
     Checksum {
-        off: usize,
-        len: usize,
+        segments: Vec<DeviceSegment>,
         slot: Arc<Mutex<Option<u64>>>,
     },
     Record(Arc<Event>),
@@ -174,10 +180,15 @@ impl Shared {
                 }
                 self.throttle(start, len);
             }
-            Command::Checksum { off, len, slot } => {
+            Command::Checksum { segments, slot } => {
                 let sum = {
                     let arena = lock(&self.arena);
-                    fnv1a(&arena[off..off + len])
+                    segments
+                        .iter()
+                        .fold(crate::backend::FNV1A_OFFSET_BASIS, |h, seg| {
+                            let off = seg.offset_bytes as usize;
+                            fnv1a_update(h, &arena[off..off + seg.size_bytes as usize])
+                        })
                 };
                 *lock(&slot) = Some(sum);
             }
@@ -201,23 +212,19 @@ impl Shared {
                     call.inputs
                         .iter()
                         .map(|o| {
-                            let off = o.offset_bytes as usize;
+                            let span = o.view.as_ref().map_or(o.size_bytes, |m| m.owner_size_bytes)
+                                as usize;
                             if sample_only {
-                                let len =
-                                    o.view.as_ref().map_or(o.size_bytes, |m| m.owner_size_bytes)
-                                        as usize;
-                                let n = len.min(kernels::SYNTHETIC_SAMPLE_BYTES);
-                                let mut sample = arena[off..off + n].to_vec();
-                                sample.extend_from_slice(&arena[off + len - n..off + len]);
+                                let n = span.min(kernels::SYNTHETIC_SAMPLE_BYTES);
+                                let mut sample = gather(&arena, &o.segments, 0, n);
+                                sample.extend(gather(&arena, &o.segments, span - n, n));
                                 return sample;
                             }
+                            let bytes = gather(&arena, &o.segments, 0, span);
                             match &o.view {
                                 // A view reads its owner and derives its own contents.
-                                Some(map) => crate::view::materialise(
-                                    &arena[off..off + map.owner_size_bytes as usize],
-                                    map,
-                                ),
-                                None => arena[off..off + o.size_bytes as usize].to_vec(),
+                                Some(map) => crate::view::materialise(&bytes, map),
+                                None => bytes,
                             }
                         })
                         .collect()
@@ -236,9 +243,8 @@ impl Shared {
                                 if !o.write {
                                     continue;
                                 }
-                                let off = o.offset_bytes as usize;
                                 let n = (o.size_bytes as usize).min(bytes.len());
-                                arena[off..off + n].copy_from_slice(&bytes[..n]);
+                                scatter(&mut arena, &o.segments, &bytes[..n]);
                             }
                         }
                         // A stand-in kernel lasts its modelled time in all (the work
@@ -258,6 +264,42 @@ impl Shared {
                 }
             }
         }
+    }
+}
+
+/// Bytes `[start, start + len)` of the concatenation of `segments` (bytes past
+/// the segments' end are left out). Launch checked the segments lie in the arena.
+fn gather(arena: &[u8], segments: &[DeviceSegment], start: usize, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    // Logical position of the current segment's first byte.
+    let mut logical = 0usize;
+    let end = start + len;
+    for seg in segments {
+        let seg_len = seg.size_bytes as usize;
+        let (lo, hi) = (start.max(logical), end.min(logical + seg_len));
+        if lo < hi {
+            let off = seg.offset_bytes as usize + (lo - logical);
+            out.extend_from_slice(&arena[off..off + (hi - lo)]);
+        }
+        logical += seg_len;
+        if logical >= end {
+            break;
+        }
+    }
+    out
+}
+
+/// Writes `bytes` over the start of the concatenation of `segments`.
+fn scatter(arena: &mut [u8], segments: &[DeviceSegment], bytes: &[u8]) {
+    let mut rest = bytes;
+    for seg in segments {
+        if rest.is_empty() {
+            break;
+        }
+        let n = (seg.size_bytes as usize).min(rest.len());
+        let off = seg.offset_bytes as usize;
+        arena[off..off + n].copy_from_slice(&rest[..n]);
+        rest = &rest[n..];
     }
 }
 
@@ -586,11 +628,17 @@ impl Backend for CpuBackend {
         for o in kernel.inputs.iter().chain(&kernel.outputs) {
             // A view spans its owner's bytes, not its own logical size.
             let span = o.view.as_ref().map_or(o.size_bytes, |m| m.owner_size_bytes);
-            self.check_device_range(
-                &format!("operand {} of kernel `{}`", o.tensor, kernel.op_name),
-                o.offset_bytes,
-                span,
-            )?;
+            let what = format!("operand {} of kernel `{}`", o.tensor, kernel.op_name);
+            let covered = DeviceSegment::total_bytes(&o.segments);
+            if covered < span {
+                return Err(ExecError::new(ExecErrorKind::OutOfRange {
+                    what,
+                    detail: format!("its segments hold {covered} bytes, it spans {span}"),
+                }));
+            }
+            for seg in &o.segments {
+                self.check_device_range(&what, seg.offset_bytes, seg.size_bytes)?;
+            }
         }
         self.send(stream, Command::Kernel(Box::new(kernel)))
     }
@@ -601,14 +649,23 @@ impl Backend for CpuBackend {
         offset_bytes: u64,
         size_bytes: u64,
     ) -> Result<ChecksumHandle, ExecError> {
-        self.check_device_range("checksum range", offset_bytes, size_bytes)?;
+        self.checksum_segments(stream, &[DeviceSegment::new(offset_bytes, size_bytes)])
+    }
+
+    fn checksum_segments(
+        &self,
+        stream: StreamHandle,
+        segments: &[DeviceSegment],
+    ) -> Result<ChecksumHandle, ExecError> {
+        for seg in segments {
+            self.check_device_range("checksum range", seg.offset_bytes, seg.size_bytes)?;
+        }
         let slot = Arc::new(Mutex::new(None));
         let id = self.id();
         self.send(
             stream,
             Command::Checksum {
-                off: offset_bytes as usize,
-                len: size_bytes as usize,
+                segments: segments.to_vec(),
                 slot: Arc::clone(&slot),
             },
         )?;
