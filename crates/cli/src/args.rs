@@ -92,6 +92,15 @@ pub enum Command {
         planner: Option<String>,
         #[arg(long, default_value_t = 10)]
         iters: u32,
+        /// Device-arena allocator: perfect, best-fit or virtual-chunks (default:
+        /// the plan's own, `perfect` for plans made here). Also used by the
+        /// simulator's prediction.
+        #[arg(long)]
+        allocator: Option<String>,
+        /// Physical chunk size of `virtual-chunks`, KiB (tiny models need small
+        /// chunks such as 64); requests up to a quarter chunk share chunks.
+        #[arg(long = "chunk-kib", default_value_t = 2048)]
+        chunk_kib: u64,
         /// Throttle host<->device copies to this rate (GB/s) so overlap and stalls show.
         #[arg(long = "link-gbps")]
         link_gbps: Option<f64>,

@@ -76,6 +76,8 @@ pub fn run(cli: Cli) -> Result<()> {
             budget,
             planner,
             iters,
+            allocator,
+            chunk_kib,
             link_gbps,
             check,
             reference,
@@ -92,6 +94,8 @@ pub fn run(cli: Cli) -> Result<()> {
             budget,
             planner,
             iters,
+            allocator,
+            chunk_kib,
             link_gbps,
             check,
             reference,
@@ -803,6 +807,8 @@ struct RunArgs {
     budget: Option<String>,
     planner: Option<String>,
     iters: u32,
+    allocator: Option<String>,
+    chunk_kib: u64,
     link_gbps: Option<f64>,
     check: bool,
     reference: bool,
@@ -812,6 +818,28 @@ struct RunArgs {
     synthetic_flops_per_s: f64,
     seed: u64,
     json: bool,
+}
+
+/// The plan `allocator` JSON for `outcore run --allocator NAME --chunk-kib N`.
+fn run_allocator(name: &str, chunk_kib: u64) -> Result<Value> {
+    Ok(match name {
+        "perfect" | "best-fit" => json!({"kind": name}),
+        "virtual-chunks" => {
+            let chunk_bytes = chunk_kib
+                .checked_mul(1024)
+                .filter(|b| *b > 0)
+                .ok_or_else(|| anyhow!("--chunk-kib must be a positive number of KiB"))?;
+            // A quarter chunk: small tensors (biases, norms) share chunks instead
+            // of wasting most of one each, while packed chunks that fragment stay
+            // a small part of a chunk's worth.
+            json!({
+                "kind": "virtual-chunks",
+                "chunk_bytes": chunk_bytes,
+                "small_alloc_max_bytes": chunk_bytes / 4 / 512 * 512,
+            })
+        }
+        other => bail!("unknown allocator `{other}`; use perfect, best-fit or virtual-chunks"),
+    })
 }
 
 fn cmd_run(a: RunArgs) -> Result<()> {
@@ -827,6 +855,11 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     if a.link_gbps.is_some_and(|g| !g.is_finite() || g <= 0.0) {
         bail!("--link-gbps must be a positive number");
     }
+    let allocator = a
+        .allocator
+        .as_deref()
+        .map(|name| run_allocator(name, a.chunk_kib))
+        .transpose()?;
     // The plan: loaded, or made here for the CPU device.
     let (graph, mut plan, planner_name) = if let Some(path) = &a.plan {
         let text = std::fs::read_to_string(path)
@@ -848,12 +881,14 @@ fn cmd_run(a: RunArgs) -> Result<()> {
             device,
             budget_bytes,
             footprint_bytes,
-            allocator: json!({"kind": "perfect"}),
+            allocator: allocator
+                .clone()
+                .unwrap_or_else(|| json!({"kind": "perfect"})),
         };
         let target_args = TargetArgs {
             device: "cpu-reference".into(),
             budget: a.budget.clone().unwrap_or_default(),
-            allocator: "perfect".into(),
+            allocator: a.allocator.clone().unwrap_or_else(|| "perfect".into()),
             seed: a.seed,
             seconds: 10.0,
             latency_table: None,
@@ -884,6 +919,10 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         record_graph_source(&mut plan, &loaded)?;
         (loaded.graph, plan, planner_name)
     };
+    // The arena runs the named allocator (a loaded plan's own otherwise).
+    if let Some(allocator) = allocator {
+        plan.allocator = allocator;
+    }
     let violations = verify(&plan, &graph);
     if let Some(first) = violations.first() {
         bail!(
