@@ -1,7 +1,7 @@
 //! Real planners' plans at 40% of the footprint, executed on the CPU backend for 10
 //! iterations with checks: parameters bit-identical to an unconstrained run, loss
-//! decreasing. (mlp is not here: its plans fit in bytes at 40% but not in this
-//! arena's addresses; see BENCHMARKS.md.)
+//! decreasing. (mlp is in `virtual_chunks_at_40.rs`: at 40% its plans fit in bytes
+//! but not in a contiguous arena's addresses; virtual-chunk mapping runs them.)
 
 use outcore_cost::RooflineModel;
 use outcore_exec::{CpuBackend, CpuBackendOptions, ExecOptions, execute};
