@@ -76,58 +76,7 @@ pub enum Command {
         json: bool,
     },
     /// Plan (or load a plan) and execute it on a backend with real buffers.
-    Run {
-        /// Backend: `cpu` (the reference backend).
-        #[arg(long, default_value = "cpu")]
-        backend: String,
-        #[command(flatten)]
-        graph: GraphArgs,
-        /// Run this plan file instead of planning.
-        #[arg(long, conflicts_with_all = ["model", "graph"])]
-        plan: Option<PathBuf>,
-        /// Budget: bytes, a size like 2GiB, or NN% of the footprint (the device arena's size).
-        #[arg(long, required_unless_present = "plan")]
-        budget: Option<String>,
-        #[arg(long, required_unless_present = "plan")]
-        planner: Option<String>,
-        #[arg(long, default_value_t = 10)]
-        iters: u32,
-        /// Device-arena allocator: perfect, best-fit or virtual-chunks (default:
-        /// the plan's own, `perfect` for plans made here). Also used by the
-        /// simulator's prediction.
-        #[arg(long)]
-        allocator: Option<String>,
-        /// Physical chunk size of `virtual-chunks`, KiB (tiny models need small
-        /// chunks such as 64); requests up to a quarter chunk share chunks.
-        #[arg(long = "chunk-kib", default_value_t = 2048)]
-        chunk_kib: u64,
-        /// Throttle host<->device copies to this rate (GB/s) so overlap and stalls show.
-        #[arg(long = "link-gbps")]
-        link_gbps: Option<f64>,
-        /// Checksum tensors at swap-out / swap-in and compare recomputed tensors.
-        #[arg(long)]
-        check: bool,
-        /// Also run without swapping or recomputation and compare final parameters bit for bit.
-        #[arg(long)]
-        reference: bool,
-        /// Write a Chrome trace of what ran.
-        #[arg(long)]
-        trace: Option<PathBuf>,
-        /// Write the measured-latency table (loadable with --latency-table).
-        #[arg(long = "profile-out")]
-        profile_out: Option<PathBuf>,
-        /// Run every op on a synthetic kernel that takes the cost model's time (for
-        /// graphs too large for the CPU's reference kernels).
-        #[arg(long)]
-        synthetic: bool,
-        /// Speed at which stand-in kernels (ops without a CPU kernel) run, FLOP/s.
-        #[arg(long = "synthetic-flops", default_value_t = 1e10)]
-        synthetic_flops_per_s: f64,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        #[arg(long)]
-        json: bool,
-    },
+    Run(RunArgs),
     /// Replay an allocation trace through an allocator.
     AllocReplay {
         trace: PathBuf,
@@ -140,6 +89,61 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Arguments of `outcore run`.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// Backend: `cpu` (the reference backend).
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    #[command(flatten)]
+    pub graph: GraphArgs,
+    /// Run this plan file instead of planning.
+    #[arg(long, conflicts_with_all = ["model", "graph"])]
+    pub plan: Option<PathBuf>,
+    /// Budget: bytes, a size like 2GiB, or NN% of the footprint (the device arena's size).
+    #[arg(long, required_unless_present = "plan")]
+    pub budget: Option<String>,
+    #[arg(long, required_unless_present = "plan")]
+    pub planner: Option<String>,
+    #[arg(long, default_value_t = 10)]
+    pub iters: u32,
+    /// Device-arena allocator: perfect, best-fit or virtual-chunks (default:
+    /// the plan's own, `perfect` for plans made here). Also used by the
+    /// simulator's prediction.
+    #[arg(long)]
+    pub allocator: Option<String>,
+    /// Physical chunk size of `virtual-chunks`, KiB (tiny models need small
+    /// chunks such as 64); requests up to a quarter chunk share chunks.
+    #[arg(long = "chunk-kib", default_value_t = 2048)]
+    pub chunk_kib: u64,
+    /// Throttle host<->device copies to this rate (GB/s) so overlap and stalls show.
+    #[arg(long = "link-gbps")]
+    pub link_gbps: Option<f64>,
+    /// Checksum tensors at swap-out / swap-in and compare recomputed tensors.
+    #[arg(long)]
+    pub check: bool,
+    /// Also run without swapping or recomputation and compare final parameters bit for bit.
+    #[arg(long)]
+    pub reference: bool,
+    /// Write a Chrome trace of what ran.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Write the measured-latency table (loadable with --latency-table).
+    #[arg(long = "profile-out")]
+    pub profile_out: Option<PathBuf>,
+    /// Run every op on a synthetic kernel that takes the cost model's time (for
+    /// graphs too large for the CPU's reference kernels).
+    #[arg(long)]
+    pub synthetic: bool,
+    /// Speed at which stand-in kernels (ops without a CPU kernel) run, FLOP/s.
+    #[arg(long = "synthetic-flops", default_value_t = 1e10)]
+    pub synthetic_flops_per_s: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which graph: a zoo model or a graph file.

@@ -1,6 +1,6 @@
 //! The subcommands: load inputs, call the library crates, print tables or JSON.
 
-use crate::args::{Cli, Command, GraphArgs, TargetArgs};
+use crate::args::{Cli, Command, GraphArgs, RunArgs, TargetArgs};
 use anyhow::{Context, Result, anyhow, bail};
 use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
 use outcore_graph::builder::Optimizer;
@@ -69,43 +69,7 @@ pub fn run(cli: Cli) -> Result<()> {
             planners,
             json,
         } => cmd_compare(&graph, &target, &planners, json),
-        Command::Run {
-            backend,
-            graph,
-            plan,
-            budget,
-            planner,
-            iters,
-            allocator,
-            chunk_kib,
-            link_gbps,
-            check,
-            reference,
-            trace,
-            profile_out,
-            synthetic,
-            synthetic_flops_per_s,
-            seed,
-            json,
-        } => cmd_run(RunArgs {
-            backend,
-            graph,
-            plan,
-            budget,
-            planner,
-            iters,
-            allocator,
-            chunk_kib,
-            link_gbps,
-            check,
-            reference,
-            trace,
-            profile_out,
-            synthetic,
-            synthetic_flops_per_s,
-            seed,
-            json,
-        }),
+        Command::Run(args) => cmd_run(args),
         Command::AllocReplay {
             trace,
             allocator,
@@ -798,26 +762,6 @@ fn cmd_alloc_replay(
     );
     say!("failures           {}", report.failures);
     Ok(())
-}
-
-struct RunArgs {
-    backend: String,
-    graph: GraphArgs,
-    plan: Option<std::path::PathBuf>,
-    budget: Option<String>,
-    planner: Option<String>,
-    iters: u32,
-    allocator: Option<String>,
-    chunk_kib: u64,
-    link_gbps: Option<f64>,
-    check: bool,
-    reference: bool,
-    trace: Option<std::path::PathBuf>,
-    profile_out: Option<std::path::PathBuf>,
-    synthetic: bool,
-    synthetic_flops_per_s: f64,
-    seed: u64,
-    json: bool,
 }
 
 /// The plan `allocator` JSON for `outcore run --allocator NAME --chunk-kib N`.

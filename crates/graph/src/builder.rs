@@ -637,6 +637,30 @@ impl GraphBuilder {
         outs[0]
     }
 
+    /// Square pooling attributes, the output shape `[n, c, ho, wo]` of pooling `x`
+    /// with them, and its element count.
+    fn pool_geometry(
+        &self,
+        x: TensorId,
+        kernel: u32,
+        stride: u32,
+        padding: u32,
+        ceil_mode: bool,
+    ) -> (Pool2dAttrs, Vec<u64>, u64) {
+        let attrs = Pool2dAttrs {
+            kernel: [kernel; 2],
+            stride: [stride; 2],
+            padding: [padding; 2],
+            ceil_mode,
+        };
+        let xs = self.shape(x);
+        let ho = pool_out(xs[2], kernel, stride, padding, ceil_mode);
+        let wo = pool_out(xs[3], kernel, stride, padding, ceil_mode);
+        let shape = vec![xs[0], xs[1], ho, wo];
+        let numel_out = shape.iter().product();
+        (attrs, shape, numel_out)
+    }
+
     /// Max pooling; outputs the pooled tensor and `int64` indices, which backward
     /// keeps with the input (`max_pool2d_with_indices_backward`).
     pub fn max_pool2d(
@@ -647,17 +671,7 @@ impl GraphBuilder {
         padding: u32,
         ceil_mode: bool,
     ) -> TensorId {
-        let attrs = Pool2dAttrs {
-            kernel: [kernel; 2],
-            stride: [stride; 2],
-            padding: [padding; 2],
-            ceil_mode,
-        };
-        let xs = self.shape(x).to_vec();
-        let ho = pool_out(xs[2], kernel, stride, padding, ceil_mode);
-        let wo = pool_out(xs[3], kernel, stride, padding, ceil_mode);
-        let shape = vec![xs[0], xs[1], ho, wo];
-        let numel_out: u64 = shape.iter().product();
+        let (attrs, shape, numel_out) = self.pool_geometry(x, kernel, stride, padding, ceil_mode);
         let outs_spec = [
             ("", shape.clone(), self.dtype),
             ("indices", shape, DType::Int64),
@@ -690,17 +704,7 @@ impl GraphBuilder {
         padding: u32,
         ceil_mode: bool,
     ) -> TensorId {
-        let attrs = Pool2dAttrs {
-            kernel: [kernel; 2],
-            stride: [stride; 2],
-            padding: [padding; 2],
-            ceil_mode,
-        };
-        let xs = self.shape(x).to_vec();
-        let ho = pool_out(xs[2], kernel, stride, padding, ceil_mode);
-        let wo = pool_out(xs[3], kernel, stride, padding, ceil_mode);
-        let shape = vec![xs[0], xs[1], ho, wo];
-        let numel_out: u64 = shape.iter().product();
+        let (attrs, shape, numel_out) = self.pool_geometry(x, kernel, stride, padding, ceil_mode);
         let flops = numel_out * (kernel as u64) * (kernel as u64);
         let out = self.act_out(shape);
         let (op, outs) =
@@ -772,17 +776,7 @@ impl GraphBuilder {
         padding: u32,
         ceil_mode: bool,
     ) -> TensorId {
-        let attrs = Pool2dAttrs {
-            kernel: [kernel; 2],
-            stride: [stride; 2],
-            padding: [padding; 2],
-            ceil_mode,
-        };
-        let xs = self.shape(x).to_vec();
-        let ho = pool_out(xs[2], kernel, stride, padding, ceil_mode);
-        let wo = pool_out(xs[3], kernel, stride, padding, ceil_mode);
-        let shape = vec![xs[0], xs[1], ho, wo];
-        let numel_out: u64 = shape.iter().product();
+        let (attrs, shape, numel_out) = self.pool_geometry(x, kernel, stride, padding, ceil_mode);
         let flops = numel_out * (kernel as u64) * (kernel as u64);
         let out = self.act_out(shape);
         let (op, outs) = self.forward_op(
