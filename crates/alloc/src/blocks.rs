@@ -89,10 +89,10 @@ impl BlockPool {
                     allocated: false,
                 },
             );
-            if let Some(next_addr) = old_next {
-                if let Some(next) = self.blocks.get_mut(&next_addr) {
-                    next.prev = Some(rest_addr);
-                }
+            if let Some(next_addr) = old_next
+                && let Some(next) = self.blocks.get_mut(&next_addr)
+            {
+                next.prev = Some(rest_addr);
             }
             self.free.insert((remainder, rest_addr));
             if let Some(block) = self.blocks.get_mut(&addr) {
@@ -119,32 +119,30 @@ impl BlockPool {
         let mut size_bytes = block.size_bytes;
         let mut prev = block.prev;
         let mut next = block.next;
-        if let Some(prev_addr) = prev {
-            if let Some(p) = self
+        if let Some(prev_addr) = prev
+            && let Some(p) = self
                 .blocks
                 .get(&prev_addr)
                 .copied()
                 .filter(|b| !b.allocated)
-            {
-                self.free.remove(&(p.size_bytes, prev_addr));
-                self.blocks.remove(&addr);
-                start = prev_addr;
-                size_bytes += p.size_bytes;
-                prev = p.prev;
-            }
+        {
+            self.free.remove(&(p.size_bytes, prev_addr));
+            self.blocks.remove(&addr);
+            start = prev_addr;
+            size_bytes += p.size_bytes;
+            prev = p.prev;
         }
-        if let Some(next_addr) = next {
-            if let Some(n) = self
+        if let Some(next_addr) = next
+            && let Some(n) = self
                 .blocks
                 .get(&next_addr)
                 .copied()
                 .filter(|b| !b.allocated)
-            {
-                self.free.remove(&(n.size_bytes, next_addr));
-                self.blocks.remove(&next_addr);
-                size_bytes += n.size_bytes;
-                next = n.next;
-            }
+        {
+            self.free.remove(&(n.size_bytes, next_addr));
+            self.blocks.remove(&next_addr);
+            size_bytes += n.size_bytes;
+            next = n.next;
         }
         self.blocks.insert(
             start,
@@ -155,10 +153,10 @@ impl BlockPool {
                 allocated: false,
             },
         );
-        if let Some(next_addr) = next {
-            if let Some(n) = self.blocks.get_mut(&next_addr) {
-                n.prev = Some(start);
-            }
+        if let Some(next_addr) = next
+            && let Some(n) = self.blocks.get_mut(&next_addr)
+        {
+            n.prev = Some(start);
         }
         self.free.insert((size_bytes, start));
         Some(FreedBlock {

@@ -56,12 +56,12 @@ impl ExtentMap {
     /// Returns `[addr, addr + size_bytes)` to the map, merging with free
     /// neighbours. The caller guarantees the range is currently allocated.
     pub(crate) fn release(&mut self, mut addr: u64, mut size_bytes: u64) {
-        if let Some((&prev_addr, &prev_size)) = self.by_addr.range(..addr).next_back() {
-            if prev_addr + prev_size == addr {
-                self.remove(prev_addr, prev_size);
-                addr = prev_addr;
-                size_bytes += prev_size;
-            }
+        if let Some((&prev_addr, &prev_size)) = self.by_addr.range(..addr).next_back()
+            && prev_addr + prev_size == addr
+        {
+            self.remove(prev_addr, prev_size);
+            addr = prev_addr;
+            size_bytes += prev_size;
         }
         if let Some(&next_size) = self.by_addr.get(&(addr + size_bytes)) {
             self.remove(addr + size_bytes, next_size);

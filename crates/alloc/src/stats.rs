@@ -87,10 +87,10 @@ impl AllocStats {
 
     pub(crate) fn record_failure(&mut self, record: Option<FailureRecord>) {
         self.n_failures += 1;
-        if let Some(record) = record {
-            if self.failures.len() < MAX_RECORDED_FAILURES {
-                self.failures.push(record);
-            }
+        if let Some(record) = record
+            && self.failures.len() < MAX_RECORDED_FAILURES
+        {
+            self.failures.push(record);
         }
     }
 

@@ -181,13 +181,12 @@ impl Trace {
                 if let Ok(FormatProbe {
                     format: Some(format),
                 }) = serde_json::from_str::<FormatProbe>(text)
+                    && format.as_str() != Some(TRACE_FORMAT)
                 {
-                    if format.as_str() != Some(TRACE_FORMAT) {
-                        return Err(TraceErrorKind::UnsupportedFormat {
-                            found: format.to_string(),
-                        }
-                        .into());
+                    return Err(TraceErrorKind::UnsupportedFormat {
+                        found: format.to_string(),
                     }
+                    .into());
                 }
                 return Err(TraceErrorKind::Parse {
                     line: err.line(),

@@ -117,7 +117,7 @@ pub struct VirtualChunks {
 
 impl VirtualChunks {
     pub fn new(config: VirtualChunksConfig, capacity_bytes: u64) -> Result<Self, AllocError> {
-        if config.chunk_bytes == 0 || config.chunk_bytes % ALIGNMENT_BYTES != 0 {
+        if config.chunk_bytes == 0 || !config.chunk_bytes.is_multiple_of(ALIGNMENT_BYTES) {
             return Err(invalid_config(format!(
                 "virtual-chunks chunk_bytes is {}; it must be a positive multiple of 512 (CUDA needs 2 MiB multiples)",
                 config.chunk_bytes
@@ -516,7 +516,7 @@ mod tests {
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1_442_695_040_888_963_407);
             let r = rng >> 33;
-            if r % 3 == 0 && !live.is_empty() {
+            if r.is_multiple_of(3) && !live.is_empty() {
                 let (id, _) = live.swap_remove((r as usize / 3) % live.len());
                 a.free(id).expect("free");
                 assert_eq!(a.physical_segments(id), None);

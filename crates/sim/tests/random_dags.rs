@@ -75,7 +75,7 @@ fn random_schedule(g: &Graph, decisions: &[u8]) -> Schedule {
                         before: Some(b),
                         how: Restore::Swap,
                         prefetch_after: Some(a + (b - a - 1) * (d as usize % 4) / 4),
-                        reclaim_before: if d % 2 == 0 { Some(b) } else { None },
+                        reclaim_before: if d.is_multiple_of(2) { Some(b) } else { None },
                     });
                     gapped[t.index()] = true;
                 }

@@ -243,7 +243,9 @@ fn build_nasnet(name: &'static str, req: &ModelRequest) -> Result<Graph, GraphEr
             format!("repeats {repeats} is not between 1 and {MAX_REPEATS}"),
         ));
     }
-    if filters % FILTERS_QUANTUM != 0 || !(FILTERS_QUANTUM..=MAX_FILTERS).contains(&filters) {
+    if !filters.is_multiple_of(FILTERS_QUANTUM)
+        || !(FILTERS_QUANTUM..=MAX_FILTERS).contains(&filters)
+    {
         return Err(bad_knob(
             name,
             format!(

@@ -248,7 +248,7 @@ pub(super) fn models() -> Vec<ModelInfo> {
 
 /// Errors unless `hidden` splits evenly into `heads` and `seq` fits the positions.
 fn check_dims(name: &str, d: &Dims, seq: u64) -> Result<(), GraphError> {
-    if d.hidden % d.heads != 0 {
+    if !d.hidden.is_multiple_of(d.heads) {
         return Err(bad_knob(
             name,
             format!("hidden {} is not a multiple of heads {}", d.hidden, d.heads),
