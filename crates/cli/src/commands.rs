@@ -5,7 +5,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
 use outcore_graph::builder::Optimizer;
 use outcore_graph::{Graph, footprint, stats, zoo};
-use outcore_plan::{Plan, PlanOutcome, PlanRequest, Planner, fmt_bytes, verify};
+use outcore_plan::{AllocatorSpec, Plan, PlanOutcome, PlanRequest, Planner, fmt_bytes, verify};
 use outcore_sim::{SimOptions, SimReport, simulate};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -202,7 +202,7 @@ struct Target {
     device: DeviceProfile,
     budget_bytes: u64,
     footprint_bytes: u64,
-    allocator: Value,
+    allocator: AllocatorSpec,
 }
 
 fn load_target(graph: &Graph, target: &TargetArgs) -> Result<Target> {
@@ -219,10 +219,11 @@ fn load_target(graph: &Graph, target: &TargetArgs) -> Result<Target> {
         );
     }
     let allocator = match target.allocator.as_str() {
-        "perfect" => json!({"kind": "perfect"}),
-        "best-fit" | "virtual-chunks" => json!({"kind": target.allocator}),
+        "perfect" => AllocatorSpec::Perfect,
+        "best-fit" => AllocatorSpec::BestFit(Default::default()),
+        "virtual-chunks" => AllocatorSpec::VirtualChunks(Default::default()),
         // Configured per plan from its own allocation trace (see `plan_and_check`).
-        "size-class" => json!({"kind": "size-class"}),
+        "size-class" => AllocatorSpec::SizeClass(Default::default()),
         other => bail!(
             "unknown allocator `{other}`; use perfect, best-fit, size-class or virtual-chunks"
         ),
@@ -306,6 +307,7 @@ fn plan_and_check(
         budget_bytes: target.budget_bytes,
         seed: args.seed,
         time_limit_s: args.seconds,
+        allocator: &target.allocator,
     };
     let t0 = Instant::now();
     let outcome = planner.plan(&request);
@@ -327,13 +329,13 @@ fn plan_and_check(
         PlanOutcome::Feasible(plan) => *plan,
     };
     plan.device = serde_json::to_value(&target.device).unwrap_or(Value::Null);
-    if plan.allocator.get("kind").and_then(Value::as_str) == Some("perfect") {
+    if plan.allocator == AllocatorSpec::Perfect {
         plan.allocator = target.allocator.clone();
     }
-    if target.allocator.get("kind").and_then(Value::as_str) == Some("size-class") {
+    if matches!(target.allocator, AllocatorSpec::SizeClass(_)) {
         // Size the pool for this plan: replay it with a perfect allocator first.
         let mut probe = plan.clone();
-        probe.allocator = json!({"kind": "perfect"});
+        probe.allocator = AllocatorSpec::Perfect;
         let options = SimOptions {
             iterations: 1,
             record_alloc_trace: true,
@@ -691,7 +693,7 @@ fn cmd_compare(
 /// A size-class pool for a trace: one class per distinct size, with as many objects
 /// as the trace ever holds live at once (the smallest pool of exact-size classes
 /// that serves it; SwapAdvisor searches coarser merges of these classes).
-fn size_classes_for_trace(trace: &outcore_alloc::Trace) -> Value {
+fn size_classes_for_trace(trace: &outcore_alloc::Trace) -> AllocatorSpec {
     let mut live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut size_of: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     for e in &trace.events {
@@ -711,11 +713,14 @@ fn size_classes_for_trace(trace: &outcore_alloc::Trace) -> Value {
             }
         }
     }
-    let classes: Vec<Value> = live
+    let classes = live
         .iter()
-        .map(|(size, (_, peak))| json!({"size_bytes": size, "count": peak}))
+        .map(|(&size_bytes, &(_, count))| outcore_alloc::SizeClassSpec { size_bytes, count })
         .collect();
-    json!({"kind": "size-class", "classes": classes})
+    AllocatorSpec::SizeClass(outcore_alloc::SizeClassConfig {
+        classes,
+        encoding: None,
+    })
 }
 
 fn cmd_alloc_replay(
@@ -731,7 +736,7 @@ fn cmd_alloc_replay(
     let kind: outcore_alloc::AllocatorKind = allocator.parse()?;
     let config = outcore_alloc::AllocatorConfig::default_for(kind);
     let config = if let outcore_alloc::AllocatorConfig::SizeClass(_) = config {
-        serde_json::from_value(size_classes_for_trace(&trace))?
+        size_classes_for_trace(&trace).config().unwrap_or(config)
     } else {
         config
     };
@@ -765,9 +770,10 @@ fn cmd_alloc_replay(
 }
 
 /// The plan `allocator` JSON for `outcore run --allocator NAME --chunk-kib N`.
-fn run_allocator(name: &str, chunk_kib: u64) -> Result<Value> {
+fn run_allocator(name: &str, chunk_kib: u64) -> Result<AllocatorSpec> {
     Ok(match name {
-        "perfect" | "best-fit" => json!({"kind": name}),
+        "perfect" => AllocatorSpec::Perfect,
+        "best-fit" => AllocatorSpec::BestFit(Default::default()),
         "virtual-chunks" => {
             let chunk_bytes = chunk_kib
                 .checked_mul(1024)
@@ -776,10 +782,9 @@ fn run_allocator(name: &str, chunk_kib: u64) -> Result<Value> {
             // A quarter chunk: small tensors (biases, norms) share chunks instead
             // of wasting most of one each, while packed chunks that fragment stay
             // a small part of a chunk's worth.
-            json!({
-                "kind": "virtual-chunks",
-                "chunk_bytes": chunk_bytes,
-                "small_alloc_max_bytes": chunk_bytes / 4 / 512 * 512,
+            AllocatorSpec::VirtualChunks(outcore_alloc::VirtualChunksConfig {
+                chunk_bytes,
+                small_alloc_max_bytes: chunk_bytes / 4 / 512 * 512,
             })
         }
         other => bail!("unknown allocator `{other}`; use perfect, best-fit or virtual-chunks"),
@@ -825,9 +830,7 @@ fn cmd_run(a: RunArgs) -> Result<()> {
             device,
             budget_bytes,
             footprint_bytes,
-            allocator: allocator
-                .clone()
-                .unwrap_or_else(|| json!({"kind": "perfect"})),
+            allocator: allocator.clone().unwrap_or_default(),
         };
         let target_args = TargetArgs {
             device: "cpu-reference".into(),

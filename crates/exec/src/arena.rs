@@ -8,7 +8,8 @@
 
 use crate::backend::DeviceSegment;
 use crate::{ExecError, ExecErrorKind};
-use outcore_alloc::{ALIGNMENT_BYTES, AllocErrorKind, AllocId, AllocatorConfig};
+use outcore_alloc::{ALIGNMENT_BYTES, AllocErrorKind, AllocId};
+use outcore_plan::AllocatorSpec;
 use std::collections::{BTreeMap, HashMap};
 
 /// Where a failed allocation stood.
@@ -26,23 +27,11 @@ pub(crate) enum ArenaAllocator {
 }
 
 impl ArenaAllocator {
-    /// Builds the allocator named by a plan's `allocator` JSON over `capacity_bytes`.
-    pub fn from_plan_json(
-        json: &serde_json::Value,
-        capacity_bytes: u64,
-    ) -> Result<Self, ExecError> {
-        let kind = json
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .unwrap_or("perfect");
-        if kind == "perfect" {
+    /// Builds the allocator a plan names over `capacity_bytes`.
+    pub fn from_spec(spec: &AllocatorSpec, capacity_bytes: u64) -> Result<Self, ExecError> {
+        let Some(config) = spec.config() else {
             return Ok(ArenaAllocator::Perfect(BestFitList::new(capacity_bytes)));
-        }
-        let config: AllocatorConfig = serde_json::from_value(json.clone()).map_err(|e| {
-            ExecError::new(ExecErrorKind::Allocator {
-                detail: e.to_string(),
-            })
-        })?;
+        };
         let alloc = outcore_alloc::build(&config, capacity_bytes).map_err(|e| {
             ExecError::new(ExecErrorKind::Allocator {
                 detail: e.to_string(),

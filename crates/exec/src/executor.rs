@@ -252,7 +252,7 @@ impl<'a> Executor<'a> {
                 graph.tensors.len()
             )));
         }
-        let alloc = ArenaAllocator::from_plan_json(&plan.allocator, plan.budget_bytes)?;
+        let alloc = ArenaAllocator::from_spec(&plan.allocator, plan.budget_bytes)?;
         let n = graph.tensors.len();
         let mut recompute_target = vec![false; n];
         for step in plan.stream(Stream::Compute) {

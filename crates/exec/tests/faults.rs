@@ -101,7 +101,7 @@ fn plan_allocator_from_outcore_alloc_is_used() {
     .expect("perfect allocator runs");
     // The caching model keeps freed segments for reuse by similar sizes, so it
     // needs headroom over the fragmentation-free bound.
-    plan.allocator = serde_json::json!({"kind": "best-fit"});
+    plan.allocator = outcore_plan::AllocatorSpec::BestFit(Default::default());
     plan.budget_bytes *= 2;
     let report = execute(
         &graph,
@@ -114,13 +114,14 @@ fn plan_allocator_from_outcore_alloc_is_used() {
     )
     .expect("best-fit allocator runs");
     assert_eq!(report.final_state(), reference.final_state());
-    plan.allocator = serde_json::json!({"kind": "no-such-allocator"});
+    // A size-class pool with no classes cannot be built.
+    plan.allocator = outcore_plan::AllocatorSpec::SizeClass(Default::default());
     let err = execute(
         &graph,
         &plan,
         &CpuBackend::new(CpuBackendOptions::default()),
         &ExecOptions::default(),
     )
-    .expect_err("unknown allocator");
+    .expect_err("unbuildable allocator");
     assert!(matches!(err.kind, ExecErrorKind::Allocator { .. }), "{err}");
 }

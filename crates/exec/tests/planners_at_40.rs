@@ -18,7 +18,11 @@ fn graph(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
 
 /// Runs each planner's plan at 40% for `ITERS` iterations and compares it with an
 /// unconstrained in-order run; `allocator` replaces the plan's arena allocator.
-fn run_planners_at_40(g: &Graph, planners: &[&str], allocator: Option<serde_json::Value>) {
+fn run_planners_at_40(
+    g: &Graph,
+    planners: &[&str],
+    allocator: Option<outcore_plan::AllocatorSpec>,
+) {
     let (fp, _) = footprint(g);
     let budget = fp * 40 / 100;
     let options = ExecOptions {
@@ -54,6 +58,7 @@ fn run_planners_at_40(g: &Graph, planners: &[&str], allocator: Option<serde_json
             budget_bytes: budget,
             seed: 0,
             time_limit_s: 10.0,
+            allocator: &outcore_plan::AllocatorSpec::Perfect,
         };
         let mut plan = match planner.plan(&request) {
             PlanOutcome::Feasible(p) => *p,
@@ -110,11 +115,11 @@ fn mlp_under_three_planners_at_40_percent_with_virtual_chunks() {
     // waste stays small against a 14 MiB budget; tensors up to 16 KiB share chunks.
     // odswap is not here: it finds no plan for this mlp at 40% (fc0 alone needs
     // more than its schedule leaves), a planning limit, not an arena one.
-    let virtual_chunks = serde_json::json!({
-        "kind": "virtual-chunks",
-        "chunk_bytes": 64 * 1024,
-        "small_alloc_max_bytes": 16 * 1024,
-    });
+    let virtual_chunks =
+        outcore_plan::AllocatorSpec::VirtualChunks(outcore_alloc::VirtualChunksConfig {
+            chunk_bytes: 64 * 1024,
+            small_alloc_max_bytes: 16 * 1024,
+        });
     run_planners_at_40(
         &g,
         &["window", "lms", "vdnn-all-sync"],

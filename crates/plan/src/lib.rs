@@ -9,8 +9,8 @@ mod verify;
 
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
 pub use plan::{
-    GraphRef, Instr, PLAN_FORMAT, Plan, PlanError, PlanErrorKind, PlannerInfo, Residency, Step,
-    StepRef, Stream, graph_fingerprint,
+    AllocatorSpec, GraphRef, Instr, PLAN_FORMAT, Plan, PlanError, PlanErrorKind, PlannerInfo,
+    Residency, Step, StepRef, Stream, graph_fingerprint,
 };
 pub use planner::{PlanOutcome, PlanRequest, Planner, fmt_bytes};
 pub use schedule::{Gap, Restore, Schedule, ScheduleError, lower_schedule, use_positions};

@@ -1,6 +1,7 @@
 //! The one Plan type: an instruction program per stream with explicit cross-stream
 //! waits, the initial residency of persistent tensors, and who made it.
 
+use outcore_alloc::AllocatorConfig;
 use outcore_graph::{Graph, OpId, TensorId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -172,6 +173,56 @@ pub fn graph_fingerprint(graph: &Graph) -> String {
     format!("{hash:016x}")
 }
 
+/// The allocator a plan is made for: the perfect allocator (bytes only, no
+/// addresses, so no fragmentation) or one of `outcore_alloc`'s algorithms with its
+/// parameters. Serialised as `{"kind": "perfect"}`, `{"kind": "best-fit"}`,
+/// `{"kind": "size-class", "classes": [...]}` or
+/// `{"kind": "virtual-chunks", "chunk_bytes": ...}` (the same JSON as
+/// [`AllocatorConfig`] plus `perfect`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum AllocatorSpec {
+    /// Bytes only: an allocation succeeds whenever live bytes fit.
+    #[default]
+    Perfect,
+    SizeClass(outcore_alloc::SizeClassConfig),
+    BestFit(outcore_alloc::BestFitConfig),
+    VirtualChunks(outcore_alloc::VirtualChunksConfig),
+}
+
+impl AllocatorSpec {
+    /// The real allocator's configuration, `None` for the perfect allocator.
+    pub fn config(&self) -> Option<AllocatorConfig> {
+        match self {
+            AllocatorSpec::Perfect => None,
+            AllocatorSpec::SizeClass(c) => Some(AllocatorConfig::SizeClass(c.clone())),
+            AllocatorSpec::BestFit(c) => Some(AllocatorConfig::BestFit(c.clone())),
+            AllocatorSpec::VirtualChunks(c) => Some(AllocatorConfig::VirtualChunks(c.clone())),
+        }
+    }
+
+    /// The name used on the command line: `perfect`, `best-fit`, `size-class`,
+    /// `virtual-chunks`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AllocatorSpec::Perfect => "perfect",
+            AllocatorSpec::SizeClass(_) => "size-class",
+            AllocatorSpec::BestFit(_) => "best-fit",
+            AllocatorSpec::VirtualChunks(_) => "virtual-chunks",
+        }
+    }
+}
+
+impl From<AllocatorConfig> for AllocatorSpec {
+    fn from(config: AllocatorConfig) -> Self {
+        match config {
+            AllocatorConfig::SizeClass(c) => AllocatorSpec::SizeClass(c),
+            AllocatorConfig::BestFit(c) => AllocatorSpec::BestFit(c),
+            AllocatorConfig::VirtualChunks(c) => AllocatorSpec::VirtualChunks(c),
+        }
+    }
+}
+
 /// A complete execution plan for one training iteration, repeated every iteration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -182,8 +233,9 @@ pub struct Plan {
     pub device: serde_json::Value,
     /// Device memory the plan may use.
     pub budget_bytes: u64,
-    /// Allocator configuration (`{"kind": "perfect"}` unless an allocator is chosen).
-    pub allocator: serde_json::Value,
+    /// The device allocator the plan was made for and is simulated / run with.
+    #[serde(default)]
+    pub allocator: AllocatorSpec,
     /// Initial residency of every persistent tensor.
     pub initial_residency: Vec<(TensorId, Residency)>,
     /// Programs of the compute, h2d and d2h streams, in [`Stream::index`] order.
@@ -208,7 +260,7 @@ impl Plan {
             },
             device: serde_json::Value::Null,
             budget_bytes,
-            allocator: serde_json::json!({"kind": "perfect"}),
+            allocator: AllocatorSpec::Perfect,
             initial_residency: graph
                 .persistent_tensors()
                 .map(|t| (t.id, Residency::Device))

@@ -1,6 +1,6 @@
 //! The Planner trait every strategy implements, and infeasibility as a value.
 
-use crate::plan::Plan;
+use crate::plan::{AllocatorSpec, Plan};
 use outcore_cost::CostModel;
 use outcore_graph::Graph;
 
@@ -14,6 +14,9 @@ pub struct PlanRequest<'a> {
     pub seed: u64,
     /// Wall-clock budget for search-based planners.
     pub time_limit_s: f64,
+    /// The allocator the plan must run under: a planner plans for it or says
+    /// it cannot.
+    pub allocator: &'a AllocatorSpec,
 }
 
 /// A plan, or the reason none exists under this planner.

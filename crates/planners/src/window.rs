@@ -853,6 +853,7 @@ mod tests {
             budget_bytes: footprint_bytes / 2,
             seed: 0,
             time_limit_s: 10.0,
+            allocator: &outcore_plan::AllocatorSpec::Perfect,
         };
         let PlanOutcome::Feasible(plan) = Window.plan(&request) else {
             panic!("resnet18 at half its footprint is feasible");

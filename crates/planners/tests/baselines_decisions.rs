@@ -41,6 +41,7 @@ fn request<'a>(g: &'a Graph, cost: &'a RooflineModel, budget_bytes: u64) -> Plan
         budget_bytes,
         seed: 0,
         time_limit_s: 10.0,
+        allocator: &outcore_plan::AllocatorSpec::Perfect,
     }
 }
 

@@ -82,6 +82,7 @@ fn check(
         budget_bytes,
         seed: 0,
         time_limit_s: 10.0,
+        allocator: &outcore_plan::AllocatorSpec::Perfect,
     };
     match planner.plan(&request) {
         PlanOutcome::Feasible(plan) => {

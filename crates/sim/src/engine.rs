@@ -3,7 +3,7 @@
 
 use crate::report::{SimOom, SimReport, StreamBusy};
 use crate::trace::TraceBuilder;
-use outcore_alloc::{AllocId, Allocator, AllocatorConfig, Trace};
+use outcore_alloc::{AllocId, Allocator, Trace};
 use outcore_cost::CostModel;
 use outcore_graph::{Graph, TensorId};
 use outcore_plan::{Instr, Plan, Residency, StepRef, Stream};
@@ -292,16 +292,12 @@ pub fn simulate(
     }
 
     // Memory model.
-    let memory = match plan.allocator.get("kind").and_then(|k| k.as_str()) {
-        None | Some("perfect") => Memory::Perfect {
+    let memory = match plan.allocator.config() {
+        None => Memory::Perfect {
             live: 0,
             peak_live: 0,
         },
-        Some(_) => {
-            let config: AllocatorConfig =
-                serde_json::from_value(plan.allocator.clone()).map_err(|e| SimError {
-                    kind: SimErrorKind::BadAllocator(e.to_string()),
-                })?;
+        Some(config) => {
             let alloc = outcore_alloc::build(&config, plan.budget_bytes).map_err(|e| SimError {
                 kind: SimErrorKind::BadAllocator(e.to_string()),
             })?;

@@ -292,7 +292,8 @@ fn real_allocator_reports_fragmentation_oom() {
     let g = chain(8);
     let mut p = in_order(&g);
     p.budget_bytes = 2048;
-    p.allocator = serde_json::json!({"kind": "best-fit"});
+    p.allocator =
+        serde_json::from_value(serde_json::json!({"kind": "best-fit"})).expect("allocator JSON");
     let out = simulate(&g, &p, &UnitCostModel, &SimOptions::default()).expect("simulates");
     let oom = out.report.oom.expect("out of memory under best-fit");
     assert!(
@@ -301,7 +302,7 @@ fn real_allocator_reports_fragmentation_oom() {
     );
     // Virtual chunks of 512 B hold it: at most three tensors (C's t1, t2, t3) are
     // live at once, one chunk each, within four chunks.
-    p.allocator = serde_json::json!({"kind": "virtual-chunks", "chunk_bytes": 512, "small_alloc_max_bytes": 0});
+    p.allocator = serde_json::from_value(serde_json::json!({"kind": "virtual-chunks", "chunk_bytes": 512, "small_alloc_max_bytes": 0})).expect("allocator JSON");
     let out = simulate(&g, &p, &UnitCostModel, &SimOptions::default()).expect("simulates");
     assert!(out.report.oom.is_none(), "{:?}", out.report.oom);
 }
