@@ -4,6 +4,8 @@
 mod lower;
 mod plan;
 mod planner;
+mod prepared;
+mod program;
 mod schedule;
 mod verify;
 
@@ -13,5 +15,9 @@ pub use plan::{
     Residency, Step, StepRef, Stream, graph_fingerprint,
 };
 pub use planner::{PlanOutcome, PlanRequest, Planner, fmt_bytes};
-pub use schedule::{Gap, Restore, Schedule, ScheduleError, lower_schedule, use_positions};
-pub use verify::{Violation, ViolationKind, verify};
+pub use prepared::PreparedGraph;
+pub use program::{CompactProgram, Program, ProgramSink, StepInstr};
+pub use schedule::{
+    Gap, LowerScratch, Restore, Schedule, ScheduleError, lower_into, lower_schedule, use_positions,
+};
+pub use verify::{MemoryBound, VerifyScratch, Violation, ViolationKind, verify, verify_program};
