@@ -69,6 +69,7 @@ impl<T: Copy> Csr<T> {
         csr
     }
 
+    #[inline]
     fn row(&self, i: usize) -> &[T] {
         &self.items[self.start[i] as usize..self.start[i + 1] as usize]
     }
@@ -178,33 +179,39 @@ impl PreparedGraph {
     }
 
     /// The storage owners op `op` uses (see the field docs).
+    #[inline]
     pub fn op_owners(&self, op: OpId) -> &[TensorId] {
         self.op_owners.row(op.index())
     }
 
     /// The outputs of `op` that own storage, in output order.
+    #[inline]
     pub fn op_allocated(&self, op: OpId) -> &[TensorId] {
         self.op_allocated.row(op.index())
     }
 
     /// The storage owners op `op` updates in place.
+    #[inline]
     pub fn op_written(&self, op: OpId) -> &[TensorId] {
         self.op_written.row(op.index())
     }
 
     /// The storage owners op `op` reads (inputs it does not update in place),
     /// each once in input order, with the version it must see.
+    #[inline]
     pub fn op_reads(&self, op: OpId) -> &[(TensorId, u32)] {
         self.op_reads.row(op.index())
     }
 
     /// The storage owners op `op` updates in place, with the version it must
     /// see before its write.
+    #[inline]
     pub fn op_writes(&self, op: OpId) -> &[(TensorId, u32)] {
         self.op_writes.row(op.index())
     }
 
     /// The ops that update storage owner `t` in place, ascending.
+    #[inline]
     pub fn writers(&self, t: TensorId) -> &[OpId] {
         self.writers.row(t.index())
     }

@@ -105,18 +105,22 @@ pub trait ProgramSink {
 }
 
 impl Program for Plan {
+    #[inline]
     fn stream_len(&self, stream: Stream) -> usize {
         self.streams[stream.index()].len()
     }
 
+    #[inline]
     fn instr(&self, stream: Stream, index: usize) -> StepInstr<'_> {
         (&self.streams[stream.index()][index].instr).into()
     }
 
+    #[inline]
     fn waits(&self, stream: Stream, index: usize) -> &[StepRef] {
         &self.streams[stream.index()][index].waits
     }
 
+    #[inline]
     fn budget_bytes(&self) -> u64 {
         self.budget_bytes
     }
@@ -127,6 +131,7 @@ impl Program for Plan {
 }
 
 impl ProgramSink for Plan {
+    #[inline]
     fn push_step(&mut self, stream: Stream, instr: StepInstr<'_>, waits: &[StepRef]) -> StepRef {
         let program = &mut self.streams[stream.index()];
         program.push(Step {
@@ -208,10 +213,12 @@ impl CompactProgram {
 }
 
 impl Program for CompactProgram {
+    #[inline]
     fn stream_len(&self, stream: Stream) -> usize {
         self.streams[stream.index()].len()
     }
 
+    #[inline]
     fn instr(&self, stream: Stream, index: usize) -> StepInstr<'_> {
         let step = &self.streams[stream.index()][index];
         match step.kind {
@@ -226,11 +233,13 @@ impl Program for CompactProgram {
         }
     }
 
+    #[inline]
     fn waits(&self, stream: Stream, index: usize) -> &[StepRef] {
         let (lo, hi) = self.streams[stream.index()][index].waits;
         &self.waits[lo as usize..hi as usize]
     }
 
+    #[inline]
     fn budget_bytes(&self) -> u64 {
         self.budget_bytes
     }
@@ -241,6 +250,7 @@ impl Program for CompactProgram {
 }
 
 impl ProgramSink for CompactProgram {
+    #[inline]
     fn push_step(&mut self, stream: Stream, instr: StepInstr<'_>, waits: &[StepRef]) -> StepRef {
         let w0 = self.waits.len() as u32;
         self.waits.extend_from_slice(waits);

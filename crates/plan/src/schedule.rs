@@ -151,32 +151,58 @@ pub struct LowerScratch {
 #[derive(Debug, Clone, Default)]
 struct Buckets {
     items: Vec<(u32, u64, u32)>,
+    sorted: Vec<(u32, u64, u32)>,
     start: Vec<u32>,
+    /// Whether items within a position are ordered by key (otherwise by push order).
+    keyed: bool,
 }
 
 impl Buckets {
     fn clear(&mut self) {
         self.items.clear();
+        self.keyed = false;
     }
 
     fn push(&mut self, position: usize, key: u64, value: u32) {
+        self.keyed |= key != 0;
         self.items.push((position as u32, key, value));
     }
 
-    /// Sorts and indexes for `n` positions. The value breaks ties, so the order is
-    /// that of a stable sort when values were pushed in ascending order.
+    /// Groups by position (a counting sort, which keeps push order), then
+    /// orders each position's items by key, ties in push order.
     fn finish(&mut self, n: usize) {
-        self.items.sort_unstable();
         self.start.clear();
-        self.start.resize(n + 1, 0);
+        self.start.resize(n + 2, 0);
         for &(p, _, _) in &self.items {
-            self.start[p as usize + 1] += 1;
+            self.start[p as usize + 2] += 1;
         }
         for i in 0..n {
-            self.start[i + 1] += self.start[i];
+            self.start[i + 2] += self.start[i + 1];
+        }
+        // `start[p + 1]` is now where position `p` begins: fill from there.
+        self.sorted.clear();
+        self.sorted.resize(self.items.len(), (0, 0, 0));
+        for &item in &self.items {
+            let slot = &mut self.start[item.0 as usize + 1];
+            self.sorted[*slot as usize] = item;
+            *slot += 1;
+        }
+        // Now `start[p + 1]` is where position `p` ends, `start[p]` where it begins.
+        std::mem::swap(&mut self.items, &mut self.sorted);
+        self.start.truncate(n + 1);
+        if self.keyed {
+            for p in 0..n {
+                let run = &mut self.items[self.start[p] as usize..self.start[p + 1] as usize];
+                if run.len() > 1 {
+                    // Values were pushed in ascending order: (key, value) is the
+                    // order a stable sort by key gives.
+                    run.sort_unstable_by_key(|e| (e.1, e.2));
+                }
+            }
         }
     }
 
+    #[inline]
     fn at(&self, position: usize) -> impl Iterator<Item = u32> + '_ {
         self.items[self.start[position] as usize..self.start[position + 1] as usize]
             .iter()

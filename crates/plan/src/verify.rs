@@ -170,21 +170,6 @@ impl Layout {
         self.offset[r.stream.index()] + r.index as usize
     }
 
-    fn step_ref(&self, id: usize) -> StepRef {
-        for s in Stream::ALL.iter().rev() {
-            if id >= self.offset[s.index()] {
-                return StepRef {
-                    stream: *s,
-                    index: (id - self.offset[s.index()]) as u32,
-                };
-            }
-        }
-        StepRef {
-            stream: Stream::Compute,
-            index: id as u32,
-        }
-    }
-
     fn valid(&self, r: StepRef) -> bool {
         (r.index as usize) < self.len[r.stream.index()]
     }
@@ -195,6 +180,8 @@ impl Layout {
 #[derive(Debug, Clone, Default)]
 pub struct VerifyScratch {
     layout: Layout,
+    /// The stream and index of every step, by global id.
+    refs: Vec<StepRef>,
     /// Predecessors of each step (previous step on its stream, then valid waits),
     /// as compressed rows.
     pred_start: Vec<u32>,
@@ -207,7 +194,7 @@ pub struct VerifyScratch {
     /// Steps in a topological order (all steps when there is no deadlock).
     topo: Vec<u32>,
     /// `vc[id][s]`: highest index on stream `s` that completes before step `id` starts (-1: none).
-    vc: Vec<[i64; 3]>,
+    vc: Vec<[i32; 3]>,
     /// Events in topological order, then grouped by tensor (stable).
     raw_events: Vec<(u32, Event)>,
     event_start: Vec<u32>,
@@ -224,8 +211,8 @@ pub struct VerifyScratch {
 impl VerifyScratch {
     /// Does step `a` complete before step `b` starts, in every timing?
     fn hb(&self, a: usize, b: usize) -> bool {
-        let ra = self.layout.step_ref(a);
-        self.vc[b][ra.stream.index()] >= ra.index as i64
+        let ra = self.refs[a];
+        self.vc[b][ra.stream.index()] >= ra.index as i32
     }
 }
 
@@ -242,6 +229,11 @@ fn build_order<P: Program>(program: &P, s: &mut VerifyScratch, v: &mut Vec<Viola
     let layout = Layout::of(program);
     s.layout = layout;
     let total = layout.total();
+    s.refs.clear();
+    for st in Stream::ALL {
+        s.refs
+            .extend((0..layout.len[st.index()] as u32).map(|index| StepRef { stream: st, index }));
+    }
     // Predecessors: previous step on the stream, and valid waits.
     s.pred_start.clear();
     s.preds.clear();
@@ -299,18 +291,18 @@ fn build_order<P: Program>(program: &P, s: &mut VerifyScratch, v: &mut Vec<Viola
     );
     s.topo.clear();
     s.vc.clear();
-    s.vc.resize(total, [-1i64; 3]);
+    s.vc.resize(total, [-1i32; 3]);
     while let Some(id) = s.ready.pop() {
         let id = id as usize;
-        let mut clock = [-1i64; 3];
+        let mut clock = [-1i32; 3];
         for k in s.pred_start[id] as usize..s.pred_start[id + 1] as usize {
             let p = s.preds[k] as usize;
-            let rp = layout.step_ref(p);
+            let rp = s.refs[p];
             for (c, pc) in clock.iter_mut().zip(s.vc[p]) {
                 *c = (*c).max(pc);
             }
             let k = rp.stream.index();
-            clock[k] = clock[k].max(rp.index as i64);
+            clock[k] = clock[k].max(rp.index as i32);
         }
         s.vc[id] = clock;
         s.topo.push(id as u32);
@@ -360,7 +352,7 @@ impl EventKind {
 
 #[derive(Debug, Clone, Copy)]
 struct Event {
-    step: usize,
+    step: u32,
     kind: EventKind,
 }
 
@@ -467,7 +459,7 @@ fn collect_events<P: Program>(
     };
     for k in 0..s.topo.len() {
         let id = s.topo[k] as usize;
-        let at = s.layout.step_ref(id);
+        let at = s.refs[id];
         let instr = program.instr(at.stream, at.index as usize);
         if let Some(required) = instr.required_stream()
             && required != at.stream
@@ -494,7 +486,15 @@ fn collect_events<P: Program>(
             }
             Some(t)
         };
-        let event = |t: TensorId, kind: EventKind| (t.0, Event { step: id, kind });
+        let event = |t: TensorId, kind: EventKind| {
+            (
+                t.0,
+                Event {
+                    step: id as u32,
+                    kind,
+                },
+            )
+        };
         match instr {
             StepInstr::Compute(op_id) | StepInstr::Recompute { op: op_id, .. } => {
                 if op_id.index() >= n_ops {
@@ -531,7 +531,7 @@ fn op_events(
     s: &mut VerifyScratch,
     v: &mut Vec<Violation>,
 ) {
-    let at = s.layout.step_ref(id);
+    let at = s.refs[id];
     let recompute = matches!(instr, StepInstr::Recompute { .. });
     if recompute && !prepared.recomputable[op_id.index()] {
         v.push(Violation {
@@ -542,7 +542,15 @@ fn op_events(
     if !recompute {
         s.computed[op_id.index()] += 1;
     }
-    let event = |t: TensorId, kind: EventKind| (t.0, Event { step: id, kind });
+    let event = |t: TensorId, kind: EventKind| {
+        (
+            t.0,
+            Event {
+                step: id as u32,
+                kind,
+            },
+        )
+    };
     // In-place targets: the write subsumes the op's read of the same storage
     // (the prepared read list leaves them out).
     for &(owner, expected) in prepared.op_reads(op_id) {
@@ -670,38 +678,39 @@ fn check_tensor(
     let mut last_nonread: Option<usize> = None;
     s.reads_since.clear();
     for (k, e) in evs.iter().enumerate() {
-        let at = Some(s.layout.step_ref(e.step));
+        let step = e.step as usize;
+        let at = Some(s.refs[step]);
         // Ordering: a non-read must follow everything before it; a read must
         // follow the last non-read.
         if let Some(prev) = last_nonread
-            && prev != e.step
-            && !s.hb(prev, e.step)
+            && prev != step
+            && !s.hb(prev, step)
         {
             v.push(Violation {
                 at,
                 kind: ViolationKind::Unordered {
                     tensor: t_id,
-                    other: s.layout.step_ref(prev),
+                    other: s.refs[prev],
                 },
             });
         }
         if !e.kind.is_read() {
             for &r in &s.reads_since {
-                if r != e.step && !s.hb(r, e.step) {
+                if r != step && !s.hb(r, step) {
                     v.push(Violation {
                         at,
                         kind: ViolationKind::Unordered {
                             tensor: t_id,
-                            other: s.layout.step_ref(r),
+                            other: s.refs[r],
                         },
                     });
                     break;
                 }
             }
             s.reads_since.clear();
-            last_nonread = Some(e.step);
+            last_nonread = Some(step);
         } else {
-            s.reads_since.push(e.step);
+            s.reads_since.push(step);
         }
         match e.kind {
             EventKind::Produce | EventKind::Rematerialise | EventKind::SwapIn => {
@@ -726,7 +735,7 @@ fn check_tensor(
                     dev_version = 0;
                 }
                 present = true;
-                alloc_at = Some(e.step);
+                alloc_at = Some(step);
             }
             EventKind::Read {
                 expected,
@@ -804,7 +813,7 @@ fn check_tensor(
                 s.buffers.push(Buffer {
                     size_bytes,
                     alloc: if resident_from_start { None } else { alloc_at },
-                    free: Some(e.step),
+                    free: Some(step),
                 });
                 resident_from_start = false;
                 present = false;
@@ -914,7 +923,7 @@ fn check_budget<P: Program>(
             }
             let mut i = 0;
             for k in 0..layout.len[col] {
-                while i < n && s.vc[base + i][col] < k as i64 {
+                while i < n && s.vc[base + i][col] < k as i32 {
                     i += 1;
                 }
                 table.push(i as u32);
@@ -927,7 +936,7 @@ fn check_budget<P: Program>(
             let lo = match b.alloc {
                 None => 0,
                 Some(a) => {
-                    let ra = layout.step_ref(a);
+                    let ra = s.refs[a];
                     if ra.stream == st {
                         ra.index as usize
                     } else {
@@ -939,7 +948,7 @@ fn check_budget<P: Program>(
             let hi = match b.free {
                 None => n,
                 Some(f) => {
-                    let rf = layout.step_ref(f);
+                    let rf = s.refs[f];
                     if rf.stream == st {
                         rf.index as usize + 1
                     } else {
