@@ -4,6 +4,9 @@
 //! is the reference; run this with
 //! `cargo run --release -p outcore-eval --example eval_rate -- [resnet50|nasnet] [N]`.
 
+// An example prints its measurement; the workspace lint is for library code.
+#![allow(clippy::print_stdout)]
+
 use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_eval::testing::{mixed_schedule, random_decisions};
 use outcore_eval::{Evaluator, Scratch};
