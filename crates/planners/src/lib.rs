@@ -9,6 +9,7 @@ mod lms;
 mod odswap;
 mod ondemand;
 mod pressure;
+mod range_tree;
 mod superneurons;
 mod vdnn;
 mod window;

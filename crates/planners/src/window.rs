@@ -54,6 +54,7 @@
 use crate::pressure::{
     Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
 };
+use crate::range_tree::{PrefixSums, RangeMax};
 use outcore_graph::TensorId;
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerInfo, Restore};
 
@@ -306,10 +307,11 @@ struct Sweep<'a, 'g> {
     cf: usize,
     /// d2h entries below `hf` are freed before the latest swap-in.
     hf: usize,
-    /// Lower bound on what counts at each compute op, and what the sweep
+    /// Per compute op: a lower bound on what counts there plus what the sweep
     /// committed above it (early prefetches, cancelled swap-outs).
-    min_live: Vec<i128>,
-    extra: Vec<i128>,
+    ahead: RangeMax,
+    /// Per d2h entry: the bytes of its old buffer while it still counts.
+    counted: PrefixSums,
 }
 
 impl Sweep<'_, '_> {
@@ -320,13 +322,20 @@ impl Sweep<'_, '_> {
     /// Whether `bytes` more fit at every compute op in `lo..hi` assuming the
     /// oldest swap-outs can be waited for there.
     fn fits_ahead(&self, lo: usize, hi: usize, bytes: i128) -> bool {
-        (lo..hi.min(self.ctx.n)).all(|p| self.min_live[p] + self.extra[p] + bytes <= self.budget)
+        self.ahead
+            .max(lo, hi.min(self.ctx.n))
+            .is_none_or(|m| m + bytes <= self.budget)
     }
 
     fn commit_ahead(&mut self, lo: usize, hi: usize, bytes: i128) {
-        for p in lo..hi.min(self.ctx.n) {
-            self.extra[p] += bytes;
-        }
+        self.ahead.add(lo, hi.min(self.ctx.n), bytes);
+    }
+
+    /// The old buffer of gap `gi` (d2h entry `k`) stops counting.
+    fn uncount(&mut self, gi: usize, k: usize) {
+        self.state[gi].old_counted = false;
+        let s = self.size(self.gaps[gi].tensor);
+        self.counted.add(k, -s);
     }
 
     /// d2h entries below `upto` become freed before compute op `p`; with `wait`,
@@ -344,7 +353,7 @@ impl Sweep<'_, '_> {
                     self.gaps[gi].reclaim_before = Some(p);
                 }
                 if self.state[gi].old_counted {
-                    self.state[gi].old_counted = false;
+                    self.uncount(gi, self.cf);
                     let s = self.size(self.gaps[gi].tensor);
                     self.cur -= s;
                     freed += s;
@@ -357,11 +366,12 @@ impl Sweep<'_, '_> {
 
     /// Counted bytes of old buffers in d2h entries `[cf, upto)`.
     fn counted_between(&self, upto: usize) -> i128 {
-        (self.cf..upto.min(self.d2h.len()))
-            .map(|k| self.d2h[k])
-            .filter(|&gi| !self.state[gi].cancelled && self.state[gi].old_counted)
-            .map(|gi| self.size(self.gaps[gi].tensor))
-            .sum()
+        // A cancelled gap's old buffer stopped counting when it was cancelled.
+        let upto = upto.min(self.d2h.len());
+        if upto <= self.cf {
+            return 0;
+        }
+        self.counted.prefix(upto) - self.counted.prefix(self.cf)
     }
 
     /// Whether the oldest swap-out not yet freed before compute could be waited
@@ -370,6 +380,71 @@ impl Sweep<'_, '_> {
         self.d2h
             .get(self.cf)
             .is_some_and(|&gi| self.gaps[gi].after.is_some_and(|a| a < p))
+    }
+}
+
+/// Gaps whose swap-in is not issued yet: parked by prefetch trigger until the
+/// sweep reaches it, then due in order of need (next use, then tensor). Keeps
+/// each op's work proportional to what becomes due there, not to every gap
+/// still waiting.
+struct Waiting {
+    by_trigger: Vec<Vec<usize>>,
+    due: std::collections::BTreeSet<(Option<usize>, TensorId, usize)>,
+    /// Gaps without a trigger: never due (reported as never issued).
+    never: Vec<usize>,
+    /// Triggers below this were released already.
+    released_below: usize,
+}
+
+impl Waiting {
+    fn new(n: usize) -> Self {
+        Waiting {
+            by_trigger: vec![Vec::new(); n],
+            due: Default::default(),
+            never: Vec::new(),
+            released_below: 0,
+        }
+    }
+
+    fn key(gaps: &[Gap], gi: usize) -> (Option<usize>, TensorId, usize) {
+        (gaps[gi].before, gaps[gi].tensor, gi)
+    }
+
+    fn add(&mut self, gaps: &[Gap], gi: usize) {
+        match gaps[gi].prefetch_after {
+            Some(q) if q >= self.released_below && q < self.by_trigger.len() => {
+                self.by_trigger[q].push(gi)
+            }
+            Some(_) => {
+                self.due.insert(Self::key(gaps, gi));
+            }
+            None => self.never.push(gi),
+        }
+    }
+
+    /// Everything triggered at or before op `p` is due (triggers before `p` were
+    /// released at their own op, or added since with a trigger already passed).
+    fn release(&mut self, gaps: &[Gap], p: usize) {
+        for gi in std::mem::take(&mut self.by_trigger[p]) {
+            self.due.insert(Self::key(gaps, gi));
+        }
+        self.released_below = p + 1;
+    }
+
+    fn first_due(&self) -> Option<usize> {
+        self.due.first().map(|k| k.2)
+    }
+
+    fn done(&mut self, gaps: &[Gap], gi: usize) {
+        self.due.remove(&Self::key(gaps, gi));
+    }
+
+    fn any_left(&self) -> Option<usize> {
+        self.due
+            .first()
+            .map(|k| k.2)
+            .or_else(|| self.never.first().copied())
+            .or_else(|| self.by_trigger.iter().flatten().next().copied())
     }
 }
 
@@ -445,7 +520,7 @@ pub(crate) fn schedule(
     }
     let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut waiting: Vec<usize> = Vec::new();
+    let mut waiting = Waiting::new(n);
     for (gi, g) in gaps.iter().enumerate() {
         if g.how != Restore::Swap {
             return Err(format!("gap on {} is not a swap", g.tensor));
@@ -453,7 +528,7 @@ pub(crate) fn schedule(
         match g.after {
             Some(a) if a < n => starts[a].push(gi),
             Some(_) => return Err(format!("gap on {} starts out of range", g.tensor)),
-            None => waiting.push(gi),
+            None => waiting.add(&gaps, gi),
         }
         if let Some(b) = g.before {
             if b >= n || g.after.is_some_and(|a| a >= b) || g.prefetch_after.is_none() {
@@ -497,8 +572,8 @@ pub(crate) fn schedule(
         d2h: Vec::new(),
         cf: 0,
         hf: 0,
-        min_live,
-        extra: vec![0i128; n],
+        ahead: RangeMax::new(&min_live),
+        counted: PrefixSums::new(n_gaps),
     };
     let mut cancelled = 0usize;
     let mut delayed = 0usize;
@@ -537,26 +612,23 @@ pub(crate) fn schedule(
             if sw.host_current[t.index()] {
                 sw.cur -= sw.size(t); // a free on the compute stream
             } else {
-                sw.state[gi].d2h = Some(sw.d2h.len());
+                let k = sw.d2h.len();
+                sw.state[gi].d2h = Some(k);
                 sw.state[gi].old_counted = true;
+                let s = sw.size(t);
+                sw.counted.add(k, s);
                 sw.d2h.push(gi);
                 sw.host_current[t.index()] = true;
             }
             if sw.gaps[gi].before.is_some() {
-                waiting.push(gi);
+                waiting.add(&sw.gaps, gi);
             }
         }
 
         // Swap-ins the window wants by now, in order of need (h2d is FIFO).
-        let mut due: Vec<usize> = waiting
-            .iter()
-            .copied()
-            .filter(|&gi| sw.gaps[gi].prefetch_after.is_some_and(|d| d <= p))
-            .collect();
-        due.sort_by_key(|&gi| (sw.gaps[gi].before, sw.gaps[gi].tensor));
+        waiting.release(&sw.gaps, p);
         let mut same_trigger = 0i128;
-        let mut done: Vec<usize> = Vec::new();
-        for gi in due {
+        while let Some(gi) = waiting.first_due() {
             let g = sw.gaps[gi].clone();
             let b = g.before.unwrap_or(n);
             let bytes = sw.size(g.tensor);
@@ -569,11 +641,11 @@ pub(crate) fn schedule(
                 && sw.fits_ahead(p + 1, b, bytes)
             {
                 sw.state[gi].cancelled = true;
-                sw.state[gi].old_counted = false; // now the tensor's own buffer
+                sw.uncount(gi, k); // now the tensor's own buffer
                 sw.host_current[g.tensor.index()] = sw.state[gi].host_current_before;
                 sw.commit_ahead(p + 1, b, bytes);
                 cancelled += 1;
-                done.push(gi);
+                waiting.done(&sw.gaps, gi);
                 continue;
             }
             // Its own free (compute stream) is ordered before it.
@@ -623,11 +695,10 @@ pub(crate) fn schedule(
             sw.cur += bytes;
             same_trigger += bytes;
             sw.commit_ahead(p + 1, b, bytes);
-            done.push(gi);
+            waiting.done(&sw.gaps, gi);
         }
-        waiting.retain(|gi| !done.contains(gi));
     }
-    if let Some(&gi) = waiting.first() {
+    if let Some(gi) = waiting.any_left() {
         return Err(format!(
             "the swap-in of {} was never issued",
             sw.gaps[gi].tensor
