@@ -328,7 +328,7 @@ fn plan_and_check(
         }
         PlanOutcome::Feasible(plan) => *plan,
     };
-    plan.device = serde_json::to_value(&target.device).unwrap_or(Value::Null);
+    plan.device = Some(target.device.clone());
     if plan.allocator == AllocatorSpec::Perfect {
         plan.allocator = target.allocator.clone();
     }
@@ -533,8 +533,9 @@ fn cmd_simulate(
         .with_context(|| format!("cannot read {}", plan_path.display()))?;
     let plan = Plan::from_json(&text, &plan_path.display().to_string())?;
     let graph = graph_of_plan(&plan)?;
-    let device: DeviceProfile = serde_json::from_value(plan.device.clone())
-        .map_err(|e| anyhow!("the plan's device profile is unreadable: {e}"))?;
+    let device = plan.device.clone().ok_or_else(|| {
+        anyhow!("the plan names no device profile; re-run `outcore plan` to make one that does")
+    })?;
     let cost = cost_model(device, latency_table)?;
     let cost = cost.as_ref();
     let violations = verify(&plan, &graph);
@@ -880,7 +881,7 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     // Predict with the simulator on the same plan and cost model.
     let device =
         outcore_exec::cpu::device_profile(plan.budget_bytes, a.link_gbps, a.synthetic_flops_per_s);
-    plan.device = serde_json::to_value(&device)?;
+    plan.device = Some(device.clone());
     let cost = RooflineModel::new(device);
     let predicted = simulate(&graph, &plan, &cost, &SimOptions::default())?.report;
 
@@ -933,16 +934,7 @@ fn cmd_run(a: RunArgs) -> Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(path) = &a.profile_out {
-        let mut table = outcore_cost::MeasuredTable::new("cpu-reference", &graph.meta.model);
-        for e in &report.latency_table.entries {
-            table.push(
-                outcore_graph::OpId(e.op),
-                &e.name,
-                e.time_s,
-                e.samples as u64,
-            );
-        }
-        table.write_json_file(path)?;
+        report.latency_table.write_json_file(path)?;
     }
     let losses: Vec<Value> = report
         .losses
