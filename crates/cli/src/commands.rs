@@ -308,6 +308,7 @@ fn plan_and_check(
         seed: args.seed,
         time_limit_s: args.seconds,
         allocator: &target.allocator,
+        order: None,
     };
     let t0 = Instant::now();
     let outcome = planner.plan(&request);
@@ -322,11 +323,15 @@ fn plan_and_check(
         simulate_time_s: 0.0,
     };
     let mut plan = match outcome {
-        PlanOutcome::Infeasible { reason } => {
-            out.reason = Some(reason);
+        Ok(PlanOutcome::Infeasible(why)) => {
+            out.reason = Some(why.message);
             return out;
         }
-        PlanOutcome::Feasible(plan) => *plan,
+        Err(e) => {
+            out.reason = Some(e.to_string());
+            return out;
+        }
+        Ok(PlanOutcome::Feasible(plan)) => *plan,
     };
     plan.device = serde_json::to_value(&target.device).unwrap_or(Value::Null);
     if plan.allocator == AllocatorSpec::Perfect {

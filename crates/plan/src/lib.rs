@@ -2,16 +2,21 @@
 //! plan safe for every timing, and analyses shared by planners.
 
 mod lower;
+mod order;
 mod plan;
 mod planner;
 mod schedule;
 mod verify;
 
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
+pub use order::{check_order, order_predecessors, random_topological_order};
 pub use plan::{
     AllocatorSpec, GraphRef, Instr, PLAN_FORMAT, Plan, PlanError, PlanErrorKind, PlannerInfo,
     Residency, Step, StepRef, Stream, graph_fingerprint,
 };
-pub use planner::{PlanOutcome, PlanRequest, Planner, fmt_bytes};
+pub use planner::{
+    Infeasible, InfeasibleKind, PlanOutcome, PlanRequest, Planner, PlannerError, PlannerErrorKind,
+    fmt_bytes,
+};
 pub use schedule::{Gap, Restore, Schedule, ScheduleError, lower_schedule, use_positions};
 pub use verify::{Violation, ViolationKind, verify};

@@ -76,15 +76,12 @@ fn check(
     fraction: f64,
     budget_bytes: u64,
 ) -> Outcome {
-    let request = PlanRequest {
-        graph: g,
-        cost,
-        budget_bytes,
-        seed: 0,
-        time_limit_s: 10.0,
-        allocator: &outcore_plan::AllocatorSpec::Perfect,
+    let request = PlanRequest::new(g, cost, budget_bytes);
+    let outcome = match planner.plan(&request) {
+        Ok(outcome) => outcome,
+        Err(e) => return Outcome::Broken(format!("planner error: {e}")),
     };
-    match planner.plan(&request) {
+    match outcome {
         PlanOutcome::Feasible(plan) => {
             let violations = verify(&plan, g);
             if let Some(v) = violations.first() {
@@ -106,10 +103,10 @@ fn check(
             }
             Outcome::Feasible
         }
-        PlanOutcome::Infeasible { reason } => {
+        PlanOutcome::Infeasible(reason) => {
             if fraction == 1.0 {
                 Outcome::Broken(format!("infeasible at the footprint: {reason}"))
-            } else if reason.trim().is_empty() {
+            } else if reason.message.trim().is_empty() {
                 Outcome::Broken("infeasible with an empty reason".into())
             } else {
                 Outcome::Infeasible
