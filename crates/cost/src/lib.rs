@@ -21,5 +21,5 @@ pub use measured::{
     Coverage, LATENCY_TABLE_FORMAT, MeasuredCopies, MeasuredEntry, MeasuredModel, MeasuredTable,
     NameMismatch,
 };
-pub use model::{CostModel, UnitCostModel};
+pub use model::{CopyRates, CostModel, UnitCostModel};
 pub use roofline::{ClassEfficiency, Efficiencies, OpBounds, RooflineModel, op_dtype};

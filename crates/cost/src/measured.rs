@@ -33,7 +33,7 @@
 
 use crate::device::DeviceProfile;
 use crate::error::{CostError, CostErrorKind};
-use crate::model::CostModel;
+use crate::model::{CopyRates, CostModel};
 use outcore_graph::{Graph, OpId};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -383,17 +383,22 @@ impl<M: CostModel> CostModel for MeasuredModel<M> {
             .unwrap_or_else(|| self.fallback.op_time_s(graph, op))
     }
 
-    fn h2d_time_s(&self, size_bytes: u64) -> f64 {
+    /// Measured copy rates replace the one-way rates; while both directions
+    /// copy, each is capped at half the device's duplex rate as for the profile.
+    fn copy_rates(&self) -> CopyRates {
         match self.measured_copies() {
-            Some(c) => self.device.copy_latency_s + size_bytes as f64 / c.h2d_bytes_per_s,
-            None => self.fallback.h2d_time_s(size_bytes),
-        }
-    }
-
-    fn d2h_time_s(&self, size_bytes: u64) -> f64 {
-        match self.measured_copies() {
-            Some(c) => self.device.copy_latency_s + size_bytes as f64 / c.d2h_bytes_per_s,
-            None => self.fallback.d2h_time_s(size_bytes),
+            Some(c) => {
+                let half_duplex = self.device.duplex_bytes_per_s / 2.0;
+                CopyRates {
+                    latency_s: self.device.copy_latency_s,
+                    one_way_bytes_per_s: [c.h2d_bytes_per_s, c.d2h_bytes_per_s],
+                    duplex_bytes_per_s: [
+                        c.h2d_bytes_per_s.min(half_duplex),
+                        c.d2h_bytes_per_s.min(half_duplex),
+                    ],
+                }
+            }
+            None => self.fallback.copy_rates(),
         }
     }
 

@@ -13,22 +13,54 @@ pub trait CostModel: std::fmt::Debug + Send + Sync {
     /// Seconds the op takes on the compute stream.
     fn op_time_s(&self, graph: &Graph, op: OpId) -> f64;
 
+    /// How host<->device copies are priced: a fixed latency, then bytes at a
+    /// per-direction rate that drops to the duplex rate while the other direction
+    /// is copying too. The simulator prices every copy through this (rates can
+    /// change mid-copy, so it needs the rates, not one duration). Default: the
+    /// device profile's rates.
+    fn copy_rates(&self) -> CopyRates {
+        CopyRates::of_device(self.device())
+    }
+
     /// Seconds to copy `size_bytes` host->device when the other direction is idle:
-    /// `copy_latency_s + size_bytes / h2d_bytes_per_s`.
+    /// `latency_s + size_bytes / h2d_bytes_per_s` of [`CostModel::copy_rates`].
     fn h2d_time_s(&self, size_bytes: u64) -> f64 {
-        let d = self.device();
-        d.copy_latency_s + size_bytes as f64 / d.h2d_bytes_per_s
+        let r = self.copy_rates();
+        r.latency_s + size_bytes as f64 / r.one_way_bytes_per_s[0]
     }
 
     /// Seconds to copy `size_bytes` device->host when the other direction is idle:
-    /// `copy_latency_s + size_bytes / d2h_bytes_per_s`.
+    /// `latency_s + size_bytes / d2h_bytes_per_s` of [`CostModel::copy_rates`].
     fn d2h_time_s(&self, size_bytes: u64) -> f64 {
-        let d = self.device();
-        d.copy_latency_s + size_bytes as f64 / d.d2h_bytes_per_s
+        let r = self.copy_rates();
+        r.latency_s + size_bytes as f64 / r.one_way_bytes_per_s[1]
     }
 
     /// A short label for reports, e.g. `roofline(a100-40gb)`.
     fn name(&self) -> String;
+}
+
+/// Copy pricing (see [`CostModel::copy_rates`]). Index 0 is host-to-device,
+/// index 1 device-to-host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CopyRates {
+    /// Fixed seconds before a copy's bytes start to move.
+    pub latency_s: f64,
+    /// Bytes per second while the other direction is idle.
+    pub one_way_bytes_per_s: [f64; 2],
+    /// Bytes per second while the other direction is copying too.
+    pub duplex_bytes_per_s: [f64; 2],
+}
+
+impl CopyRates {
+    /// The rates a device profile states.
+    pub fn of_device(d: &DeviceProfile) -> CopyRates {
+        CopyRates {
+            latency_s: d.copy_latency_s,
+            one_way_bytes_per_s: [d.h2d_bytes_per_s, d.d2h_bytes_per_s],
+            duplex_bytes_per_s: [d.h2d_duplex_bytes_per_s(), d.d2h_duplex_bytes_per_s()],
+        }
+    }
 }
 
 // Forwarding impls so a model can be held as `Box<dyn CostModel>` or shared as
@@ -37,6 +69,9 @@ pub trait CostModel: std::fmt::Debug + Send + Sync {
 impl<T: CostModel + ?Sized> CostModel for Box<T> {
     fn device(&self) -> &DeviceProfile {
         (**self).device()
+    }
+    fn copy_rates(&self) -> CopyRates {
+        (**self).copy_rates()
     }
     fn op_time_s(&self, graph: &Graph, op: OpId) -> f64 {
         (**self).op_time_s(graph, op)
@@ -55,6 +90,9 @@ impl<T: CostModel + ?Sized> CostModel for Box<T> {
 impl<T: CostModel + ?Sized> CostModel for Arc<T> {
     fn device(&self) -> &DeviceProfile {
         (**self).device()
+    }
+    fn copy_rates(&self) -> CopyRates {
+        (**self).copy_rates()
     }
     fn op_time_s(&self, graph: &Graph, op: OpId) -> f64 {
         (**self).op_time_s(graph, op)
@@ -109,14 +147,6 @@ impl CostModel for UnitCostModel {
 
     fn op_time_s(&self, graph: &Graph, op: OpId) -> f64 {
         graph.op(op).flops as f64
-    }
-
-    fn h2d_time_s(&self, size_bytes: u64) -> f64 {
-        size_bytes as f64
-    }
-
-    fn d2h_time_s(&self, size_bytes: u64) -> f64 {
-        size_bytes as f64
     }
 
     fn name(&self) -> String {

@@ -5,6 +5,8 @@ mod lower;
 mod order;
 mod plan;
 mod planner;
+mod prepared;
+mod program;
 mod schedule;
 mod verify;
 
@@ -18,5 +20,9 @@ pub use planner::{
     Infeasible, InfeasibleKind, PlanOutcome, PlanRequest, Planner, PlannerError, PlannerErrorKind,
     fmt_bytes,
 };
-pub use schedule::{Gap, Restore, Schedule, ScheduleError, lower_schedule, use_positions};
-pub use verify::{Violation, ViolationKind, verify};
+pub use prepared::PreparedGraph;
+pub use program::{CompactProgram, Program, ProgramSink, StepInstr};
+pub use schedule::{
+    Gap, LowerScratch, Restore, Schedule, ScheduleError, lower_into, lower_schedule, use_positions,
+};
+pub use verify::{MemoryBound, VerifyScratch, Violation, ViolationKind, verify, verify_program};

@@ -245,6 +245,17 @@ pub struct Plan {
 impl Plan {
     /// An empty plan with every persistent tensor resident on the device.
     pub fn new(graph: &Graph, planner: PlannerInfo, budget_bytes: u64) -> Plan {
+        Plan::with_fingerprint(graph, planner, budget_bytes, graph_fingerprint(graph))
+    }
+
+    /// [`Plan::new`] with the graph's [`graph_fingerprint`] already computed (it
+    /// serialises the whole graph: a search computes it once, not per plan).
+    pub fn with_fingerprint(
+        graph: &Graph,
+        planner: PlannerInfo,
+        budget_bytes: u64,
+        fingerprint: String,
+    ) -> Plan {
         Plan {
             format: PLAN_FORMAT.to_string(),
             planner,
@@ -254,7 +265,7 @@ impl Plan {
                 knobs: Default::default(),
                 file: None,
                 optimizer: None,
-                fingerprint: graph_fingerprint(graph),
+                fingerprint,
                 n_ops: graph.ops.len(),
                 n_tensors: graph.tensors.len(),
             },

@@ -2,7 +2,9 @@
 //! tensor is off the device, restored by swapping or recomputation), and their
 //! lowering to the one Plan with every copy, free and wait in place.
 
-use crate::plan::{Instr, Plan, PlannerInfo, Residency, StepRef, Stream};
+use crate::plan::{Plan, PlannerInfo, Residency, StepRef, Stream};
+use crate::prepared::PreparedGraph;
+use crate::program::{ProgramSink, StepInstr};
 use outcore_graph::{Graph, OpId, TensorId};
 use std::fmt;
 
@@ -101,272 +103,478 @@ pub fn lower_schedule(
     info: PlannerInfo,
     budget_bytes: u64,
 ) -> Result<Plan, ScheduleError> {
-    let n = schedule.order.len();
-    if n != graph.ops.len() {
-        return Err(err(format!(
-            "the order has {n} ops but the graph {}",
-            graph.ops.len()
-        )));
+    let prepared = PreparedGraph::new(graph);
+    let mut plan = Plan::new(graph, info, budget_bytes);
+    lower_into(
+        graph,
+        &prepared,
+        schedule,
+        &mut LowerScratch::default(),
+        &mut plan,
+    )?;
+    Ok(plan)
+}
+
+/// Reusable buffers of [`lower_into`]: a search lowers many schedules of one
+/// graph, and keeping these between calls avoids an allocation per position.
+#[derive(Debug, Clone, Default)]
+pub struct LowerScratch {
+    seen: Vec<bool>,
+    /// Use positions per storage owner, as compressed rows.
+    use_start: Vec<u32>,
+    use_items: Vec<u32>,
+    use_fill: Vec<u32>,
+    /// Gap indices sorted by (tensor, start).
+    sorted: Vec<u32>,
+    /// (position, secondary key, gap) for each per-position event list.
+    starts_after: Buckets,
+    recompute_before: Buckets,
+    swap_in_before: Buckets,
+    reclaim_at: Buckets,
+    trigger_after: Buckets,
+    final_free_after: Buckets,
+    free_after_recomputes: Buckets,
+    from_start: Vec<u32>,
+    free_at_end: Vec<TensorId>,
+    /// Per tensor: `None` no gap; `Some(None)` the last gap runs to the end;
+    /// `Some(Some(b))` the last gap ends at `b`.
+    last_gap_end: Vec<Option<Option<usize>>>,
+    host_current: Vec<bool>,
+    free_step: Vec<Option<StepRef>>,
+    swap_in_step: Vec<Option<StepRef>>,
+    waits: Vec<StepRef>,
+}
+
+/// Items grouped by position: `(position, key, value)` sorted, with an index of
+/// where each position's run starts. Within a position, items are in key order
+/// and then in the order they were pushed.
+#[derive(Debug, Clone, Default)]
+struct Buckets {
+    items: Vec<(u32, u64, u32)>,
+    sorted: Vec<(u32, u64, u32)>,
+    start: Vec<u32>,
+    /// Whether items within a position are ordered by key (otherwise by push order).
+    keyed: bool,
+}
+
+impl Buckets {
+    fn clear(&mut self) {
+        self.items.clear();
+        self.keyed = false;
     }
-    let mut seen = vec![false; n];
-    for &op in &schedule.order {
+
+    fn push(&mut self, position: usize, key: u64, value: u32) {
+        self.keyed |= key != 0;
+        self.items.push((position as u32, key, value));
+    }
+
+    /// Groups by position (a counting sort, which keeps push order), then
+    /// orders each position's items by key, ties in push order.
+    fn finish(&mut self, n: usize) {
+        self.start.clear();
+        self.start.resize(n + 2, 0);
+        for &(p, _, _) in &self.items {
+            self.start[p as usize + 2] += 1;
+        }
+        for i in 0..n {
+            self.start[i + 2] += self.start[i + 1];
+        }
+        // `start[p + 1]` is now where position `p` begins: fill from there.
+        self.sorted.clear();
+        self.sorted.resize(self.items.len(), (0, 0, 0));
+        for &item in &self.items {
+            let slot = &mut self.start[item.0 as usize + 1];
+            self.sorted[*slot as usize] = item;
+            *slot += 1;
+        }
+        // Now `start[p + 1]` is where position `p` ends, `start[p]` where it begins.
+        std::mem::swap(&mut self.items, &mut self.sorted);
+        self.start.truncate(n + 1);
+        if self.keyed {
+            for p in 0..n {
+                let run = &mut self.items[self.start[p] as usize..self.start[p + 1] as usize];
+                if run.len() > 1 {
+                    // Values were pushed in ascending order: (key, value) is the
+                    // order a stable sort by key gives.
+                    run.sort_unstable_by_key(|e| (e.1, e.2));
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn at(&self, position: usize) -> impl Iterator<Item = u32> + '_ {
+        self.items[self.start[position] as usize..self.start[position + 1] as usize]
+            .iter()
+            .map(|e| e.2)
+    }
+}
+
+impl LowerScratch {
+    fn uses(&self, t: TensorId) -> &[u32] {
+        &self.use_items[self.use_start[t.index()] as usize..self.use_start[t.index() + 1] as usize]
+    }
+
+    /// Fills the use positions of every storage owner under `order`.
+    fn index_uses(&mut self, prepared: &PreparedGraph, order: &[OpId]) {
+        let n_t = prepared.n_tensors();
+        self.use_start.clear();
+        self.use_start.resize(n_t + 1, 0);
+        for &op in order {
+            for &o in prepared.op_owners(op) {
+                self.use_start[o.index() + 1] += 1;
+            }
+        }
+        for i in 0..n_t {
+            self.use_start[i + 1] += self.use_start[i];
+        }
+        self.use_items.clear();
+        self.use_items
+            .resize(self.use_start[n_t] as usize, u32::MAX);
+        self.use_fill.clear();
+        self.use_fill.extend_from_slice(&self.use_start[..n_t]);
+        for (pos, &op) in order.iter().enumerate() {
+            for &o in prepared.op_owners(op) {
+                let slot = &mut self.use_fill[o.index()];
+                self.use_items[*slot as usize] = pos as u32;
+                *slot += 1;
+            }
+        }
+    }
+}
+
+/// Checks that `order` lists every op of the graph once.
+fn check_order(n_ops: usize, order: &[OpId], seen: &mut Vec<bool>) -> Result<(), ScheduleError> {
+    let n = order.len();
+    if n != n_ops {
+        return Err(err(format!("the order has {n} ops but the graph {n_ops}")));
+    }
+    seen.clear();
+    seen.resize(n, false);
+    for &op in order {
         if op.index() >= n || std::mem::replace(&mut seen[op.index()], true) {
             return Err(err(format!(
                 "{op} is missing from the graph or listed twice in the order"
             )));
         }
     }
-    let uses = use_positions(graph, &schedule.order);
+    Ok(())
+}
 
-    // Validate gaps and index them by position.
-    let mut gaps: Vec<&Gap> = schedule.gaps.iter().collect();
-    gaps.sort_by_key(|g| (g.tensor, g.after.map_or(0, |a| a + 1)));
-    for (i, g) in gaps.iter().enumerate() {
-        let t = g.tensor;
-        if t.index() >= graph.tensors.len() || !graph.tensor(t).allocates() {
-            return Err(err(format!("gap on {t}, which is not a storage owner")));
-        }
-        let persistent = graph.tensor(t).is_persistent();
-        if (g.after.is_none() || g.before.is_none()) && !persistent {
+/// Checks one gap (the `i`-th in (tensor, start) order) against the uses and
+/// its predecessor on the same tensor.
+fn check_gap(
+    prepared: &PreparedGraph,
+    scratch: &LowerScratch,
+    gaps: &[Gap],
+    i: usize,
+    n: usize,
+) -> Result<(), ScheduleError> {
+    let g = &gaps[scratch.sorted[i] as usize];
+    let prev = (i > 0)
+        .then(|| &gaps[scratch.sorted[i - 1] as usize])
+        .filter(|p| p.tensor == g.tensor);
+    let t = g.tensor;
+    if t.index() >= prepared.n_tensors() || !prepared.allocates[t.index()] {
+        return Err(err(format!("gap on {t}, which is not a storage owner")));
+    }
+    let persistent = prepared.persistent[t.index()];
+    if (g.after.is_none() || g.before.is_none()) && !persistent {
+        return Err(err(format!(
+            "open-ended gap on {t}, which is not persistent"
+        )));
+    }
+    if g.how == Restore::Recompute
+        && (g.after.is_none() || g.before.is_none() || prepared.producer[t.index()].is_none())
+    {
+        return Err(err(format!(
+            "recompute gap on {t} needs both ends and a producer"
+        )));
+    }
+    if let (Some(a), Some(b)) = (g.after, g.before) {
+        if a >= b || b >= n {
             return Err(err(format!(
-                "open-ended gap on {t}, which is not persistent"
+                "gap on {t} from position {a} to {b} is empty or out of range"
             )));
         }
-        if g.how == Restore::Recompute {
-            let producer = graph.tensor(t).producer;
-            if g.after.is_none() || g.before.is_none() || producer.is_none() {
-                return Err(err(format!(
-                    "recompute gap on {t} needs both ends and a producer"
-                )));
-            }
-        }
-        if let (Some(a), Some(b)) = (g.after, g.before) {
-            if a >= b || b >= n {
-                return Err(err(format!(
-                    "gap on {t} from position {a} to {b} is empty or out of range"
-                )));
-            }
-            let u = &uses[t.index()];
-            let after_prev_gap = i > 0 && gaps[i - 1].tensor == t && gaps[i - 1].before == Some(a);
-            if u.binary_search(&a).is_err() && !after_prev_gap {
-                return Err(err(format!(
-                    "gap on {t} must start at a position that uses it (or where its previous gap ends)"
-                )));
-            }
-            // The gap may end before the next use: the tensor is then back early,
-            // e.g. to feed a recomputation, or only for that (then freed right after).
-            if u.iter().any(|&p| p > a && p < b) {
-                return Err(err(format!("{t} is used inside its gap ({a}, {b})")));
-            }
-        }
-        if let Some(q) = g.prefetch_after
-            && (g.before.is_some_and(|b| q >= b) || g.after.is_some_and(|a| q < a))
-        {
+        let u = scratch.uses(t);
+        let after_prev_gap = prev.is_some_and(|p| p.before == Some(a));
+        if u.binary_search(&(a as u32)).is_err() && !after_prev_gap {
             return Err(err(format!(
-                "gap on {t}: prefetch trigger {q} is outside the gap"
+                "gap on {t} must start at a position that uses it (or where its previous gap ends)"
             )));
         }
-        if let Some(r) = g.reclaim_before
-            && g.after.is_none_or(|a| r <= a)
-        {
-            return Err(err(format!(
-                "gap on {t}: reclaim point {r} is not after the gap starts"
-            )));
-        }
-        if i > 0 && gaps[i - 1].tensor == t {
-            let prev = gaps[i - 1];
-            match (prev.before, g.after) {
-                (Some(pb), Some(a)) if a >= pb => {}
-                _ => return Err(err(format!("gaps on {t} overlap"))),
-            }
+        // The gap may end before the next use: the tensor is then back early,
+        // e.g. to feed a recomputation, or only for that (then freed right after).
+        let next = u.partition_point(|&p| p as usize <= a);
+        if u.get(next).is_some_and(|&p| (p as usize) < b) {
+            return Err(err(format!("{t} is used inside its gap ({a}, {b})")));
         }
     }
-
-    let mut plan = Plan::new(graph, info, budget_bytes);
-    for &(t, r) in &schedule.initial_residency {
-        if let Some(entry) = plan.initial_residency.iter_mut().find(|e| e.0 == t) {
-            entry.1 = r;
-        } else {
-            return Err(err(format!(
-                "initial residency for {t}, which is not persistent"
-            )));
+    if let Some(q) = g.prefetch_after
+        && (g.before.is_some_and(|b| q >= b) || g.after.is_some_and(|a| q < a))
+    {
+        return Err(err(format!(
+            "gap on {t}: prefetch trigger {q} is outside the gap"
+        )));
+    }
+    if let Some(r) = g.reclaim_before
+        && g.after.is_none_or(|a| r <= a)
+    {
+        return Err(err(format!(
+            "gap on {t}: reclaim point {r} is not after the gap starts"
+        )));
+    }
+    if let Some(prev) = prev {
+        match (prev.before, g.after) {
+            (Some(pb), Some(a)) if a >= pb => {}
+            _ => return Err(err(format!("gaps on {t} overlap"))),
         }
     }
+    Ok(())
+}
 
-    // Per position: gaps starting after it, recomputes before it, swap-ins to trigger after it.
-    let mut starts_after: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut recompute_before: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut swap_in_before: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut reclaim_at: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut trigger_after: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut from_start: Vec<usize> = Vec::new();
-    for (gi, g) in gaps.iter().enumerate() {
+/// Indexes the gaps by the positions where they act (see [`LowerScratch`]).
+fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], scratch: &mut LowerScratch, n: usize) {
+    let s = scratch;
+    for b in [
+        &mut s.starts_after,
+        &mut s.recompute_before,
+        &mut s.swap_in_before,
+        &mut s.reclaim_at,
+        &mut s.trigger_after,
+    ] {
+        b.clear();
+    }
+    s.from_start.clear();
+    // Values are ranks in (tensor, start) order, so that ties within a position
+    // keep that order, as the stable sorts of the first lowering did.
+    for (rank, &gi) in s.sorted.iter().enumerate() {
+        let gi_rank = rank as u32;
+        let g = &gaps[gi as usize];
         match g.after {
-            Some(a) => starts_after[a].push(gi),
-            None => from_start.push(gi),
+            Some(a) => s.starts_after.push(a, 0, gi_rank),
+            None => s.from_start.push(gi),
         }
         if let Some(b) = g.before {
             match g.how {
-                Restore::Recompute => recompute_before[b].push(gi),
+                // Recomputations at one position run in producer order.
+                Restore::Recompute => {
+                    let producer = prepared.producer[g.tensor.index()].map_or(0, |p| p.0);
+                    s.recompute_before.push(b, producer as u64, gi_rank);
+                }
                 Restore::Swap => {
-                    swap_in_before[b].push(gi);
+                    s.swap_in_before.push(b, 0, gi_rank);
+                    // Swap-ins triggered at one position go in order of need.
                     if let Some(q) = g.prefetch_after.or(g.after) {
-                        trigger_after[q].push(gi);
+                        s.trigger_after.push(q, b as u64, gi_rank);
                     }
                 }
             }
         }
         if let Some(r) = g.reclaim_before {
-            reclaim_at[r].push(gi);
+            s.reclaim_at.push(r, 0, gi_rank);
         }
     }
-    for list in &mut recompute_before {
-        list.sort_by_key(|&gi| graph.tensor(gaps[gi].tensor).producer.map_or(0, |p| p.0));
+    for b in [
+        &mut s.starts_after,
+        &mut s.recompute_before,
+        &mut s.swap_in_before,
+        &mut s.reclaim_at,
+        &mut s.trigger_after,
+    ] {
+        b.finish(n);
     }
-    // Swap-ins triggered at one position go in order of need.
-    for list in &mut trigger_after {
-        list.sort_by_key(|&gi| gaps[gi].before.unwrap_or(usize::MAX));
-    }
+}
 
-    // Final free position of each storage owner (after its last residency period).
-    let last_gap_end: Vec<Option<Option<usize>>> = {
-        let mut v: Vec<Option<Option<usize>>> = vec![None; graph.tensors.len()];
-        for g in &gaps {
-            let e = &mut v[g.tensor.index()];
-            let cur = g.before;
-            *e = Some(match *e {
-                None => cur,
-                Some(prev) => match (prev, cur) {
-                    (None, _) | (_, None) => None,
-                    (Some(p), Some(c)) => Some(p.max(c)),
-                },
-            });
-        }
-        v
-    };
-    let mut final_free_after: Vec<Vec<TensorId>> = vec![Vec::new(); n];
-    // Tensors whose last gap ends after their last use: back only for recomputations.
-    let mut free_after_recomputes: Vec<Vec<TensorId>> = vec![Vec::new(); n];
-    let mut free_at_end: Vec<TensorId> = Vec::new();
-    let output_storage = graph.output_storage();
-    for t in graph
-        .tensors
-        .iter()
-        .filter(|t| t.allocates() && !t.is_persistent())
-    {
-        let u = &uses[t.id.index()];
-        if output_storage[t.id.index()] {
-            free_at_end.push(t.id);
+/// Where each non-persistent storage owner is finally freed.
+fn index_final_frees(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch, n: usize) {
+    let n_t = prepared.n_tensors();
+    s.last_gap_end.clear();
+    s.last_gap_end.resize(n_t, None);
+    for &gi in &s.sorted {
+        let g = &gaps[gi as usize];
+        let e = &mut s.last_gap_end[g.tensor.index()];
+        let cur = g.before;
+        *e = Some(match *e {
+            None => cur,
+            Some(prev) => match (prev, cur) {
+                (None, _) | (_, None) => None,
+                (Some(p), Some(c)) => Some(p.max(c)),
+            },
+        });
+    }
+    s.final_free_after.clear();
+    s.free_after_recomputes.clear();
+    s.free_at_end.clear();
+    for ti in 0..n_t {
+        if !prepared.allocates[ti] || prepared.persistent[ti] {
             continue;
         }
-        match last_gap_end[t.id.index()] {
+        let t = TensorId(ti as u32);
+        if prepared.output_storage[ti] {
+            s.free_at_end.push(t);
+            continue;
+        }
+        let last = s.uses(t).last().map(|&p| p as usize);
+        match s.last_gap_end[ti] {
             // The last gap runs to the end: nothing to free.
             Some(None) => {}
-            Some(Some(b)) if u.last().is_none_or(|&l| l < b) => free_after_recomputes[b].push(t.id),
-            _ => match u.last() {
-                Some(&last) => final_free_after[last].push(t.id),
-                None => free_at_end.push(t.id),
+            // Back after its last use: only to feed recomputations.
+            Some(Some(b)) if last.is_none_or(|l| l < b) => {
+                s.free_after_recomputes.push(b, 0, ti as u32)
+            }
+            _ => match last {
+                Some(l) => s.final_free_after.push(l, 0, ti as u32),
+                None => s.free_at_end.push(t),
             },
         }
     }
+    s.final_free_after.finish(n);
+    s.free_after_recomputes.finish(n);
+}
 
-    // Writes per position (in-place updates), for host-copy currency.
-    let mut host_current: Vec<bool> = graph
-        .tensors
-        .iter()
-        .map(|t| {
-            let initial = plan
-                .initial_residency
-                .iter()
-                .find(|e| e.0 == t.id)
-                .map(|e| e.1);
-            let batch_input = t.producer.is_none() && !t.is_persistent();
-            batch_input || matches!(initial, Some(Residency::Host | Residency::DeviceAndHost))
-        })
-        .collect();
+/// [`lower_schedule`] into any [`ProgramSink`] (a `Plan`, or a reusable
+/// `CompactProgram`) already reset to every persistent tensor on the device.
+pub fn lower_into<S: ProgramSink>(
+    graph: &Graph,
+    prepared: &PreparedGraph,
+    schedule: &Schedule,
+    scratch: &mut LowerScratch,
+    sink: &mut S,
+) -> Result<(), ScheduleError> {
+    let n = schedule.order.len();
+    check_order(graph.ops.len(), &schedule.order, &mut scratch.seen)?;
+    scratch.index_uses(prepared, &schedule.order);
 
-    let mut free_step: Vec<Option<StepRef>> = vec![None; gaps.len()];
-    let mut swap_in_step: Vec<Option<StepRef>> = vec![None; gaps.len()];
-
-    // Swap-ins of tensors resident on the host at the start.
-    for &gi in &from_start {
-        if gaps[gi].prefetch_after.is_none() {
-            let s = plan.push(Stream::H2d, Instr::SwapIn(gaps[gi].tensor), Vec::new());
-            swap_in_step[gi] = Some(s);
-        }
+    // Validate gaps in (tensor, start) order.
+    let gaps = &schedule.gaps;
+    scratch.sorted.clear();
+    scratch.sorted.extend(0..gaps.len() as u32);
+    scratch.sorted.sort_unstable_by_key(|&i| {
+        let g = &gaps[i as usize];
+        (g.tensor, g.after.map_or(0, |a| a + 1), i)
+    });
+    for i in 0..gaps.len() {
+        check_gap(prepared, scratch, gaps, i, n)?;
     }
 
+    // Initial residency; a host copy is current for batch inputs and for
+    // persistent tensors that start with one.
+    let s = scratch;
+    s.host_current.clear();
+    s.host_current.extend_from_slice(&prepared.batch_input);
+    for &(t, r) in &schedule.initial_residency {
+        if !sink.set_initial_residency(t, r) {
+            return Err(err(format!(
+                "initial residency for {t}, which is not persistent"
+            )));
+        }
+        s.host_current[t.index()] = prepared.batch_input[t.index()]
+            || matches!(r, Residency::Host | Residency::DeviceAndHost);
+    }
+    index_gaps(prepared, gaps, s, n);
+    index_final_frees(prepared, gaps, s, n);
+    emit(prepared, schedule, s, sink)
+}
+
+/// Writes the steps, position by position (see [`lower_schedule`]).
+fn emit<S: ProgramSink>(
+    prepared: &PreparedGraph,
+    schedule: &Schedule,
+    s: &mut LowerScratch,
+    sink: &mut S,
+) -> Result<(), ScheduleError> {
+    let gaps = &schedule.gaps;
+    let n = schedule.order.len();
+    s.free_step.clear();
+    s.free_step.resize(gaps.len(), None);
+    s.swap_in_step.clear();
+    s.swap_in_step.resize(gaps.len(), None);
+
+    // Swap-ins of tensors resident on the host at the start.
+    for &gi in &s.from_start {
+        let g = &gaps[gi as usize];
+        if g.prefetch_after.is_none() {
+            let step = sink.push_step(Stream::H2d, StepInstr::SwapIn(g.tensor), &[]);
+            s.swap_in_step[gi as usize] = Some(step);
+        }
+    }
     for pos in 0..n {
         let op = schedule.order[pos];
         // Waits go on the first step of this position: a recomputation or the op.
-        let mut waits: Vec<StepRef> = Vec::new();
-        for &gi in &swap_in_before[pos] {
-            let Some(s) = swap_in_step[gi] else {
+        s.waits.clear();
+        for rank in s.swap_in_before.at(pos) {
+            let gi = s.sorted[rank as usize] as usize;
+            let Some(step) = s.swap_in_step[gi] else {
                 return Err(err(format!(
                     "the swap-in of {} is not triggered before position {pos}",
                     gaps[gi].tensor
                 )));
             };
-            waits.push(s);
+            s.waits.push(step);
         }
-        for &gi in &reclaim_at[pos] {
-            if let Some(s) = free_step[gi] {
-                waits.push(s);
+        for rank in s.reclaim_at.at(pos) {
+            if let Some(step) = s.free_step[s.sorted[rank as usize] as usize] {
+                s.waits.push(step);
             }
         }
-        for &gi in &recompute_before[pos] {
-            let g = gaps[gi];
-            let producer = graph.tensor(g.tensor).producer.unwrap_or(OpId(0));
-            plan.push(
-                Stream::Compute,
-                Instr::Recompute {
-                    op: producer,
-                    outputs: vec![g.tensor],
-                },
-                std::mem::take(&mut waits),
-            );
+        for rank in s.recompute_before.at(pos) {
+            let g = &gaps[s.sorted[rank as usize] as usize];
+            let producer = prepared.producer[g.tensor.index()].unwrap_or(OpId(0));
+            let instr = StepInstr::Recompute {
+                op: producer,
+                outputs: std::slice::from_ref(&g.tensor),
+            };
+            sink.push_step(Stream::Compute, instr, &s.waits);
+            s.waits.clear();
         }
-        for &t in &free_after_recomputes[pos] {
-            plan.push(Stream::Compute, Instr::Free(t), std::mem::take(&mut waits));
+        for t in s.free_after_recomputes.at(pos) {
+            sink.push_step(Stream::Compute, StepInstr::Free(TensorId(t)), &s.waits);
+            s.waits.clear();
         }
-        let at = plan.push(Stream::Compute, Instr::Compute(op), waits);
-        for &o in &graph.op(op).outputs {
-            if let Some(target) = graph.tensor(o).inplace_update_of {
-                host_current[graph.storage_owner(target).index()] = false;
-            }
+        let at = sink.push_step(Stream::Compute, StepInstr::Compute(op), &s.waits);
+        for &w in prepared.op_written(op) {
+            s.host_current[w.index()] = false;
         }
-        for &t in &final_free_after[pos] {
-            plan.push(Stream::Compute, Instr::Free(t), Vec::new());
+        for t in s.final_free_after.at(pos) {
+            sink.push_step(Stream::Compute, StepInstr::Free(TensorId(t)), &[]);
         }
-        for &gi in &starts_after[pos] {
-            let g = gaps[gi];
+        for rank in s.starts_after.at(pos) {
+            let gi = s.sorted[rank as usize];
+            let g = &gaps[gi as usize];
             let t = g.tensor;
             let free = match g.how {
-                Restore::Recompute => plan.push(Stream::Compute, Instr::Free(t), Vec::new()),
-                Restore::Swap if host_current[t.index()] => {
+                Restore::Recompute => sink.push_step(Stream::Compute, StepInstr::Free(t), &[]),
+                Restore::Swap if s.host_current[t.index()] => {
                     // The host copy is current: skip the redundant copy-out.
-                    plan.push(Stream::Compute, Instr::Free(t), Vec::new())
+                    sink.push_step(Stream::Compute, StepInstr::Free(t), &[])
                 }
                 Restore::Swap => {
-                    plan.push(Stream::D2h, Instr::SwapOut(t), vec![at]);
-                    host_current[t.index()] = true;
-                    plan.push(Stream::D2h, Instr::Free(t), Vec::new())
+                    sink.push_step(Stream::D2h, StepInstr::SwapOut(t), &[at]);
+                    s.host_current[t.index()] = true;
+                    sink.push_step(Stream::D2h, StepInstr::Free(t), &[])
                 }
             };
-            free_step[gi] = Some(free);
+            s.free_step[gi as usize] = Some(free);
         }
-        for &gi in &trigger_after[pos] {
-            let g = gaps[gi];
-            let mut waits = vec![at];
-            if let Some(f) = free_step[gi] {
-                waits.push(f);
-            }
-            let s = plan.push(Stream::H2d, Instr::SwapIn(g.tensor), waits);
-            swap_in_step[gi] = Some(s);
+        for rank in s.trigger_after.at(pos) {
+            let gi = s.sorted[rank as usize];
+            let mut waits = [at; 2];
+            let len = match s.free_step[gi as usize] {
+                Some(f) => {
+                    waits[1] = f;
+                    2
+                }
+                None => 1,
+            };
+            let g = &gaps[gi as usize];
+            let step = sink.push_step(Stream::H2d, StepInstr::SwapIn(g.tensor), &waits[..len]);
+            s.swap_in_step[gi as usize] = Some(step);
         }
     }
-    for t in free_at_end {
-        plan.push(Stream::Compute, Instr::Free(t), Vec::new());
+    for &t in &s.free_at_end {
+        sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
     }
-    Ok(plan)
+    Ok(())
 }

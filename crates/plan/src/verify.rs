@@ -13,7 +13,9 @@
 //! ordered before the step or its allocation after it. The bound is checked at
 //! every allocating step, where any timing's peak occurs.
 
-use crate::plan::{Instr, Plan, Residency, StepRef, Stream};
+use crate::plan::{Plan, Residency, StepRef, Stream};
+use crate::prepared::PreparedGraph;
+use crate::program::{Program, StepInstr};
 use outcore_graph::{Graph, OpId, TensorId};
 use std::fmt;
 
@@ -142,29 +144,30 @@ impl fmt::Display for Violation {
 }
 
 /// Global step numbering: steps of stream 0, then 1, then 2.
+#[derive(Debug, Clone, Copy, Default)]
 struct Layout {
     offset: [usize; 3],
     len: [usize; 3],
 }
 
 impl Layout {
-    fn id(&self, r: StepRef) -> usize {
-        self.offset[r.stream.index()] + r.index as usize
+    fn of<P: Program>(program: &P) -> Layout {
+        let mut layout = Layout::default();
+        let mut total = 0;
+        for s in Stream::ALL {
+            layout.offset[s.index()] = total;
+            layout.len[s.index()] = program.stream_len(s);
+            total += layout.len[s.index()];
+        }
+        layout
     }
 
-    fn step_ref(&self, id: usize) -> StepRef {
-        for s in Stream::ALL.iter().rev() {
-            if id >= self.offset[s.index()] {
-                return StepRef {
-                    stream: *s,
-                    index: (id - self.offset[s.index()]) as u32,
-                };
-            }
-        }
-        StepRef {
-            stream: Stream::Compute,
-            index: id as u32,
-        }
+    fn total(&self) -> usize {
+        self.offset[2] + self.len[2]
+    }
+
+    fn id(&self, r: StepRef) -> usize {
+        self.offset[r.stream.index()] + r.index as usize
     }
 
     fn valid(&self, r: StepRef) -> bool {
@@ -172,97 +175,153 @@ impl Layout {
     }
 }
 
-/// Happens-before facts of a plan.
-pub(crate) struct Order {
+/// Reusable buffers of [`verify_program`]: a search verifies many programs of
+/// one graph; keeping these avoids allocating per step and per tensor.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyScratch {
     layout: Layout,
-    /// `vc[id][s]`: highest index on stream `s` that completes before step `id` starts (-1: none).
-    vc: Vec<[i64; 3]>,
+    /// The stream and index of every step, by global id.
+    refs: Vec<StepRef>,
+    /// Predecessors of each step (previous step on its stream, then valid waits),
+    /// as compressed rows.
+    pred_start: Vec<u32>,
+    preds: Vec<u32>,
+    succ_start: Vec<u32>,
+    succs: Vec<u32>,
+    succ_fill: Vec<u32>,
+    indegree: Vec<u32>,
+    ready: Vec<u32>,
     /// Steps in a topological order (all steps when there is no deadlock).
-    topo: Vec<usize>,
+    topo: Vec<u32>,
+    /// `vc[id][s]`: highest index on stream `s` that completes before step `id` starts (-1: none).
+    vc: Vec<[i32; 3]>,
+    /// Events in topological order, then grouped by tensor (stable).
+    raw_events: Vec<(u32, Event)>,
+    event_start: Vec<u32>,
+    events: Vec<Event>,
+    computed: Vec<u32>,
+    buffers: Vec<Buffer>,
+    initial: Vec<Option<Residency>>,
+    reads_since: Vec<usize>,
+    delta: Vec<i128>,
+    /// Per stream: see `check_budget`.
+    first_after: [Vec<u32>; 3],
 }
 
-impl Order {
+impl VerifyScratch {
     /// Does step `a` complete before step `b` starts, in every timing?
     fn hb(&self, a: usize, b: usize) -> bool {
-        let ra = self.layout.step_ref(a);
-        self.vc[b][ra.stream.index()] >= ra.index as i64
+        let ra = self.refs[a];
+        self.vc[b][ra.stream.index()] >= ra.index as i32
     }
 }
 
-fn build_order(plan: &Plan, v: &mut Vec<Violation>) -> Order {
-    let mut offset = [0; 3];
-    let mut len = [0; 3];
-    let mut total = 0;
-    for s in Stream::ALL {
-        offset[s.index()] = total;
-        len[s.index()] = plan.stream(s).len();
-        total += len[s.index()];
+/// What [`verify_program`] found besides the violations: the most bytes that
+/// may be resident at any allocating step, and where (whether or not it is
+/// within the budget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryBound {
+    pub peak_bytes: u64,
+    pub at: Option<StepRef>,
+}
+
+fn build_order<P: Program>(program: &P, s: &mut VerifyScratch, v: &mut Vec<Violation>) {
+    let layout = Layout::of(program);
+    s.layout = layout;
+    let total = layout.total();
+    s.refs.clear();
+    for st in Stream::ALL {
+        s.refs
+            .extend((0..layout.len[st.index()] as u32).map(|index| StepRef { stream: st, index }));
     }
-    let layout = Layout { offset, len };
     // Predecessors: previous step on the stream, and valid waits.
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); total];
-    for s in Stream::ALL {
-        for (i, step) in plan.stream(s).iter().enumerate() {
-            let id = layout.offset[s.index()] + i;
+    s.pred_start.clear();
+    s.preds.clear();
+    s.pred_start.push(0);
+    for st in Stream::ALL {
+        for i in 0..layout.len[st.index()] {
+            let id = layout.offset[st.index()] + i;
             if i > 0 {
-                preds[id].push(id - 1);
+                s.preds.push((id - 1) as u32);
             }
-            for &w in &step.waits {
-                let here = StepRef {
-                    stream: s,
-                    index: i as u32,
-                };
+            for &w in program.waits(st, i) {
                 if !layout.valid(w) {
                     v.push(Violation {
-                        at: Some(here),
+                        at: Some(StepRef {
+                            stream: st,
+                            index: i as u32,
+                        }),
                         kind: ViolationKind::BadWait { target: w },
                     });
                 } else {
-                    preds[id].push(layout.id(w));
+                    s.preds.push(layout.id(w) as u32);
                 }
             }
+            s.pred_start.push(s.preds.len() as u32);
         }
     }
-    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); total];
-    let mut indegree = vec![0usize; total];
-    for (id, ps) in preds.iter().enumerate() {
-        indegree[id] = ps.len();
-        for &p in ps {
-            succs[p].push(id);
+    // Successors, as compressed rows in predecessor order.
+    s.succ_start.clear();
+    s.succ_start.resize(total + 1, 0);
+    for &p in &s.preds {
+        s.succ_start[p as usize + 1] += 1;
+    }
+    for i in 0..total {
+        s.succ_start[i + 1] += s.succ_start[i];
+    }
+    s.succs.clear();
+    s.succs.resize(s.preds.len(), 0);
+    s.succ_fill.clear();
+    s.succ_fill.extend_from_slice(&s.succ_start[..total]);
+    s.indegree.clear();
+    for id in 0..total {
+        let (lo, hi) = (s.pred_start[id] as usize, s.pred_start[id + 1] as usize);
+        s.indegree.push((hi - lo) as u32);
+        for k in lo..hi {
+            let p = s.preds[k] as usize;
+            s.succs[s.succ_fill[p] as usize] = id as u32;
+            s.succ_fill[p] += 1;
         }
     }
-    let mut ready: Vec<usize> = (0..total).filter(|&i| indegree[i] == 0).collect();
-    ready.reverse();
-    let mut topo = Vec::with_capacity(total);
-    let mut vc = vec![[-1i64; 3]; total];
-    while let Some(id) = ready.pop() {
-        let mut clock = [-1i64; 3];
-        for &p in &preds[id] {
-            let rp = layout.step_ref(p);
-            for k in 0..3 {
-                clock[k] = clock[k].max(vc[p][k]);
+    s.ready.clear();
+    s.ready.extend(
+        (0..total as u32)
+            .rev()
+            .filter(|&i| s.indegree[i as usize] == 0),
+    );
+    s.topo.clear();
+    s.vc.clear();
+    s.vc.resize(total, [-1i32; 3]);
+    while let Some(id) = s.ready.pop() {
+        let id = id as usize;
+        let mut clock = [-1i32; 3];
+        for k in s.pred_start[id] as usize..s.pred_start[id + 1] as usize {
+            let p = s.preds[k] as usize;
+            let rp = s.refs[p];
+            for (c, pc) in clock.iter_mut().zip(s.vc[p]) {
+                *c = (*c).max(pc);
             }
             let k = rp.stream.index();
-            clock[k] = clock[k].max(rp.index as i64);
+            clock[k] = clock[k].max(rp.index as i32);
         }
-        vc[id] = clock;
-        topo.push(id);
-        for &s in &succs[id] {
-            indegree[s] -= 1;
-            if indegree[s] == 0 {
-                ready.push(s);
+        s.vc[id] = clock;
+        s.topo.push(id as u32);
+        for k in s.succ_start[id] as usize..s.succ_start[id + 1] as usize {
+            let succ = s.succs[k] as usize;
+            s.indegree[succ] -= 1;
+            if s.indegree[succ] == 0 {
+                s.ready.push(succ as u32);
             }
         }
     }
-    if topo.len() < total {
+    if s.topo.len() < total {
         v.push(Violation {
             at: None,
             kind: ViolationKind::Deadlock {
-                steps: total - topo.len(),
+                steps: total - s.topo.len(),
             },
         });
     }
-    Order { layout, vc, topo }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,11 +352,12 @@ impl EventKind {
 
 #[derive(Debug, Clone, Copy)]
 struct Event {
-    step: usize,
+    step: u32,
     kind: EventKind,
 }
 
 /// A device buffer's allocation and free steps, for the memory bound.
+#[derive(Debug, Clone, Copy)]
 struct Buffer {
     size_bytes: u64,
     /// `None`: resident from the start.
@@ -308,199 +368,37 @@ struct Buffer {
 
 /// Verifies `plan` against `graph`; an empty list means the plan is safe.
 pub fn verify(plan: &Plan, graph: &Graph) -> Vec<Violation> {
-    let mut v = Vec::new();
-    let order = build_order(plan, &mut v);
-    let n_t = graph.tensors.len();
-    let n_ops = graph.ops.len();
+    let prepared = PreparedGraph::new(graph);
+    let mut violations = Vec::new();
+    verify_program(
+        graph,
+        &prepared,
+        plan,
+        &mut VerifyScratch::default(),
+        &mut violations,
+    );
+    violations
+}
 
-    // Version bookkeeping: in-place writers of each storage owner, in graph order.
-    let mut writers: Vec<Vec<OpId>> = vec![Vec::new(); n_t];
-    for op in &graph.ops {
-        for &o in &op.outputs {
-            if let Some(target) = graph.tensor(o).inplace_update_of {
-                writers[graph.storage_owner(target).index()].push(op.id);
-            }
-        }
-    }
-    let version_before = |owner: TensorId, op: OpId| -> u32 {
-        writers[owner.index()].iter().filter(|w| **w < op).count() as u32
-    };
-
-    // Collect events per storage owner in topological order.
-    let mut events: Vec<Vec<Event>> = vec![Vec::new(); n_t];
-    let mut computed = vec![0u32; n_ops];
-    let mut scratch: Vec<Buffer> = Vec::new();
-    let malformed = |at: StepRef, reason: String| Violation {
-        at: Some(at),
-        kind: ViolationKind::Malformed { reason },
-    };
-    for &id in &order.topo {
-        let at = order.layout.step_ref(id);
-        let Some(step) = plan.step(at) else { continue };
-        if let Some(required) = step.instr.required_stream()
-            && required != at.stream
-        {
-            v.push(malformed(
-                at,
-                format!("`{}` must be on the {required} stream", step.instr),
-            ));
-            continue;
-        }
-        let owner_of = |t: TensorId, v: &mut Vec<Violation>| -> Option<TensorId> {
-            if t.index() >= n_t {
-                v.push(malformed(at, format!("tensor {t} does not exist")));
-                return None;
-            }
-            Some(graph.storage_owner(t))
-        };
-        let movable = |t: TensorId, v: &mut Vec<Violation>| -> Option<TensorId> {
-            if t.index() >= n_t {
-                v.push(malformed(at, format!("tensor {t} does not exist")));
-                return None;
-            }
-            if !graph.tensor(t).allocates() {
-                v.push(malformed(
-                    at,
-                    format!(
-                        "{t} owns no storage (a view or in-place update); move its owner instead"
-                    ),
-                ));
-                return None;
-            }
-            Some(t)
-        };
-        match &step.instr {
-            Instr::Compute(op_id) | Instr::Recompute { op: op_id, .. } => {
-                if op_id.index() >= n_ops {
-                    v.push(malformed(at, format!("op {op_id} does not exist")));
-                    continue;
-                }
-                let op = graph.op(*op_id);
-                let recompute = matches!(step.instr, Instr::Recompute { .. });
-                if recompute && !op.recomputable {
-                    v.push(Violation {
-                        at: Some(at),
-                        kind: ViolationKind::NotRecomputable { op: op.id },
-                    });
-                }
-                if !recompute {
-                    computed[op_id.index()] += 1;
-                }
-                // In-place targets: the write subsumes the op's read of the same storage.
-                let mut written: Vec<TensorId> = Vec::new();
-                for &o in &op.outputs {
-                    if let Some(target) = graph.tensor(o).inplace_update_of {
-                        written.push(graph.storage_owner(target));
-                    }
-                }
-                let mut read: Vec<TensorId> = Vec::new();
-                for &t in &op.inputs {
-                    let Some(owner) = owner_of(t, &mut v) else {
-                        continue;
-                    };
-                    if !written.contains(&owner) && !read.contains(&owner) {
-                        read.push(owner);
-                        let expected = version_before(owner, op.id);
-                        events[owner.index()].push(Event {
-                            step: id,
-                            kind: EventKind::Read {
-                                expected,
-                                by_recompute: recompute,
-                            },
-                        });
-                    }
-                }
-                if recompute {
-                    let Instr::Recompute { outputs, .. } = &step.instr else {
-                        continue;
-                    };
-                    let mut scratch_bytes = op.workspace_bytes;
-                    for &o in &op.outputs {
-                        let t = graph.tensor(o);
-                        if !t.allocates() {
-                            continue;
-                        }
-                        if outputs.contains(&o) {
-                            events[o.index()].push(Event {
-                                step: id,
-                                kind: EventKind::Rematerialise,
-                            });
-                        } else {
-                            scratch_bytes += t.size_bytes;
-                        }
-                    }
-                    for &o in outputs {
-                        if !op.outputs.contains(&o) || !graph.tensor(o).allocates() {
-                            v.push(malformed(
-                                at,
-                                format!("{o} is not a storage-owning output of {}", op.id),
-                            ));
-                        }
-                    }
-                    scratch.push(Buffer {
-                        size_bytes: scratch_bytes,
-                        alloc: Some(id),
-                        free: Some(id),
-                    });
-                } else {
-                    for &o in &op.outputs {
-                        let t = graph.tensor(o);
-                        if t.allocates() {
-                            events[o.index()].push(Event {
-                                step: id,
-                                kind: EventKind::Produce,
-                            });
-                        }
-                    }
-                    for &owner in &written {
-                        let expected = version_before(owner, op.id);
-                        events[owner.index()].push(Event {
-                            step: id,
-                            kind: EventKind::Write { expected },
-                        });
-                    }
-                    if op.workspace_bytes > 0 {
-                        scratch.push(Buffer {
-                            size_bytes: op.workspace_bytes,
-                            alloc: Some(id),
-                            free: Some(id),
-                        });
-                    }
-                }
-            }
-            Instr::SwapIn(t) => {
-                if let Some(t) = movable(*t, &mut v) {
-                    events[t.index()].push(Event {
-                        step: id,
-                        kind: EventKind::SwapIn,
-                    });
-                }
-            }
-            Instr::SwapOut(t) => {
-                if let Some(t) = movable(*t, &mut v) {
-                    events[t.index()].push(Event {
-                        step: id,
-                        kind: EventKind::SwapOut,
-                    });
-                }
-            }
-            Instr::Free(t) => {
-                if let Some(t) = movable(*t, &mut v) {
-                    events[t.index()].push(Event {
-                        step: id,
-                        kind: EventKind::Free,
-                    });
-                }
-            }
-        }
-    }
+/// [`verify`] on any [`Program`], appending violations to `v` (in the order
+/// `verify` lists them) and returning the memory bound. `prepared` must be
+/// `PreparedGraph::new(graph)`.
+pub fn verify_program<P: Program>(
+    graph: &Graph,
+    prepared: &PreparedGraph,
+    program: &P,
+    s: &mut VerifyScratch,
+    v: &mut Vec<Violation>,
+) -> MemoryBound {
+    build_order(program, s, v);
+    collect_events(graph, prepared, program, s, v);
     if v.iter()
         .any(|x| matches!(x.kind, ViolationKind::Deadlock { .. }))
     {
         // Without a complete order the per-tensor checks would report noise.
-        return v;
+        return MemoryBound::default();
     }
-    for (i, &count) in computed.iter().enumerate() {
+    for (i, &count) in s.computed.iter().enumerate() {
         let op = OpId(i as u32);
         if count == 0 {
             v.push(Violation {
@@ -514,264 +412,535 @@ pub fn verify(plan: &Plan, graph: &Graph) -> Vec<Violation> {
             });
         }
     }
+    group_events(prepared.n_tensors(), s);
+    s.initial.clear();
+    s.initial.resize(prepared.n_tensors(), None);
+    let mut foreign_residency = Vec::new();
+    for &(t, r) in program.initial_residency() {
+        match s.initial.get_mut(t.index()) {
+            Some(slot) => *slot = Some(r),
+            None => foreign_residency.push(t),
+        }
+    }
+    for ti in 0..prepared.n_tensors() {
+        if prepared.allocates[ti] {
+            check_tensor(prepared, TensorId(ti as u32), s, v);
+        }
+    }
+    for t in foreign_residency {
+        v.push(Violation {
+            at: None,
+            kind: ViolationKind::Malformed {
+                reason: format!("initial residency given for {t}, which does not exist"),
+            },
+        });
+    }
+    check_budget(program, s, v)
+}
 
-    // Per-tensor state machine.
-    let initial: std::collections::HashMap<TensorId, Residency> =
-        plan.initial_residency.iter().copied().collect();
-    let mut buffers: Vec<Buffer> = scratch;
-    for t in graph.tensors.iter().filter(|t| t.allocates()) {
-        let evs = &events[t.id.index()];
-        let persistent = t.is_persistent();
-        let residency = if persistent {
-            initial.get(&t.id).copied().unwrap_or(Residency::Device)
-        } else {
-            Residency::Host
-        };
-        if !persistent && initial.contains_key(&t.id) {
-            v.push(Violation {
-                at: None,
-                kind: ViolationKind::Malformed {
-                    reason: format!(
-                        "initial residency given for {}, which is not persistent",
-                        t.id
-                    ),
-                },
-            });
+/// Walks the steps in topological order and records every event per tensor,
+/// with the per-step checks (stream, existence, recomputability).
+fn collect_events<P: Program>(
+    graph: &Graph,
+    prepared: &PreparedGraph,
+    program: &P,
+    s: &mut VerifyScratch,
+    v: &mut Vec<Violation>,
+) {
+    let n_t = graph.tensors.len();
+    let n_ops = graph.ops.len();
+    s.raw_events.clear();
+    s.computed.clear();
+    s.computed.resize(n_ops, 0);
+    s.buffers.clear();
+    let malformed = |at: StepRef, reason: String| Violation {
+        at: Some(at),
+        kind: ViolationKind::Malformed { reason },
+    };
+    for k in 0..s.topo.len() {
+        let id = s.topo[k] as usize;
+        let at = s.refs[id];
+        let instr = program.instr(at.stream, at.index as usize);
+        if let Some(required) = instr.required_stream()
+            && required != at.stream
+        {
+            v.push(malformed(
+                at,
+                format!("`{instr}` must be on the {required} stream"),
+            ));
+            continue;
         }
-        // Inputs and labels arrive on the device with the batch (and exist on the host).
-        let arrives_with_batch = t.producer.is_none() && !persistent;
-        let mut present = match residency {
-            Residency::Device | Residency::DeviceAndHost => true,
-            Residency::Host => arrives_with_batch,
-        };
-        let mut dev_version: u32 = 0;
-        let mut host_version: Option<u32> = match residency {
-            Residency::DeviceAndHost | Residency::Host if persistent => Some(0),
-            _ if arrives_with_batch => Some(0),
-            _ => None,
-        };
-        let mut alloc_at: Option<usize> = None;
-        let mut resident_from_start = present;
-        let mut last_nonread: Option<usize> = None;
-        let mut reads_since: Vec<usize> = Vec::new();
-        for (k, e) in evs.iter().enumerate() {
-            let at = Some(order.layout.step_ref(e.step));
-            // Ordering: a non-read must follow everything before it; a read must
-            // follow the last non-read.
-            if let Some(prev) = last_nonread
-                && prev != e.step
-                && !order.hb(prev, e.step)
-            {
-                v.push(Violation {
+        let movable = |t: TensorId, v: &mut Vec<Violation>| -> Option<TensorId> {
+            if t.index() >= n_t {
+                v.push(malformed(at, format!("tensor {t} does not exist")));
+                return None;
+            }
+            if !prepared.allocates[t.index()] {
+                v.push(malformed(
                     at,
-                    kind: ViolationKind::Unordered {
-                        tensor: t.id,
-                        other: order.layout.step_ref(prev),
-                    },
-                });
+                    format!(
+                        "{t} owns no storage (a view or in-place update); move its owner instead"
+                    ),
+                ));
+                return None;
             }
-            if !e.kind.is_read() {
-                for &r in &reads_since {
-                    if r != e.step && !order.hb(r, e.step) {
-                        v.push(Violation {
-                            at,
-                            kind: ViolationKind::Unordered {
-                                tensor: t.id,
-                                other: order.layout.step_ref(r),
-                            },
-                        });
-                        break;
-                    }
-                }
-                reads_since.clear();
-                last_nonread = Some(e.step);
-            } else {
-                reads_since.push(e.step);
-            }
-            match e.kind {
-                EventKind::Produce | EventKind::Rematerialise | EventKind::SwapIn => {
-                    if present {
-                        v.push(Violation {
-                            at,
-                            kind: ViolationKind::AlreadyResident { tensor: t.id },
-                        });
-                        continue;
-                    }
-                    if e.kind == EventKind::SwapIn {
-                        match host_version {
-                            Some(h) => dev_version = h,
-                            None => {
-                                v.push(Violation {
-                                    at,
-                                    kind: ViolationKind::SwapInWithoutHostCopy { tensor: t.id },
-                                });
-                            }
-                        }
-                    } else {
-                        dev_version = 0;
-                    }
-                    present = true;
-                    alloc_at = Some(e.step);
-                }
-                EventKind::Read {
-                    expected,
-                    by_recompute,
-                } => {
-                    if !present {
-                        let kind = if by_recompute {
-                            ViolationKind::RecomputeInputMissing { tensor: t.id }
-                        } else {
-                            ViolationKind::ReadNotResident { tensor: t.id }
-                        };
-                        v.push(Violation { at, kind });
-                    } else if dev_version != expected {
-                        v.push(Violation {
-                            at,
-                            kind: ViolationKind::StaleVersion {
-                                tensor: t.id,
-                                expected,
-                                found: dev_version,
-                            },
-                        });
-                    }
-                }
-                EventKind::Write { expected } => {
-                    if !present {
-                        v.push(Violation {
-                            at,
-                            kind: ViolationKind::ReadNotResident { tensor: t.id },
-                        });
-                    } else if dev_version != expected {
-                        v.push(Violation {
-                            at,
-                            kind: ViolationKind::StaleVersion {
-                                tensor: t.id,
-                                expected,
-                                found: dev_version,
-                            },
-                        });
-                    }
-                    dev_version = expected + 1;
-                }
-                EventKind::SwapOut => {
-                    if !present {
-                        v.push(Violation {
-                            at,
-                            kind: ViolationKind::NotResident { tensor: t.id },
-                        });
-                    } else {
-                        host_version = Some(dev_version);
-                    }
-                }
-                EventKind::Free => {
-                    if !present {
-                        v.push(Violation {
-                            at,
-                            kind: ViolationKind::NotResident { tensor: t.id },
-                        });
-                        continue;
-                    }
-                    // Needed later: the next materialising or reading event is a
-                    // swap-in, or (persistent) the tensor must survive the iteration.
-                    let next = evs[k + 1..]
-                        .iter()
-                        .find(|n| !matches!(n.kind, EventKind::Free));
-                    let needs_host = match next {
-                        Some(n) => n.kind == EventKind::SwapIn,
-                        None => persistent,
-                    };
-                    if needs_host && host_version != Some(dev_version) {
-                        v.push(Violation {
-                            at,
-                            kind: ViolationKind::FreedWithoutHostCopy { tensor: t.id },
-                        });
-                    }
-                    buffers.push(Buffer {
-                        size_bytes: t.size_bytes,
-                        alloc: if resident_from_start { None } else { alloc_at },
-                        free: Some(e.step),
-                    });
-                    resident_from_start = false;
-                    present = false;
-                }
-            }
-        }
-        if present {
-            buffers.push(Buffer {
-                size_bytes: t.size_bytes,
-                alloc: if resident_from_start { None } else { alloc_at },
-                free: None,
-            });
-        }
-        // End of iteration.
-        let final_version = writers[t.id.index()].len() as u32;
-        let describe = |present: bool, host: Option<u32>| -> String {
-            match (present, host == Some(final_version)) {
-                (true, true) => "on the device and host".into(),
-                (true, false) => "on the device".into(),
-                (false, true) => "on the host".into(),
-                (false, false) => "nowhere (its data is lost)".into(),
-            }
+            Some(t)
         };
-        if persistent {
-            let ok = match residency {
-                Residency::Device => present && dev_version == final_version,
-                Residency::DeviceAndHost => {
-                    present && dev_version == final_version && host_version == Some(final_version)
+        let event = |t: TensorId, kind: EventKind| {
+            (
+                t.0,
+                Event {
+                    step: id as u32,
+                    kind,
+                },
+            )
+        };
+        match instr {
+            StepInstr::Compute(op_id) | StepInstr::Recompute { op: op_id, .. } => {
+                if op_id.index() >= n_ops {
+                    v.push(malformed(at, format!("op {op_id} does not exist")));
+                    continue;
                 }
-                Residency::Host => !present && host_version == Some(final_version),
-            };
-            if !ok {
-                let expected = match residency {
-                    Residency::Device => "on the device",
-                    Residency::DeviceAndHost => "on the device and host",
-                    Residency::Host => "on the host",
-                };
+                op_events(prepared, instr, op_id, id, s, v);
+            }
+            StepInstr::SwapIn(t) => {
+                if let Some(t) = movable(t, v) {
+                    s.raw_events.push(event(t, EventKind::SwapIn));
+                }
+            }
+            StepInstr::SwapOut(t) => {
+                if let Some(t) = movable(t, v) {
+                    s.raw_events.push(event(t, EventKind::SwapOut));
+                }
+            }
+            StepInstr::Free(t) => {
+                if let Some(t) = movable(t, v) {
+                    s.raw_events.push(event(t, EventKind::Free));
+                }
+            }
+        }
+    }
+}
+
+/// The events of one compute or recompute step.
+fn op_events(
+    prepared: &PreparedGraph,
+    instr: StepInstr<'_>,
+    op_id: OpId,
+    id: usize,
+    s: &mut VerifyScratch,
+    v: &mut Vec<Violation>,
+) {
+    let at = s.refs[id];
+    let recompute = matches!(instr, StepInstr::Recompute { .. });
+    if recompute && !prepared.recomputable[op_id.index()] {
+        v.push(Violation {
+            at: Some(at),
+            kind: ViolationKind::NotRecomputable { op: op_id },
+        });
+    }
+    if !recompute {
+        s.computed[op_id.index()] += 1;
+    }
+    let event = |t: TensorId, kind: EventKind| {
+        (
+            t.0,
+            Event {
+                step: id as u32,
+                kind,
+            },
+        )
+    };
+    // In-place targets: the write subsumes the op's read of the same storage
+    // (the prepared read list leaves them out).
+    for &(owner, expected) in prepared.op_reads(op_id) {
+        s.raw_events.push(event(
+            owner,
+            EventKind::Read {
+                expected,
+                by_recompute: recompute,
+            },
+        ));
+    }
+    let allocated = prepared.op_allocated(op_id);
+    let workspace_bytes = prepared.workspace_bytes[op_id.index()];
+    if let StepInstr::Recompute { outputs, .. } = instr {
+        // Outputs not asked for are rematerialised into scratch for the step only.
+        let mut scratch_bytes = workspace_bytes;
+        for &o in allocated {
+            if outputs.contains(&o) {
+                s.raw_events.push(event(o, EventKind::Rematerialise));
+            } else {
+                scratch_bytes += prepared.size_bytes[o.index()];
+            }
+        }
+        for &o in outputs {
+            if !allocated.contains(&o) {
                 v.push(Violation {
-                    at: None,
-                    kind: ViolationKind::EndResidency {
-                        tensor: t.id,
-                        expected: expected.into(),
-                        found: describe(present, host_version),
+                    at: Some(at),
+                    kind: ViolationKind::Malformed {
+                        reason: format!("{o} is not a storage-owning output of {op_id}"),
                     },
                 });
             }
-        } else if present {
-            v.push(Violation {
-                at: None,
-                kind: ViolationKind::EndResidency {
-                    tensor: t.id,
-                    expected: "freed".into(),
-                    found: "still on the device".into(),
-                },
+        }
+        s.buffers.push(Buffer {
+            size_bytes: scratch_bytes,
+            alloc: Some(id),
+            free: Some(id),
+        });
+    } else {
+        for &o in allocated {
+            s.raw_events.push(event(o, EventKind::Produce));
+        }
+        for &(owner, expected) in prepared.op_writes(op_id) {
+            s.raw_events
+                .push(event(owner, EventKind::Write { expected }));
+        }
+        if workspace_bytes > 0 {
+            s.buffers.push(Buffer {
+                size_bytes: workspace_bytes,
+                alloc: Some(id),
+                free: Some(id),
             });
         }
     }
-
-    check_budget(plan, &order, &buffers, &mut v);
-    v
 }
 
-/// Bounds, at every allocating step, the bytes that may be resident while it runs.
-fn check_budget(plan: &Plan, order: &Order, buffers: &[Buffer], v: &mut Vec<Violation>) {
-    let layout = &order.layout;
-    for s in Stream::ALL {
-        let n = layout.len[s.index()];
+/// Groups the raw events by tensor, keeping topological order within a tensor.
+fn group_events(n_t: usize, s: &mut VerifyScratch) {
+    s.event_start.clear();
+    s.event_start.resize(n_t + 1, 0);
+    for &(t, _) in &s.raw_events {
+        s.event_start[t as usize + 1] += 1;
+    }
+    for i in 0..n_t {
+        s.event_start[i + 1] += s.event_start[i];
+    }
+    s.events.clear();
+    s.events.resize(
+        s.raw_events.len(),
+        Event {
+            step: 0,
+            kind: EventKind::Free,
+        },
+    );
+    // `succ_fill` is free again: reuse it as the fill cursor.
+    s.succ_fill.clear();
+    s.succ_fill.extend_from_slice(&s.event_start[..n_t]);
+    for &(t, e) in &s.raw_events {
+        let slot = &mut s.succ_fill[t as usize];
+        s.events[*slot as usize] = e;
+        *slot += 1;
+    }
+}
+
+/// The per-tensor state machine: ordering, residency, versions, host copies and
+/// the residency at the end; records the tensor's device buffers.
+fn check_tensor(
+    prepared: &PreparedGraph,
+    t_id: TensorId,
+    s: &mut VerifyScratch,
+    v: &mut Vec<Violation>,
+) {
+    let ti = t_id.index();
+    let size_bytes = prepared.size_bytes[ti];
+    let evs = &s.events[s.event_start[ti] as usize..s.event_start[ti + 1] as usize];
+    let persistent = prepared.persistent[ti];
+    let given = s.initial[ti];
+    let residency = if persistent {
+        given.unwrap_or(Residency::Device)
+    } else {
+        Residency::Host
+    };
+    if !persistent && given.is_some() {
+        v.push(Violation {
+            at: None,
+            kind: ViolationKind::Malformed {
+                reason: format!("initial residency given for {t_id}, which is not persistent"),
+            },
+        });
+    }
+    // Inputs and labels arrive on the device with the batch (and exist on the host).
+    let arrives_with_batch = prepared.batch_input[ti];
+    let mut present = match residency {
+        Residency::Device | Residency::DeviceAndHost => true,
+        Residency::Host => arrives_with_batch,
+    };
+    let mut dev_version: u32 = 0;
+    let mut host_version: Option<u32> = match residency {
+        Residency::DeviceAndHost | Residency::Host if persistent => Some(0),
+        _ if arrives_with_batch => Some(0),
+        _ => None,
+    };
+    let mut alloc_at: Option<usize> = None;
+    let mut resident_from_start = present;
+    let mut last_nonread: Option<usize> = None;
+    s.reads_since.clear();
+    for (k, e) in evs.iter().enumerate() {
+        let step = e.step as usize;
+        let at = Some(s.refs[step]);
+        // Ordering: a non-read must follow everything before it; a read must
+        // follow the last non-read.
+        if let Some(prev) = last_nonread
+            && prev != step
+            && !s.hb(prev, step)
+        {
+            v.push(Violation {
+                at,
+                kind: ViolationKind::Unordered {
+                    tensor: t_id,
+                    other: s.refs[prev],
+                },
+            });
+        }
+        if !e.kind.is_read() {
+            for &r in &s.reads_since {
+                if r != step && !s.hb(r, step) {
+                    v.push(Violation {
+                        at,
+                        kind: ViolationKind::Unordered {
+                            tensor: t_id,
+                            other: s.refs[r],
+                        },
+                    });
+                    break;
+                }
+            }
+            s.reads_since.clear();
+            last_nonread = Some(step);
+        } else {
+            s.reads_since.push(step);
+        }
+        match e.kind {
+            EventKind::Produce | EventKind::Rematerialise | EventKind::SwapIn => {
+                if present {
+                    v.push(Violation {
+                        at,
+                        kind: ViolationKind::AlreadyResident { tensor: t_id },
+                    });
+                    continue;
+                }
+                if e.kind == EventKind::SwapIn {
+                    match host_version {
+                        Some(h) => dev_version = h,
+                        None => {
+                            v.push(Violation {
+                                at,
+                                kind: ViolationKind::SwapInWithoutHostCopy { tensor: t_id },
+                            });
+                        }
+                    }
+                } else {
+                    dev_version = 0;
+                }
+                present = true;
+                alloc_at = Some(step);
+            }
+            EventKind::Read {
+                expected,
+                by_recompute,
+            } => {
+                if !present {
+                    let kind = if by_recompute {
+                        ViolationKind::RecomputeInputMissing { tensor: t_id }
+                    } else {
+                        ViolationKind::ReadNotResident { tensor: t_id }
+                    };
+                    v.push(Violation { at, kind });
+                } else if dev_version != expected {
+                    v.push(Violation {
+                        at,
+                        kind: ViolationKind::StaleVersion {
+                            tensor: t_id,
+                            expected,
+                            found: dev_version,
+                        },
+                    });
+                }
+            }
+            EventKind::Write { expected } => {
+                if !present {
+                    v.push(Violation {
+                        at,
+                        kind: ViolationKind::ReadNotResident { tensor: t_id },
+                    });
+                } else if dev_version != expected {
+                    v.push(Violation {
+                        at,
+                        kind: ViolationKind::StaleVersion {
+                            tensor: t_id,
+                            expected,
+                            found: dev_version,
+                        },
+                    });
+                }
+                dev_version = expected + 1;
+            }
+            EventKind::SwapOut => {
+                if !present {
+                    v.push(Violation {
+                        at,
+                        kind: ViolationKind::NotResident { tensor: t_id },
+                    });
+                } else {
+                    host_version = Some(dev_version);
+                }
+            }
+            EventKind::Free => {
+                if !present {
+                    v.push(Violation {
+                        at,
+                        kind: ViolationKind::NotResident { tensor: t_id },
+                    });
+                    continue;
+                }
+                // Needed later: the next materialising or reading event is a
+                // swap-in, or (persistent) the tensor must survive the iteration.
+                let next = evs[k + 1..]
+                    .iter()
+                    .find(|n| !matches!(n.kind, EventKind::Free));
+                let needs_host = match next {
+                    Some(n) => n.kind == EventKind::SwapIn,
+                    None => persistent,
+                };
+                if needs_host && host_version != Some(dev_version) {
+                    v.push(Violation {
+                        at,
+                        kind: ViolationKind::FreedWithoutHostCopy { tensor: t_id },
+                    });
+                }
+                s.buffers.push(Buffer {
+                    size_bytes,
+                    alloc: if resident_from_start { None } else { alloc_at },
+                    free: Some(step),
+                });
+                resident_from_start = false;
+                present = false;
+            }
+        }
+    }
+    if present {
+        s.buffers.push(Buffer {
+            size_bytes,
+            alloc: if resident_from_start { None } else { alloc_at },
+            free: None,
+        });
+    }
+    check_end(
+        prepared,
+        t_id,
+        persistent,
+        residency,
+        present,
+        dev_version,
+        host_version,
+        v,
+    );
+}
+
+/// The residency at the end of the iteration must equal the start's.
+#[allow(clippy::too_many_arguments)]
+fn check_end(
+    prepared: &PreparedGraph,
+    t: TensorId,
+    persistent: bool,
+    residency: Residency,
+    present: bool,
+    dev_version: u32,
+    host_version: Option<u32>,
+    v: &mut Vec<Violation>,
+) {
+    let final_version = prepared.writers(t).len() as u32;
+    let describe = |present: bool, host: Option<u32>| -> String {
+        match (present, host == Some(final_version)) {
+            (true, true) => "on the device and host".into(),
+            (true, false) => "on the device".into(),
+            (false, true) => "on the host".into(),
+            (false, false) => "nowhere (its data is lost)".into(),
+        }
+    };
+    if persistent {
+        let ok = match residency {
+            Residency::Device => present && dev_version == final_version,
+            Residency::DeviceAndHost => {
+                present && dev_version == final_version && host_version == Some(final_version)
+            }
+            Residency::Host => !present && host_version == Some(final_version),
+        };
+        if !ok {
+            let expected = match residency {
+                Residency::Device => "on the device",
+                Residency::DeviceAndHost => "on the device and host",
+                Residency::Host => "on the host",
+            };
+            v.push(Violation {
+                at: None,
+                kind: ViolationKind::EndResidency {
+                    tensor: t,
+                    expected: expected.into(),
+                    found: describe(present, host_version),
+                },
+            });
+        }
+    } else if present {
+        v.push(Violation {
+            at: None,
+            kind: ViolationKind::EndResidency {
+                tensor: t,
+                expected: "freed".into(),
+                found: "still on the device".into(),
+            },
+        });
+    }
+}
+
+/// Bounds, at every allocating step, the bytes that may be resident while it
+/// runs; reports the worst step over budget per stream, and returns the largest
+/// bound anywhere.
+fn check_budget<P: Program>(
+    program: &P,
+    s: &mut VerifyScratch,
+    v: &mut Vec<Violation>,
+) -> MemoryBound {
+    let layout = s.layout;
+    let budget_bytes = program.budget_bytes();
+    let mut bound = MemoryBound::default();
+    for st in Stream::ALL {
+        let n = layout.len[st.index()];
         if n == 0 {
             continue;
         }
-        let base = layout.offset[s.index()];
-        let mut delta = vec![0i128; n + 1];
-        for b in buffers {
-            // Steps i on stream s with `step_i hb alloc` form a prefix: i <= vc[alloc][s].
+        let base = layout.offset[st.index()];
+        // For each other stream `col` and step `k` on it: the first step on `st`
+        // that `k` happens before. Vector clocks only grow along a stream, so
+        // one merge-like sweep per stream pair replaces a binary search per buffer.
+        for col in Stream::ALL.iter().map(|c| c.index()) {
+            let table = &mut s.first_after[col];
+            table.clear();
+            if col == st.index() {
+                continue;
+            }
+            let mut i = 0;
+            for k in 0..layout.len[col] {
+                while i < n && s.vc[base + i][col] < k as i32 {
+                    i += 1;
+                }
+                table.push(i as u32);
+            }
+        }
+        s.delta.clear();
+        s.delta.resize(n + 1, 0);
+        for b in &s.buffers {
+            // Steps i on stream st with `step_i hb alloc` form a prefix: i <= vc[alloc][st].
             let lo = match b.alloc {
                 None => 0,
                 Some(a) => {
-                    let ra = layout.step_ref(a);
-                    if ra.stream == s {
+                    let ra = s.refs[a];
+                    if ra.stream == st {
                         ra.index as usize
                     } else {
-                        (order.vc[a][s.index()] + 1) as usize
+                        (s.vc[a][st.index()] + 1) as usize
                     }
                 }
             };
@@ -779,55 +948,58 @@ fn check_budget(plan: &Plan, order: &Order, buffers: &[Buffer], v: &mut Vec<Viol
             let hi = match b.free {
                 None => n,
                 Some(f) => {
-                    let rf = layout.step_ref(f);
-                    if rf.stream == s {
+                    let rf = s.refs[f];
+                    if rf.stream == st {
                         rf.index as usize + 1
                     } else {
-                        let col = rf.stream.index();
-                        let (mut lo_i, mut hi_i) = (0usize, n);
-                        while lo_i < hi_i {
-                            let mid = (lo_i + hi_i) / 2;
-                            if order.vc[base + mid][col] >= rf.index as i64 {
-                                hi_i = mid;
-                            } else {
-                                lo_i = mid + 1;
-                            }
-                        }
-                        lo_i
+                        s.first_after[rf.stream.index()][rf.index as usize] as usize
                     }
                 }
             };
             if lo < hi {
-                delta[lo] += b.size_bytes as i128;
-                delta[hi] -= b.size_bytes as i128;
+                s.delta[lo] += b.size_bytes as i128;
+                s.delta[hi] -= b.size_bytes as i128;
             }
         }
         let mut cur: i128 = 0;
         let mut worst: Option<(usize, u64)> = None;
-        for (i, step) in plan.stream(s).iter().enumerate() {
-            cur += delta[i];
+        for i in 0..n {
+            cur += s.delta[i];
             let allocates = matches!(
-                step.instr,
-                Instr::Compute(_) | Instr::Recompute { .. } | Instr::SwapIn(_)
+                program.instr(st, i),
+                StepInstr::Compute(_) | StepInstr::Recompute { .. } | StepInstr::SwapIn(_)
             );
-            if allocates
-                && cur > plan.budget_bytes as i128
-                && worst.is_none_or(|(_, w)| cur as u64 > w)
-            {
+            if !allocates {
+                continue;
+            }
+            let bytes = cur.clamp(0, u64::MAX as i128) as u64;
+            let here = StepRef {
+                stream: st,
+                index: i as u32,
+            };
+            // The first step (compute, then h2d, then d2h) with the largest bound.
+            if bound.at.is_none() || bytes > bound.peak_bytes {
+                bound = MemoryBound {
+                    peak_bytes: bytes,
+                    at: Some(here),
+                };
+            }
+            if cur > budget_bytes as i128 && worst.is_none_or(|(_, w)| cur as u64 > w) {
                 worst = Some((i, cur as u64));
             }
         }
         if let Some((i, bytes)) = worst {
             v.push(Violation {
                 at: Some(StepRef {
-                    stream: s,
+                    stream: st,
                     index: i as u32,
                 }),
                 kind: ViolationKind::OverBudget {
                     bytes,
-                    budget_bytes: plan.budget_bytes,
+                    budget_bytes,
                 },
             });
         }
     }
+    bound
 }

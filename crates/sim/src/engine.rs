@@ -4,9 +4,11 @@
 use crate::report::{SimOom, SimReport, StreamBusy};
 use crate::trace::TraceBuilder;
 use outcore_alloc::{AllocId, Allocator, Trace};
-use outcore_cost::CostModel;
-use outcore_graph::{Graph, TensorId};
-use outcore_plan::{Instr, Plan, Residency, StepRef, Stream};
+use outcore_cost::{CopyRates, CostModel};
+use outcore_graph::{Graph, OpId, TensorId};
+use outcore_plan::{
+    AllocatorSpec, Plan, PreparedGraph, Program, Residency, StepInstr, StepRef, Stream,
+};
 
 /// What to simulate and what to record.
 #[derive(Debug, Clone)]
@@ -110,16 +112,14 @@ impl Memory {
     }
 }
 
-struct Sim<'a> {
-    graph: &'a Graph,
-    plan: &'a Plan,
+struct Sim {
     memory: Memory,
     alloc_trace: Option<Trace>,
     oom: Option<SimOom>,
     scratch_id_base: u64,
 }
 
-impl Sim<'_> {
+impl Sim {
     fn allocate(&mut self, id: u64, size_bytes: u64, at: Option<StepRef>) -> bool {
         if let Some(t) = self.alloc_trace.as_mut() {
             t.push_alloc(AllocId(id), size_bytes);
@@ -174,6 +174,44 @@ impl Sim<'_> {
     }
 }
 
+/// What the simulator needs of a (graph, cost model) pair, computed once: op
+/// times and copy rates from the cost model, and the graph's lookup tables.
+#[derive(Debug, Clone)]
+pub struct SimPrepared {
+    /// Seconds of each op (by op id) under the cost model.
+    pub op_time_s: Vec<f64>,
+    pub copy: CopyRates,
+    /// Sum of every op's time: the iteration time with unlimited memory.
+    pub ideal_time_s: f64,
+    pub graph: PreparedGraph,
+}
+
+impl SimPrepared {
+    pub fn new(graph: &Graph, cost: &dyn CostModel) -> Self {
+        let op_time_s: Vec<f64> = (0..graph.ops.len())
+            .map(|i| cost.op_time_s(graph, OpId(i as u32)))
+            .collect();
+        SimPrepared {
+            ideal_time_s: op_time_s.iter().sum(),
+            op_time_s,
+            copy: cost.copy_rates(),
+            graph: PreparedGraph::new(graph),
+        }
+    }
+}
+
+/// Reusable buffers of [`simulate_program`].
+#[derive(Debug, Clone, Default)]
+pub struct SimScratch {
+    steps: Vec<SimStep>,
+    waits: Vec<usize>,
+    allocs: Vec<(u64, u64)>,
+    frees: Vec<(u64, u64)>,
+    done_at: Vec<f64>,
+    initial: Vec<Option<Residency>>,
+    batch_inputs: Vec<(u64, u64)>,
+}
+
 /// Simulates `plan` on `graph` under `cost`.
 pub fn simulate(
     graph: &Graph,
@@ -181,163 +219,225 @@ pub fn simulate(
     cost: &dyn CostModel,
     options: &SimOptions,
 ) -> Result<SimOutput, SimError> {
-    let n_t = graph.tensors.len();
-    let device = cost.device();
-    let latency_s = device.copy_latency_s;
-    let one_way = [device.h2d_bytes_per_s, device.d2h_bytes_per_s];
-    let duplex = [
-        device.h2d_duplex_bytes_per_s(),
-        device.d2h_duplex_bytes_per_s(),
-    ];
+    let prepared = SimPrepared::new(graph, cost);
+    simulate_program(
+        graph,
+        &prepared,
+        plan,
+        &plan.allocator,
+        options,
+        &mut SimScratch::default(),
+    )
+}
 
-    // Flatten the steps.
-    let mut steps: Vec<SimStep> = Vec::with_capacity(plan.n_steps());
-    let mut waits: Vec<usize> = Vec::new();
-    let mut allocs: Vec<(u64, u64)> = Vec::new();
-    let mut frees: Vec<(u64, u64)> = Vec::new();
+/// Flattens a program's steps for the event loop; returns the swapped-in and
+/// swapped-out bytes.
+fn flatten<P: Program>(
+    graph: &Graph,
+    prepared: &SimPrepared,
+    program: &P,
+    s: &mut SimScratch,
+) -> Result<(u64, u64), SimError> {
+    let pg = &prepared.graph;
+    let n_t = pg.n_tensors();
+    s.steps.clear();
+    s.waits.clear();
+    s.allocs.clear();
+    s.frees.clear();
     let mut offset = [0usize; 3];
     let mut total = 0;
-    for s in Stream::ALL {
-        offset[s.index()] = total;
-        total += plan.stream(s).len();
+    for st in Stream::ALL {
+        offset[st.index()] = total;
+        total += program.stream_len(st);
     }
     let bad = |what: String| SimError {
         kind: SimErrorKind::BadReference(what),
     };
+    let tensor_ok = |t: TensorId| -> Result<(), SimError> {
+        if t.index() < n_t {
+            Ok(())
+        } else {
+            Err(bad(format!("tensor {t}")))
+        }
+    };
     let mut swap_in_bytes = 0u64;
     let mut swap_out_bytes = 0u64;
-    for s in Stream::ALL {
-        for (i, step) in plan.stream(s).iter().enumerate() {
+    for st in Stream::ALL {
+        for i in 0..program.stream_len(st) {
             let at = StepRef {
-                stream: s,
+                stream: st,
                 index: i as u32,
             };
-            let w0 = waits.len();
-            for w in &step.waits {
-                let len = plan.stream(w.stream).len();
-                if w.index as usize >= len {
+            let w0 = s.waits.len();
+            for w in program.waits(st, i) {
+                if w.index as usize >= program.stream_len(w.stream) {
                     return Err(bad(format!("step {w}")));
                 }
-                waits.push(offset[w.stream.index()] + w.index as usize);
+                s.waits.push(offset[w.stream.index()] + w.index as usize);
             }
-            let a0 = allocs.len();
-            let f0 = frees.len();
+            let a0 = s.allocs.len();
+            let f0 = s.frees.len();
             let mut scratch_bytes = 0;
             let mut label_op = None;
-            let tensor_ok = |t: TensorId| -> Result<(), SimError> {
-                if t.index() < n_t {
-                    Ok(())
-                } else {
-                    Err(bad(format!("tensor {t}")))
-                }
-            };
-            let work = match &step.instr {
-                Instr::Compute(op) | Instr::Recompute { op, .. } => {
+            let instr = program.instr(st, i);
+            let work = match instr {
+                StepInstr::Compute(op) | StepInstr::Recompute { op, .. } => {
                     if op.index() >= graph.ops.len() {
                         return Err(bad(format!("op {op}")));
                     }
-                    let g_op = graph.op(*op);
                     label_op = Some(op.0);
-                    let recompute = matches!(step.instr, Instr::Recompute { .. });
-                    scratch_bytes += g_op.workspace_bytes;
-                    for &o in &g_op.outputs {
-                        let t = graph.tensor(o);
-                        if !t.allocates() {
-                            continue;
-                        }
-                        let keep = match &step.instr {
-                            Instr::Recompute { outputs, .. } => outputs.contains(&o),
-                            _ => true,
-                        };
-                        if keep {
-                            allocs.push((o.0 as u64, t.size_bytes));
+                    let kept = match instr {
+                        StepInstr::Recompute { outputs, .. } => Some(outputs),
+                        _ => None,
+                    };
+                    scratch_bytes += pg.workspace_bytes[op.index()];
+                    for &o in pg.op_allocated(op) {
+                        let size = pg.size_bytes[o.index()];
+                        if kept.is_none_or(|k| k.contains(&o)) {
+                            s.allocs.push((o.0 as u64, size));
                         } else {
-                            scratch_bytes += t.size_bytes;
+                            scratch_bytes += size;
                         }
                     }
                     Work::Kernel {
-                        time_s: cost.op_time_s(graph, *op),
-                        recompute,
+                        time_s: prepared.op_time_s[op.index()],
+                        recompute: kept.is_some(),
                     }
                 }
-                Instr::SwapIn(t) => {
-                    tensor_ok(*t)?;
-                    let size = graph.tensor(*t).size_bytes;
-                    allocs.push((t.0 as u64, size));
+                StepInstr::SwapIn(t) => {
+                    tensor_ok(t)?;
+                    let size = pg.size_bytes[t.index()];
+                    s.allocs.push((t.0 as u64, size));
                     swap_in_bytes += size;
                     Work::Copy { bytes: size }
                 }
-                Instr::SwapOut(t) => {
-                    tensor_ok(*t)?;
-                    let size = graph.tensor(*t).size_bytes;
+                StepInstr::SwapOut(t) => {
+                    tensor_ok(t)?;
+                    let size = pg.size_bytes[t.index()];
                     swap_out_bytes += size;
                     Work::Copy { bytes: size }
                 }
-                Instr::Free(t) => {
-                    tensor_ok(*t)?;
-                    frees.push((t.0 as u64, graph.tensor(*t).size_bytes));
+                StepInstr::Free(t) => {
+                    tensor_ok(t)?;
+                    s.frees.push((t.0 as u64, pg.size_bytes[t.index()]));
                     Work::Instant
                 }
             };
-            steps.push(SimStep {
+            s.steps.push(SimStep {
                 at,
                 work,
-                waits: w0..waits.len(),
-                allocs: a0..allocs.len(),
-                frees: f0..frees.len(),
+                waits: w0..s.waits.len(),
+                allocs: a0..s.allocs.len(),
+                frees: f0..s.frees.len(),
                 scratch_bytes,
                 label_op,
             });
         }
     }
+    Ok((swap_in_bytes, swap_out_bytes))
+}
 
-    // Memory model.
-    let memory = match plan.allocator.config() {
+/// The memory model for an allocator over `budget_bytes`.
+fn memory_model(allocator: &AllocatorSpec, budget_bytes: u64) -> Result<Memory, SimError> {
+    Ok(match allocator.config() {
         None => Memory::Perfect {
             live: 0,
             peak_live: 0,
         },
         Some(config) => {
-            let alloc = outcore_alloc::build(&config, plan.budget_bytes).map_err(|e| SimError {
+            let alloc = outcore_alloc::build(&config, budget_bytes).map_err(|e| SimError {
                 kind: SimErrorKind::BadAllocator(e.to_string()),
             })?;
             Memory::Real { alloc }
         }
-    };
+    })
+}
+
+/// The label of a finished step in the trace.
+fn trace_name<P: Program>(graph: &Graph, program: &P, step: &SimStep) -> String {
+    match program.instr(step.at.stream, step.at.index as usize) {
+        StepInstr::Compute(op) => graph.op(op).name.clone(),
+        StepInstr::Recompute { op, .. } => format!("recompute {}", graph.op(op).name),
+        StepInstr::SwapIn(t) => format!("swap-in {}", graph.tensor(t).name),
+        StepInstr::SwapOut(t) => format!("swap-out {}", graph.tensor(t).name),
+        StepInstr::Free(_) => String::new(),
+    }
+}
+
+/// [`simulate`] on any [`Program`] with `allocator`, reusing `scratch`.
+/// `prepared` must be `SimPrepared::new(graph, cost)`.
+pub fn simulate_program<P: Program>(
+    graph: &Graph,
+    prepared: &SimPrepared,
+    program: &P,
+    allocator: &AllocatorSpec,
+    options: &SimOptions,
+    scratch: &mut SimScratch,
+) -> Result<SimOutput, SimError> {
+    let pg = &prepared.graph;
+    let n_t = pg.n_tensors();
+    let latency_s = prepared.copy.latency_s;
+    let one_way = prepared.copy.one_way_bytes_per_s;
+    let duplex = prepared.copy.duplex_bytes_per_s;
+    let (swap_in_bytes, swap_out_bytes) = flatten(graph, prepared, program, scratch)?;
+    let budget_bytes = program.budget_bytes();
     let mut sim = Sim {
-        graph,
-        plan,
-        memory,
+        memory: memory_model(allocator, budget_bytes)?,
         alloc_trace: options.record_alloc_trace.then(|| Trace::new(None)),
         oom: None,
         scratch_id_base: n_t as u64,
     };
+    let SimScratch {
+        steps,
+        waits,
+        allocs,
+        frees,
+        done_at,
+        initial,
+        batch_inputs,
+    } = scratch;
+    let mut offset = [0usize; 3];
+    let mut total = 0;
+    for st in Stream::ALL {
+        offset[st.index()] = total;
+        total += program.stream_len(st);
+    }
 
     // Persistent tensors resident at the start stay allocated across iterations.
-    let initial: std::collections::HashMap<TensorId, Residency> =
-        plan.initial_residency.iter().copied().collect();
-    for t in sim.graph.persistent_tensors() {
-        let residency = initial.get(&t.id).copied().unwrap_or(Residency::Device);
-        if residency != Residency::Host {
-            sim.allocate(t.id.0 as u64, t.size_bytes, None);
+    initial.clear();
+    initial.resize(n_t, None);
+    for &(t, r) in program.initial_residency() {
+        if let Some(slot) = initial.get_mut(t.index()) {
+            *slot = Some(r);
         }
     }
-    let batch_inputs: Vec<(u64, u64)> = sim
-        .graph
-        .tensors
-        .iter()
-        .filter(|t| t.producer.is_none() && !t.kind.is_persistent() && t.allocates())
-        .map(|t| (t.id.0 as u64, t.size_bytes))
-        .collect();
+    for &t in &pg.persistent_ids {
+        let residency = initial[t.index()].unwrap_or(Residency::Device);
+        if residency != Residency::Host {
+            sim.allocate(t.0 as u64, pg.size_bytes[t.index()], None);
+        }
+    }
+    batch_inputs.clear();
+    batch_inputs.extend(
+        (0..n_t)
+            .filter(|&i| pg.batch_input[i] && pg.allocates[i])
+            .map(|i| (i as u64, pg.size_bytes[i])),
+    );
 
     let iterations = options.iterations.max(1);
-    let mut done_at = vec![f64::INFINITY; total];
+    done_at.clear();
+    done_at.resize(total, f64::INFINITY);
     let mut now: f64;
     let mut per_iteration = Vec::with_capacity(iterations);
     let mut busy = StreamBusy::default();
     let mut recompute_time_s = 0.0;
     let mut peak_live = 0u64;
     let mut tracer = TraceBuilder::new();
+    let len = [
+        program.stream_len(Stream::Compute),
+        program.stream_len(Stream::H2d),
+        program.stream_len(Stream::D2h),
+    ];
     for iter in 0..iterations {
         let last = iter + 1 == iterations;
         // Iterations are separated by a barrier (the plan's waits are within one
@@ -345,16 +445,11 @@ pub fn simulate(
         now = 0.0;
         let start_s = now;
         done_at.iter_mut().for_each(|d| *d = f64::INFINITY);
-        for &(id, size) in &batch_inputs {
+        for &(id, size) in batch_inputs.iter() {
             sim.allocate(id, size, None);
         }
         peak_live = peak_live.max(sim.memory.live());
         let mut next = [0usize; 3];
-        let len = [
-            plan.stream(Stream::Compute).len(),
-            plan.stream(Stream::H2d).len(),
-            plan.stream(Stream::D2h).len(),
-        ];
         let mut running: [Option<Running>; 3] = [None; 3];
         let mut it_busy = StreamBusy::default();
         let mut it_recompute_s = 0.0;
@@ -482,29 +577,7 @@ pub fn simulate(
                         sim.free(sim.scratch_id_base + r.step as u64, step.scratch_bytes);
                     }
                     if last && options.record_trace {
-                        let name = match sim.plan.step(step.at).map(|st| &st.instr) {
-                            Some(Instr::Compute(op)) | Some(Instr::Recompute { op, .. }) => {
-                                let prefix = if matches!(
-                                    step.work,
-                                    Work::Kernel {
-                                        recompute: true,
-                                        ..
-                                    }
-                                ) {
-                                    "recompute "
-                                } else {
-                                    ""
-                                };
-                                format!("{prefix}{}", sim.graph.op(*op).name)
-                            }
-                            Some(Instr::SwapIn(t)) => {
-                                format!("swap-in {}", sim.graph.tensor(*t).name)
-                            }
-                            Some(Instr::SwapOut(t)) => {
-                                format!("swap-out {}", sim.graph.tensor(*t).name)
-                            }
-                            _ => String::new(),
-                        };
+                        let name = trace_name(graph, program, step);
                         tracer.span(s, &name, r.started_s - start_s, dur, step.label_op);
                         tracer.memory(t_next - start_s, sim.memory.live());
                     }
@@ -522,9 +595,7 @@ pub fn simulate(
         recompute_time_s = it_recompute_s;
     }
 
-    let ideal_time_s: f64 = (0..graph.ops.len())
-        .map(|i| cost.op_time_s(graph, outcore_graph::OpId(i as u32)))
-        .sum();
+    let ideal_time_s = prepared.ideal_time_s;
     let iter_time_s = per_iteration.last().copied().unwrap_or(0.0);
     let (peak_reserved, fragmentation, peak_live_bytes) = match &sim.memory {
         Memory::Perfect { peak_live, .. } => (*peak_live, Some(1.0), *peak_live),

@@ -6,6 +6,9 @@ mod engine;
 mod report;
 mod trace;
 
-pub use engine::{SimError, SimErrorKind, SimOptions, SimOutput, simulate};
+pub use engine::{
+    SimError, SimErrorKind, SimOptions, SimOutput, SimPrepared, SimScratch, simulate,
+    simulate_program,
+};
 pub use report::{SimOom, SimReport, StreamBusy};
 pub use trace::TraceBuilder;

@@ -1,0 +1,288 @@
+//! outcore-eval: the evaluator every search scores candidates with.
+//!
+//! A search planner (SwapAdvisor's genetic algorithm, HOME's particle swarm,
+//! outcore's joint search) scores tens of thousands of [`Schedule`]s of one
+//! graph. Lowering each to a [`Plan`](outcore_plan::Plan), running `verify()`
+//! and `simulate()` costs a graph fingerprint, one allocation per step and
+//! per-call analyses. The [`Evaluator`] splits the work the way tract splits a
+//! model from its run state:
+//! - [`Evaluator`] is immutable and `Sync`: the graph's lookup tables
+//!   ([`PreparedGraph`]), every op's time and the copy rates under the cost
+//!   model, the budget and the allocator. Build it once per (graph, cost model,
+//!   budget, allocator) and share it between threads.
+//! - [`Scratch`] holds every buffer one evaluation needs (the compact program,
+//!   the lowering's and verify's tables, the simulator's flattened steps). Give
+//!   each thread its own and reuse it: after the first call nothing allocates
+//!   per step.
+//!
+//! Exactness is by construction, not by a second model: the evaluator runs the
+//! same lowering ([`lower_into`]), the same proof ([`verify_program`]) and the
+//! same event loop ([`simulate_program`]) as `lower_schedule`, `verify` and
+//! `simulate`, over a [`CompactProgram`] instead of a `Plan`. The property
+//! tests in `tests/exact.rs` check the answers are equal on random DAGs and zoo
+//! models, with swap and recompute gaps, in graph and in shuffled orders.
+//!
+//! One deliberate shortcut: with the perfect allocator every iteration of a
+//! plan that ends where it started is identical (no allocator state carries
+//! over), so the evaluator simulates one iteration where `simulate` defaults to
+//! two; with a real allocator it runs as many as asked (default two, as
+//! `SimOptions::default()`), since caches carry over. Full lowering and
+//! `verify()` remain the proof of every plan a planner returns:
+//! [`Evaluator::lower_plan`] builds that plan.
+
+pub mod testing;
+
+use outcore_cost::CostModel;
+use outcore_graph::Graph;
+use outcore_plan::{
+    AllocatorSpec, CompactProgram, LowerScratch, MemoryBound, Plan, PlannerInfo, PreparedGraph,
+    Schedule, ScheduleError, StepRef, VerifyScratch, Violation, ViolationKind, graph_fingerprint,
+    lower_into,
+};
+use outcore_sim::{
+    SimError, SimOom, SimOptions, SimPrepared, SimReport, SimScratch, StreamBusy, simulate_program,
+};
+
+pub use outcore_plan::verify_program;
+
+/// Scores schedules of one graph under one cost model, budget and allocator.
+#[derive(Debug)]
+pub struct Evaluator<'g> {
+    graph: &'g Graph,
+    sim: SimPrepared,
+    fingerprint: String,
+    budget_bytes: u64,
+    allocator: AllocatorSpec,
+    iterations: usize,
+}
+
+/// Every buffer one evaluation uses; one per thread, reused between calls.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    lower: LowerScratch,
+    program: CompactProgram,
+    verify: VerifyScratch,
+    violations: Vec<Violation>,
+    sim: SimScratch,
+}
+
+/// What an evaluation found. The fields mirror the full pipeline's answers:
+/// `schedule_error` is `lower_schedule`'s error, `violations` / `first_violation`
+/// are `verify()`'s, `bound` is verify's memory bound, `sim` is `simulate()`'s
+/// report (run unless the lowering failed or verify found a violation other
+/// than the budget).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub schedule_error: Option<ScheduleError>,
+    /// Number of violations `verify()` reports.
+    pub violations: usize,
+    /// The first of them, in `verify()`'s order.
+    pub first_violation: Option<Violation>,
+    /// Whether every violation is over budget (memory only, the plan is safe).
+    pub only_over_budget: bool,
+    /// The most bytes that may be resident at an allocating step, and where.
+    pub bound: MemoryBound,
+    pub sim: Option<Result<SimSummary, String>>,
+}
+
+/// The parts of a [`SimReport`] a search ranks by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimSummary {
+    pub iter_time_s: f64,
+    pub ideal_time_s: f64,
+    pub throughput_vs_ideal: f64,
+    pub peak_live_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub swap_in_bytes: u64,
+    pub swap_out_bytes: u64,
+    pub recompute_time_s: f64,
+    pub stall_time_s: f64,
+    pub busy: StreamBusy,
+    /// The allocator's first failure: the plan does not run under it.
+    pub oom: Option<SimOom>,
+}
+
+impl SimSummary {
+    /// The summary of a full report.
+    pub fn of(r: &SimReport) -> SimSummary {
+        SimSummary {
+            iter_time_s: r.iter_time_s,
+            ideal_time_s: r.ideal_time_s,
+            throughput_vs_ideal: r.throughput_vs_ideal,
+            peak_live_bytes: r.peak_live_bytes,
+            peak_reserved_bytes: r.peak_reserved_bytes,
+            swap_in_bytes: r.swap_in_bytes,
+            swap_out_bytes: r.swap_out_bytes,
+            recompute_time_s: r.recompute_time_s,
+            stall_time_s: r.stall_time_s,
+            busy: r.busy,
+            oom: r.oom.clone(),
+        }
+    }
+}
+
+impl Evaluation {
+    /// Lowered, verified, and simulated without an allocator failure: the plan
+    /// is safe, fits the budget and runs.
+    pub fn feasible(&self) -> bool {
+        self.schedule_error.is_none()
+            && self.violations == 0
+            && matches!(&self.sim, Some(Ok(s)) if s.oom.is_none())
+    }
+
+    /// Simulated iteration time, when the plan was simulated.
+    pub fn iter_time_s(&self) -> Option<f64> {
+        match &self.sim {
+            Some(Ok(s)) => Some(s.iter_time_s),
+            _ => None,
+        }
+    }
+
+    /// A bug rather than a memory shortfall: the lowering refused the schedule,
+    /// verify found something other than the budget, or the simulation failed.
+    pub fn is_broken(&self) -> bool {
+        self.schedule_error.is_some() || !self.only_over_budget || matches!(&self.sim, Some(Err(_)))
+    }
+
+    /// Where the memory bound peaks: the step, when there is one.
+    pub fn peak_at(&self) -> Option<StepRef> {
+        self.bound.at
+    }
+}
+
+impl<'g> Evaluator<'g> {
+    /// Prepares `graph` under `cost` for a budget and an allocator: computes
+    /// the lookup tables, op times, copy rates and the graph fingerprint once.
+    pub fn new(
+        graph: &'g Graph,
+        cost: &dyn CostModel,
+        budget_bytes: u64,
+        allocator: AllocatorSpec,
+    ) -> Self {
+        Evaluator {
+            graph,
+            sim: SimPrepared::new(graph, cost),
+            fingerprint: graph_fingerprint(graph),
+            budget_bytes,
+            allocator,
+            iterations: SimOptions::default().iterations,
+        }
+    }
+
+    /// Iterations simulated under a real allocator (at least 1; default 2).
+    pub fn with_iterations(mut self, iterations: usize) -> Self {
+        self.iterations = iterations.max(1);
+        self
+    }
+
+    pub fn graph(&self) -> &'g Graph {
+        self.graph
+    }
+
+    pub fn prepared(&self) -> &PreparedGraph {
+        &self.sim.graph
+    }
+
+    /// Seconds of each op under the cost model, by op id.
+    pub fn op_time_s(&self) -> &[f64] {
+        &self.sim.op_time_s
+    }
+
+    pub fn budget_bytes(&self) -> u64 {
+        self.budget_bytes
+    }
+
+    pub fn allocator(&self) -> &AllocatorSpec {
+        &self.allocator
+    }
+
+    /// Scores a schedule (any valid order), reusing `scratch`.
+    pub fn evaluate(&self, schedule: &Schedule, scratch: &mut Scratch) -> Evaluation {
+        let pg = &self.sim.graph;
+        scratch
+            .program
+            .reset(pg.persistent_ids.iter().copied(), self.budget_bytes);
+        if let Err(e) = lower_into(
+            self.graph,
+            pg,
+            schedule,
+            &mut scratch.lower,
+            &mut scratch.program,
+        ) {
+            return Evaluation {
+                schedule_error: Some(e),
+                violations: 0,
+                first_violation: None,
+                only_over_budget: true,
+                bound: MemoryBound::default(),
+                sim: None,
+            };
+        }
+        scratch.violations.clear();
+        let bound = verify_program(
+            self.graph,
+            pg,
+            &scratch.program,
+            &mut scratch.verify,
+            &mut scratch.violations,
+        );
+        let only_over_budget = scratch
+            .violations
+            .iter()
+            .all(|v| matches!(v.kind, ViolationKind::OverBudget { .. }));
+        let sim = only_over_budget.then(|| self.simulate(scratch));
+        Evaluation {
+            schedule_error: None,
+            violations: scratch.violations.len(),
+            first_violation: scratch.violations.first().cloned(),
+            only_over_budget,
+            bound,
+            sim,
+        }
+    }
+
+    fn simulate(&self, scratch: &mut Scratch) -> Result<SimSummary, String> {
+        let iterations = match self.allocator {
+            AllocatorSpec::Perfect => 1,
+            _ => self.iterations,
+        };
+        let options = SimOptions {
+            iterations,
+            ..SimOptions::default()
+        };
+        simulate_program(
+            self.graph,
+            &self.sim,
+            &scratch.program,
+            &self.allocator,
+            &options,
+            &mut scratch.sim,
+        )
+        .map(|out| SimSummary::of(&out.report))
+        .map_err(|e: SimError| e.to_string())
+    }
+
+    /// The full plan of a schedule, with the allocator and budget of this
+    /// evaluator: what a planner returns (and then proves with `verify()`).
+    pub fn lower_plan(
+        &self,
+        schedule: &Schedule,
+        info: PlannerInfo,
+    ) -> Result<Plan, ScheduleError> {
+        let mut plan = Plan::with_fingerprint(
+            self.graph,
+            info,
+            self.budget_bytes,
+            self.fingerprint.clone(),
+        );
+        plan.allocator = self.allocator.clone();
+        lower_into(
+            self.graph,
+            &self.sim.graph,
+            schedule,
+            &mut LowerScratch::default(),
+            &mut plan,
+        )?;
+        Ok(plan)
+    }
+}

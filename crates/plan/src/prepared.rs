@@ -1,0 +1,224 @@
+//! Facts about a graph that the lowering, `verify()` and the simulator look up
+//! for every step, computed once per graph: storage owners (views and in-place
+//! updates resolved), each op's owners in operand order, in-place writers, and
+//! per-tensor flags. A search scores thousands of schedules of one graph, so
+//! these are built once and shared (read-only, `Sync`) by every scoring thread.
+
+use outcore_graph::{Graph, OpId, TensorId};
+
+/// Per-graph lookup tables; see the module docs.
+#[derive(Debug, Clone)]
+pub struct PreparedGraph {
+    /// `graph.storage_owner(t)` for every tensor.
+    pub owner: Vec<TensorId>,
+    /// Per op: the storage owners of its inputs then outputs, each once, in
+    /// first-appearance order (what `use_positions` counts as a use).
+    op_owners: Csr<TensorId>,
+    /// Per op: the storage owners it updates in place (through an output that
+    /// is an `inplace_update_of`), in output order, repeats kept.
+    op_written: Csr<TensorId>,
+    /// Per storage owner: the ops that update it in place, ascending.
+    writers: Csr<OpId>,
+    /// Per op: the storage owners it reads (inputs not also written in place),
+    /// each once, with the version graph order implies.
+    op_reads: Csr<(TensorId, u32)>,
+    /// Per op: the storage owners it writes in place (repeats kept), with the
+    /// version graph order implies before the write.
+    op_writes: Csr<(TensorId, u32)>,
+    /// Per op: its outputs that own storage (what running it allocates), in
+    /// output order. Kept here so that hot loops never touch the `Op` structs.
+    op_allocated: Csr<TensorId>,
+    /// Per op: scratch bytes it holds while it runs.
+    pub workspace_bytes: Vec<u64>,
+    /// Per op: may be re-executed to rematerialise its outputs.
+    pub recomputable: Vec<bool>,
+    /// Per tensor: owns storage (neither a view nor an in-place update).
+    pub allocates: Vec<bool>,
+    /// Per tensor: a persistent graph input (parameter, buffer, optimizer state).
+    pub persistent: Vec<bool>,
+    /// Per tensor: an input or label of the step (no producer, not persistent):
+    /// it arrives on the device with the batch and has a host copy.
+    pub batch_input: Vec<bool>,
+    /// Per tensor: the storage of a step output (never freed before the end).
+    pub output_storage: Vec<bool>,
+    /// Per tensor: bytes.
+    pub size_bytes: Vec<u64>,
+    /// Per tensor: the producing op.
+    pub producer: Vec<Option<OpId>>,
+    /// Persistent tensors, ascending.
+    pub persistent_ids: Vec<TensorId>,
+}
+
+/// Compressed rows: row `i` is `items[start[i]..start[i + 1]]`.
+#[derive(Debug, Clone, Default)]
+struct Csr<T> {
+    start: Vec<u32>,
+    items: Vec<T>,
+}
+
+impl<T: Copy> Csr<T> {
+    fn from_rows(rows: impl Iterator<Item = impl Iterator<Item = T>>) -> Self {
+        let mut csr = Csr {
+            start: vec![0],
+            items: Vec::new(),
+        };
+        for row in rows {
+            csr.items.extend(row);
+            csr.start.push(csr.items.len() as u32);
+        }
+        csr
+    }
+
+    #[inline]
+    fn row(&self, i: usize) -> &[T] {
+        &self.items[self.start[i] as usize..self.start[i + 1] as usize]
+    }
+}
+
+impl PreparedGraph {
+    pub fn new(graph: &Graph) -> Self {
+        let n_t = graph.tensors.len();
+        let owner: Vec<TensorId> = graph
+            .tensors
+            .iter()
+            .map(|t| graph.storage_owner(t.id))
+            .collect();
+        let mut row: Vec<TensorId> = Vec::new();
+        let op_owners = Csr::from_rows(graph.ops.iter().map(|op| {
+            row.clear();
+            for &t in op.inputs.iter().chain(&op.outputs) {
+                let o = owner[t.index()];
+                if !row.contains(&o) {
+                    row.push(o);
+                }
+            }
+            row.clone().into_iter()
+        }));
+        let op_written = Csr::from_rows(graph.ops.iter().map(|op| {
+            op.outputs
+                .iter()
+                .filter_map(|&o| graph.tensor(o).inplace_update_of)
+                .map(|target| owner[target.index()])
+                .collect::<Vec<_>>()
+                .into_iter()
+        }));
+        let mut writer_rows: Vec<Vec<OpId>> = vec![Vec::new(); n_t];
+        for op in &graph.ops {
+            for &w in op_written.row(op.id.index()) {
+                writer_rows[w.index()].push(op.id);
+            }
+        }
+        let writers = Csr::from_rows(writer_rows.into_iter().map(|r| r.into_iter()));
+        let version = |o: TensorId, op: OpId| -> u32 {
+            writers.row(o.index()).partition_point(|w| *w < op) as u32
+        };
+        let mut reads: Vec<(TensorId, u32)> = Vec::new();
+        let op_reads = Csr::from_rows(graph.ops.iter().map(|op| {
+            let written = op_written.row(op.id.index());
+            reads.clear();
+            for &t in &op.inputs {
+                let o = owner[t.index()];
+                if !written.contains(&o) && !reads.iter().any(|r| r.0 == o) {
+                    reads.push((o, version(o, op.id)));
+                }
+            }
+            reads.clone().into_iter()
+        }));
+        let op_writes = Csr::from_rows(graph.ops.iter().map(|op| {
+            op_written
+                .row(op.id.index())
+                .iter()
+                .map(|&o| (o, version(o, op.id)))
+                .collect::<Vec<_>>()
+                .into_iter()
+        }));
+        let persistent: Vec<bool> = graph.tensors.iter().map(|t| t.is_persistent()).collect();
+        let op_allocated = Csr::from_rows(graph.ops.iter().map(|op| {
+            op.outputs
+                .iter()
+                .copied()
+                .filter(|&o| graph.tensor(o).allocates())
+                .collect::<Vec<_>>()
+                .into_iter()
+        }));
+        PreparedGraph {
+            op_allocated,
+            workspace_bytes: graph.ops.iter().map(|o| o.workspace_bytes).collect(),
+            recomputable: graph.ops.iter().map(|o| o.recomputable).collect(),
+            op_owners,
+            op_written,
+            writers,
+            op_reads,
+            op_writes,
+            allocates: graph.tensors.iter().map(|t| t.allocates()).collect(),
+            batch_input: graph
+                .tensors
+                .iter()
+                .map(|t| t.producer.is_none() && !t.is_persistent())
+                .collect(),
+            output_storage: graph.output_storage(),
+            size_bytes: graph.tensors.iter().map(|t| t.size_bytes).collect(),
+            producer: graph.tensors.iter().map(|t| t.producer).collect(),
+            persistent_ids: graph
+                .tensors
+                .iter()
+                .filter(|t| persistent[t.id.index()])
+                .map(|t| t.id)
+                .collect(),
+            persistent,
+            owner,
+        }
+    }
+
+    pub fn n_tensors(&self) -> usize {
+        self.owner.len()
+    }
+
+    pub fn n_ops(&self) -> usize {
+        self.op_owners.start.len() - 1
+    }
+
+    /// The storage owners op `op` uses (see the field docs).
+    #[inline]
+    pub fn op_owners(&self, op: OpId) -> &[TensorId] {
+        self.op_owners.row(op.index())
+    }
+
+    /// The outputs of `op` that own storage, in output order.
+    #[inline]
+    pub fn op_allocated(&self, op: OpId) -> &[TensorId] {
+        self.op_allocated.row(op.index())
+    }
+
+    /// The storage owners op `op` updates in place.
+    #[inline]
+    pub fn op_written(&self, op: OpId) -> &[TensorId] {
+        self.op_written.row(op.index())
+    }
+
+    /// The storage owners op `op` reads (inputs it does not update in place),
+    /// each once in input order, with the version it must see.
+    #[inline]
+    pub fn op_reads(&self, op: OpId) -> &[(TensorId, u32)] {
+        self.op_reads.row(op.index())
+    }
+
+    /// The storage owners op `op` updates in place, with the version it must
+    /// see before its write.
+    #[inline]
+    pub fn op_writes(&self, op: OpId) -> &[(TensorId, u32)] {
+        self.op_writes.row(op.index())
+    }
+
+    /// The ops that update storage owner `t` in place, ascending.
+    #[inline]
+    pub fn writers(&self, t: TensorId) -> &[OpId] {
+        self.writers.row(t.index())
+    }
+
+    /// The version of `owner` that op `op` sees in graph order: the number of
+    /// in-place writers before it.
+    pub fn version_before(&self, owner: TensorId, op: OpId) -> u32 {
+        self.writers(owner).partition_point(|w| *w < op) as u32
+    }
+}
