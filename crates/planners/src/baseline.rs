@@ -2,7 +2,7 @@
 //! reference points every other planner is measured against. Both run the
 //! request's order (the graph's by default).
 
-use crate::framework::{Ctx, Score, Search};
+use crate::framework::{Ctx, Score, Scratch, Search};
 use outcore_plan::{
     AllocatorSpec, Infeasible, InfeasibleKind, PlanOutcome, PlanRequest, Planner, PlannerError,
     fmt_bytes,
@@ -35,7 +35,7 @@ impl Planner for Ideal {
         };
         let search = Search::new(&ctx, &unlimited, self.name());
         let settings = serde_json::json!({ "note": "budget ignored: unlimited memory" });
-        let scored = search.scored(settings, Vec::new())?;
+        let scored = search.scored(settings, Vec::new(), &mut Scratch::default())?;
         match scored.score {
             Score::Feasible { .. } => search.prove(scored, &[]),
             _ => Ok(PlanOutcome::Infeasible(search.infeasible(
@@ -63,14 +63,20 @@ impl Planner for NoSwap {
     fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
         let ctx = Ctx::for_request(request, self.name())?;
         let search = Search::new(&ctx, request, self.name());
-        let scored = search.scored(serde_json::Value::Null, Vec::new())?;
+        let scored = search.scored(serde_json::Value::Null, Vec::new(), &mut Scratch::default())?;
         match &scored.score {
             Score::Feasible { .. } => search.prove(scored, &[]),
-            Score::OverBudget { needed_bytes, at } => Ok(PlanOutcome::Infeasible(Infeasible {
+            Score::OverBudget {
+                needed_bytes,
+                at_step,
+            } => Ok(PlanOutcome::Infeasible(Infeasible {
                 kind: InfeasibleKind::OverBudget,
                 needed_bytes: Some(*needed_bytes),
                 budget_bytes: request.budget_bytes,
-                at: at.clone(),
+                at: scored
+                    .schedule
+                    .as_ref()
+                    .and_then(|schedule| search.describe(schedule, *at_step)),
                 message: format!(
                     "the footprint is {} but the budget is {}: {} over; swap or recompute (try another planner) or lower the batch",
                     fmt_bytes(*needed_bytes),

@@ -54,8 +54,8 @@ impl Planner for Capuchin {
                 "after evicting on pressure",
                 &LEAD_FACTORS,
                 Pick::Fastest,
-                |&lead_factor| {
-                    search.with_margins(|budget_bytes, margin| {
+                |&lead_factor, scratch| {
+                    search.with_margins(scratch, |budget_bytes, margin| {
                         let settings = serde_json::json!({
                             "prefetch_lead_factor": lead_factor,
                             "recompute": allow_recompute,

@@ -265,7 +265,7 @@ impl Planner for Checkpoint {
             "after recomputing every segment of every segmentation it tried",
             &segment_lens(n, self.segments),
             pick,
-            |&k| {
+            |&k, scratch| {
                 let d = Self::decide_with(&ctx, candidates.clone(), k);
                 let settings = serde_json::json!({
                     "candidates": n,
@@ -283,7 +283,7 @@ impl Planner for Checkpoint {
                         Segments::Sqrt => "fastest that fits",
                     },
                 });
-                search.scored(settings, flatten(d.gaps))
+                search.scored(settings, flatten(d.gaps), scratch)
             },
         )
     }

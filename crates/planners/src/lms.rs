@@ -105,7 +105,7 @@ impl Planner for Lms {
             "with the most aggressive knobs tried",
             &grid,
             Pick::Fastest,
-            |&knobs| {
+            |&knobs, scratch| {
                 let gaps = self.gaps(&ctx, knobs);
                 let settings = serde_json::json!({
                     "swapout_threshold_ops": knobs.swapout_threshold_ops,
@@ -115,7 +115,7 @@ impl Planner for Lms {
                     "swapped_tensors": count(&gaps, Restore::Swap),
                     "swapped_bytes": bytes(request.graph, &gaps, Restore::Swap),
                 });
-                search.scored(settings, flatten(gaps))
+                search.scored(settings, flatten(gaps), scratch)
             },
         )
     }

@@ -17,7 +17,9 @@
 //! - Evictions are the same in both iterations (the prefetch only changes when
 //!   swap-ins start), which is what a deterministic LRU replays.
 
-use crate::framework::{Choice, Ctx, Evictable, Pick, Score, Search, Shortfall, evict_on_demand};
+use crate::framework::{
+    Choice, Ctx, Evictable, Pick, Score, Scratch, Search, Shortfall, evict_on_demand,
+};
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError};
 
 /// On-demand LRU swapping with a fixed prefetch look-ahead in steady state.
@@ -42,15 +44,20 @@ impl Planner for OdSwap {
         if let Some(outcome) = search.fits_as_is()? {
             return Ok(outcome);
         }
-        let steady = search.best("after swapping on demand", &[()], Pick::Fastest, |_| {
-            search.with_margins(|budget_bytes, margin| {
-                let settings = serde_json::json!({
-                    "lookahead_ops": LOOKAHEAD_OPS,
-                    "planning_margin": margin,
-                });
-                (settings, odswap_gaps(&ctx, budget_bytes, LOOKAHEAD_OPS))
-            })
-        })?;
+        let steady = search.best(
+            "after swapping on demand",
+            &[()],
+            Pick::Fastest,
+            |_, scratch| {
+                search.with_margins(scratch, |budget_bytes, margin| {
+                    let settings = serde_json::json!({
+                        "lookahead_ops": LOOKAHEAD_OPS,
+                        "planning_margin": margin,
+                    });
+                    (settings, odswap_gaps(&ctx, budget_bytes, LOOKAHEAD_OPS))
+                })
+            },
+        )?;
         let PlanOutcome::Feasible(mut plan) = steady else {
             return Ok(steady);
         };
@@ -60,7 +67,10 @@ impl Planner for OdSwap {
             .unwrap_or(1.0);
         let budget_bytes = crate::framework::margin_budget(request.budget_bytes, margin);
         let first_throughput = match odswap_gaps(&ctx, budget_bytes, 0) {
-            Ok(gaps) => match search.scored(serde_json::Value::Null, gaps)?.score {
+            Ok(gaps) => match search
+                .scored(serde_json::Value::Null, gaps, &mut Scratch::default())?
+                .score
+            {
                 Score::Feasible {
                     throughput_vs_ideal,
                     ..

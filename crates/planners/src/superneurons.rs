@@ -140,7 +140,7 @@ impl Planner for SuperNeurons {
             "after swapping convolution outputs and recomputing cheap layers",
             &forms,
             Pick::Fastest,
-            |&(lag, chains)| {
+            |&(lag, chains), scratch| {
                 let d = self.decide_with(&ctx, lag, chains);
                 let settings = serde_json::json!({
                     "prefetch_lead_ops": 2,
@@ -153,7 +153,7 @@ impl Planner for SuperNeurons {
                     "cheap_kept": d.cheap_kept.len(),
                     "chain_only_tensors": d.chain_only,
                 });
-                search.scored(settings, flatten(d.gaps))
+                search.scored(settings, flatten(d.gaps), scratch)
             },
         )
     }

@@ -118,7 +118,7 @@ impl Planner for Vdnn {
             "after offloading every feature map it may",
             &forms,
             Pick::Fastest,
-            |&(lead_ops, reclaim_lag_ops)| {
+            |&(lead_ops, reclaim_lag_ops), scratch| {
                 let gaps = self.gaps(&ctx, lead_ops, reclaim_lag_ops);
                 let settings = serde_json::json!({
                     "scope": match self.scope { VdnnScope::All => "all", VdnnScope::Conv => "conv" },
@@ -128,7 +128,7 @@ impl Planner for Vdnn {
                     "offloaded_tensors": count(&gaps, Restore::Swap),
                     "offloaded_bytes": bytes(request.graph, &gaps, Restore::Swap),
                 });
-                search.scored(settings, flatten(gaps))
+                search.scored(settings, flatten(gaps), scratch)
             },
         )
     }

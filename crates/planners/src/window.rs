@@ -101,9 +101,9 @@ impl Planner for Window {
             "after swapping within every window tried",
             &forms,
             Pick::Fastest,
-            |&(window_bytes, policy)| {
+            |&(window_bytes, policy), scratch| {
                 let rule = window_rule(&ctx, window_bytes);
-                search.with_margins(|budget_bytes, margin| match schedule(
+                search.with_margins(scratch, |budget_bytes, margin| match schedule(
                     &ctx,
                     &rule,
                     budget_bytes,

@@ -1,47 +1,48 @@
 //! The one scoring path and the one way a planner picks and proves its plan.
 //!
-//! A candidate schedule is scored by [`Search::score`]: lowered, verified, then
-//! simulated under the request's allocator. It is the single place to swap in
-//! a faster evaluator; whatever scores candidates, the plan a planner returns
-//! is lowered again and verified in full ([`Search::best`] / `prove`).
+//! A candidate schedule is scored by [`Search::score`] with the search
+//! evaluator ([`outcore_eval::Evaluator`]), which answers exactly as lower ->
+//! verify -> simulate would, without building a `Plan`. Whatever scores
+//! candidates, the plan a planner returns is lowered in full with
+//! `lower_schedule` and proven with `verify()` (`Search::prove`).
 //!
 //! Choices:
-//! - Every score simulates [`SCORE_ITERATIONS`] = 2 iterations (the report is
-//!   the last one's): with a real allocator the first iteration starts from an
-//!   empty cache, and gaps that cross the iteration boundary (persistent
-//!   tensors kept on the host) only show their cost in steady state. The
-//!   baselines used 1 iteration before; 2 is what the command line reports.
+//! - Iterations simulated per score are the evaluator's: one with the perfect
+//!   allocator (every iteration of a plan that ends where it started is the
+//!   same), two with a real allocator (caches carry over; the report is the
+//!   last iteration's, as `simulate`'s default).
 //! - `size-class` with no classes given means "size the pool for this plan":
-//!   the classes come from the plan's own trace under a perfect allocator
-//!   ([`outcore_alloc::SizeClassConfig::for_trace`]); a pool larger than the
-//!   budget makes the candidate an allocator failure. Classes given in the
-//!   request are used as they are.
-//! - An allocator failure (simulated out of memory, or a pool that does not
-//!   fit) makes the candidate infeasible, never a returned plan.
-//! - Candidates are scored in parallel (rayon); all scores are collected and
-//!   the choice is by (score, candidate index), so the plan is the same for
-//!   any number of threads. Candidate 0 is always scored; later ones are
-//!   skipped once the request's time limit is spent (`time_limit_cut_search`
-//!   in the plan's settings).
+//!   a candidate is first scored under the perfect allocator; if feasible, its
+//!   pool comes from its own trace under a perfect allocator
+//!   ([`outcore_alloc::SizeClassConfig::for_trace`]) and it is simulated again
+//!   under that pool (the full pipeline: the pool differs per candidate). A
+//!   pool larger than the budget makes the candidate an allocator failure.
+//!   Classes given in the request are used as they are.
+//! - An allocator failure (simulated out of memory, a pool that does not fit,
+//!   or the simulator refusing a real allocator's configuration) makes the
+//!   candidate infeasible, never a returned plan.
+//! - Candidates are scored in parallel (rayon, one evaluator scratch per
+//!   worker); all scores are collected and the choice is by (score, candidate
+//!   index), so the plan is the same for any number of threads. Candidate 0 is
+//!   always scored; later ones are skipped once the request's time limit is
+//!   spent (`time_limit_cut_search` in the plan's settings).
 //! - A lowering error or a verify violation other than memory on any scored
 //!   candidate is a planner bug: the search stops with a [`PlannerError`].
 
 use super::ctx::Ctx;
 use super::pressure::{MARGINS, margin_budget};
 use outcore_alloc::{SizeClassConfig, SizeClassPool};
+use outcore_eval::{Evaluator, Scratch};
 use outcore_graph::{Graph, TensorId};
 use outcore_plan::{
     AllocatorSpec, Gap, Infeasible, InfeasibleKind, Instr, Plan, PlanOutcome, PlanRequest,
-    PlannerError, PlannerErrorKind, PlannerInfo, Schedule, StepRef, ViolationKind, fmt_bytes,
-    lower_schedule, verify,
+    PlannerError, PlannerErrorKind, PlannerInfo, Schedule, StepRef, fmt_bytes, lower_schedule,
+    verify,
 };
-use outcore_sim::{SimErrorKind, SimOptions, simulate};
+use outcore_sim::{SimOptions, simulate};
 use rayon::prelude::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};
-
-/// Iterations every score simulates (module doc).
-pub const SCORE_ITERATIONS: usize = 2;
 
 /// A producer (eviction loop, window sweep) ran short of memory in its own
 /// model before any schedule existed.
@@ -65,10 +66,11 @@ pub enum Score {
         /// The allocator it was simulated with (a sized pool for `size-class`).
         allocator: AllocatorSpec,
     },
-    /// Verified except for memory: the most bytes it may need, and where.
+    /// Verified except for memory: the most bytes it may need, and the step
+    /// where (put in words only when reported, see [`Search::describe`]).
     OverBudget {
         needed_bytes: u64,
-        at: Option<String>,
+        at_step: Option<StepRef>,
     },
     /// Fits in bytes, but the allocator cannot place it.
     AllocatorFailure { message: String },
@@ -109,6 +111,9 @@ pub struct Search<'s, 'g> {
     pub request: PlanRequest<'g>,
     pub name: &'static str,
     deadline: Instant,
+    evaluator: Evaluator<'g>,
+    /// `size-class` without classes: pools are sized per candidate.
+    size_pool_per_candidate: bool,
 }
 
 impl<'s, 'g> Search<'s, 'g> {
@@ -117,11 +122,25 @@ impl<'s, 'g> Search<'s, 'g> {
         let limit = Duration::try_from_secs_f64(request.time_limit_s.max(0.0))
             .unwrap_or(Duration::from_secs(u64::MAX / 4));
         let now = Instant::now();
+        let size_pool_per_candidate =
+            matches!(request.allocator, AllocatorSpec::SizeClass(c) if c.is_unsized());
+        let evaluator_allocator = if size_pool_per_candidate {
+            AllocatorSpec::Perfect
+        } else {
+            request.allocator.clone()
+        };
         Search {
             ctx,
             request: *request,
             name,
             deadline: now.checked_add(limit).unwrap_or(now),
+            evaluator: Evaluator::new(
+                ctx.graph,
+                request.cost,
+                request.budget_bytes,
+                evaluator_allocator,
+            ),
+            size_pool_per_candidate,
         }
     }
 
@@ -140,66 +159,105 @@ impl<'s, 'g> Search<'s, 'g> {
             .map_err(|e| self.error(PlannerErrorKind::Lowering, e.to_string()))
     }
 
-    /// Verify's verdict on memory: `None` when the plan verifies, the most
-    /// bytes it may need and where when only memory is violated; any other
-    /// violation is a planner bug.
-    fn over_budget(&self, plan: &Plan) -> Result<Option<(u64, Option<StepRef>)>, PlannerError> {
-        let violations = verify(plan, self.ctx.graph);
-        let mut worst: Option<(u64, Option<StepRef>)> = None;
-        for v in &violations {
-            match v.kind {
-                ViolationKind::OverBudget { bytes, .. } => {
-                    if worst.is_none_or(|(b, _)| bytes > b) {
-                        worst = Some((bytes, v.at));
-                    }
-                }
-                _ => {
-                    return Err(self.error(
-                        PlannerErrorKind::Verification,
-                        format!("{} verify violations, first: {v}", violations.len()),
-                    ));
-                }
-            }
+    /// The one scoring path (module doc).
+    pub fn score(&self, schedule: &Schedule, scratch: &mut Scratch) -> Result<Score, PlannerError> {
+        let e = self.evaluator.evaluate(schedule, scratch);
+        if let Some(err) = e.schedule_error {
+            return Err(self.error(PlannerErrorKind::Lowering, err.to_string()));
         }
-        Ok(worst)
-    }
-
-    /// The one scoring path: lower -> verify -> simulate under the request's
-    /// allocator (module doc).
-    pub fn score(&self, schedule: &Schedule) -> Result<Score, PlannerError> {
-        let mut plan = self.lower(schedule, Value::Null)?;
-        if let Some((needed_bytes, at)) = self.over_budget(&plan)? {
+        if !e.only_over_budget {
+            let first = e.first_violation.map(|v| v.to_string()).unwrap_or_default();
+            return Err(self.error(
+                PlannerErrorKind::Verification,
+                format!("{} verify violations, first: {first}", e.violations),
+            ));
+        }
+        if e.violations > 0 {
             return Ok(Score::OverBudget {
-                needed_bytes,
-                at: describe_peak(self.ctx.graph, &plan, at),
+                needed_bytes: e.bound.peak_bytes,
+                at_step: e.bound.at,
             });
         }
-        plan.allocator = match self.allocator_for(&plan)? {
-            Ok(allocator) => allocator,
-            Err(message) => return Ok(Score::AllocatorFailure { message }),
-        };
-        let options = SimOptions {
-            iterations: SCORE_ITERATIONS,
-            ..SimOptions::default()
-        };
-        let out = match simulate(self.ctx.graph, &plan, self.request.cost, &options) {
-            Ok(out) => out,
-            Err(e) if matches!(e.kind, SimErrorKind::BadAllocator(_)) => {
-                return Ok(Score::AllocatorFailure {
-                    message: e.to_string(),
-                });
+        let sim = match e.sim {
+            Some(Ok(sim)) => sim,
+            // With a real allocator the simulator's refusal is its
+            // configuration's (the only error a verified plan can meet).
+            Some(Err(message)) if *self.evaluator.allocator() != AllocatorSpec::Perfect => {
+                return Ok(Score::AllocatorFailure { message });
             }
-            Err(e) => return Err(self.error(PlannerErrorKind::Simulation, e.to_string())),
+            Some(Err(message)) => return Err(self.error(PlannerErrorKind::Simulation, message)),
+            None => {
+                return Err(self.error(
+                    PlannerErrorKind::Simulation,
+                    "the evaluator did not simulate a verified schedule",
+                ));
+            }
         };
-        if let Some(oom) = &out.report.oom {
+        if let Some(oom) = &sim.oom {
             return Ok(Score::AllocatorFailure {
                 message: format!(
                     "out of memory in the {} allocator: {} (free {}, largest free block {})",
-                    plan.allocator.name(),
+                    self.evaluator.allocator().name(),
                     oom.message,
                     fmt_bytes(oom.free_bytes),
                     fmt_bytes(oom.largest_free_block_bytes)
                 ),
+            });
+        }
+        if self.size_pool_per_candidate {
+            return self.score_with_own_pool(schedule);
+        }
+        Ok(Score::Feasible {
+            iter_time_s: sim.iter_time_s,
+            throughput_vs_ideal: sim.throughput_vs_ideal,
+            peak_bytes: sim.peak_live_bytes,
+            allocator: self.evaluator.allocator().clone(),
+        })
+    }
+
+    /// A schedule feasible under the perfect allocator, scored under a
+    /// size-class pool sized from its own trace (module doc).
+    fn score_with_own_pool(&self, schedule: &Schedule) -> Result<Score, PlannerError> {
+        let mut plan = self.lower(schedule, Value::Null)?;
+        let trace_options = SimOptions {
+            iterations: 1,
+            record_alloc_trace: true,
+            ..SimOptions::default()
+        };
+        let probe = simulate(self.ctx.graph, &plan, self.request.cost, &trace_options)
+            .map_err(|e| self.error(PlannerErrorKind::Simulation, e.to_string()))?;
+        let Some(trace) = probe.alloc_trace else {
+            return Err(self.error(
+                PlannerErrorKind::Simulation,
+                "the simulator recorded no allocation trace",
+            ));
+        };
+        let sized = SizeClassConfig::for_trace(&trace);
+        if let Err(e) = SizeClassPool::from_config(&sized, self.request.budget_bytes) {
+            return Ok(Score::AllocatorFailure {
+                message: format!(
+                    "the size-class pool this plan needs does not fit the budget of {}: {e}",
+                    fmt_bytes(self.request.budget_bytes)
+                ),
+            });
+        }
+        plan.allocator = AllocatorSpec::SizeClass(sized);
+        let out = match simulate(
+            self.ctx.graph,
+            &plan,
+            self.request.cost,
+            &SimOptions::default(),
+        ) {
+            Ok(out) => out,
+            Err(e) => {
+                return Ok(Score::AllocatorFailure {
+                    message: e.to_string(),
+                });
+            }
+        };
+        if let Some(oom) = &out.report.oom {
+            return Ok(Score::AllocatorFailure {
+                message: format!("out of memory in the sized pool: {}", oom.message),
             });
         }
         Ok(Score::Feasible {
@@ -210,47 +268,15 @@ impl<'s, 'g> Search<'s, 'g> {
         })
     }
 
-    /// The allocator a verified plan runs under: the request's, with an unsized
-    /// `size-class` pool sized from the plan's own perfect-allocator trace.
-    /// The inner `Err` is an allocator failure (the pool does not fit).
-    fn allocator_for(&self, plan: &Plan) -> Result<Result<AllocatorSpec, String>, PlannerError> {
-        let AllocatorSpec::SizeClass(config) = self.request.allocator else {
-            return Ok(Ok(self.request.allocator.clone()));
-        };
-        if !config.is_unsized() {
-            return Ok(Ok(self.request.allocator.clone()));
-        }
-        let mut probe = plan.clone();
-        probe.allocator = AllocatorSpec::Perfect;
-        let options = SimOptions {
-            iterations: 1,
-            record_alloc_trace: true,
-            ..SimOptions::default()
-        };
-        let out = simulate(self.ctx.graph, &probe, self.request.cost, &options)
-            .map_err(|e| self.error(PlannerErrorKind::Simulation, e.to_string()))?;
-        let Some(trace) = out.alloc_trace else {
-            return Err(self.error(
-                PlannerErrorKind::Simulation,
-                "the simulator recorded no allocation trace",
-            ));
-        };
-        let sized = SizeClassConfig::for_trace(&trace);
-        Ok(
-            match SizeClassPool::from_config(&sized, self.request.budget_bytes) {
-                Ok(_) => Ok(AllocatorSpec::SizeClass(sized)),
-                Err(e) => Err(format!(
-                    "the size-class pool this plan needs does not fit the budget of {}: {e}",
-                    fmt_bytes(self.request.budget_bytes)
-                )),
-            },
-        )
-    }
-
     /// Scores one schedule as a candidate.
-    pub fn scored(&self, settings: Value, gaps: Vec<Gap>) -> Result<Scored, PlannerError> {
+    pub fn scored(
+        &self,
+        settings: Value,
+        gaps: Vec<Gap>,
+        scratch: &mut Scratch,
+    ) -> Result<Scored, PlannerError> {
         let schedule = self.ctx.schedule(gaps);
-        let score = self.score(&schedule)?;
+        let score = self.score(&schedule, scratch)?;
         Ok(Scored {
             settings,
             schedule: Some(schedule),
@@ -265,6 +291,7 @@ impl<'s, 'g> Search<'s, 'g> {
     /// conservative, so a tighter margin cannot help.
     pub fn with_margins(
         &self,
+        scratch: &mut Scratch,
         produce: impl Fn(u64, f64) -> (Value, Result<Vec<Gap>, Shortfall>),
     ) -> Result<Scored, PlannerError> {
         let mut first: Option<Scored> = None;
@@ -272,7 +299,7 @@ impl<'s, 'g> Search<'s, 'g> {
             let (settings, gaps) =
                 produce(margin_budget(self.request.budget_bytes, margin), margin);
             let scored = match gaps {
-                Ok(gaps) => self.scored(settings, gaps)?,
+                Ok(gaps) => self.scored(settings, gaps, scratch)?,
                 Err(shortfall) => Scored {
                     settings,
                     schedule: None,
@@ -305,12 +332,12 @@ impl<'s, 'g> Search<'s, 'g> {
         what: &str,
         items: &[C],
         pick: Pick,
-        eval: impl Fn(&C) -> Result<Scored, PlannerError> + Sync,
+        eval: impl Fn(&C, &mut Scratch) -> Result<Scored, PlannerError> + Sync,
     ) -> Result<PlanOutcome, PlannerError> {
         let results: Vec<Result<Scored, PlannerError>> = items
             .par_iter()
             .enumerate()
-            .map(|(i, item)| {
+            .map_init(Scratch::default, |scratch, (i, item)| {
                 if i > 0 && Instant::now() >= self.deadline {
                     return Ok(Scored {
                         settings: Value::Null,
@@ -318,7 +345,7 @@ impl<'s, 'g> Search<'s, 'g> {
                         score: Score::Skipped,
                     });
                 }
-                eval(item)
+                eval(item, scratch)
             })
             .collect();
         let scored = results.into_iter().collect::<Result<Vec<Scored>, _>>()?;
@@ -419,7 +446,7 @@ impl<'s, 'g> Search<'s, 'g> {
         let settings = serde_json::json!({
             "note": "the plan fits the budget as it is: nothing swapped or recomputed",
         });
-        let scored = self.scored(settings, Vec::new())?;
+        let scored = self.scored(settings, Vec::new(), &mut Scratch::default())?;
         if !scored.is_feasible() {
             return Ok(None);
         }
@@ -432,6 +459,7 @@ impl<'s, 'g> Search<'s, 'g> {
         let budget_bytes = self.request.budget_bytes;
         let mut closest: Option<(u64, &Score)> = None;
         let mut allocator_failure: Option<&str> = None;
+        let mut closest_at: Option<(&Schedule, Option<StepRef>)> = None;
         for s in scored {
             let needed = match &s.score {
                 Score::OverBudget { needed_bytes, .. } => *needed_bytes,
@@ -444,25 +472,34 @@ impl<'s, 'g> Search<'s, 'g> {
             };
             if closest.is_none_or(|(n, _)| needed < n) {
                 closest = Some((needed, &s.score));
+                closest_at = match (&s.score, &s.schedule) {
+                    (Score::OverBudget { at_step, .. }, Some(schedule)) => {
+                        Some((schedule, *at_step))
+                    }
+                    _ => None,
+                };
             }
         }
         let name = self.name;
         match (closest, allocator_failure) {
-            (Some((needed_bytes, Score::OverBudget { at, .. })), _) => Infeasible {
-                kind: InfeasibleKind::OverBudget,
-                needed_bytes: Some(needed_bytes),
-                budget_bytes,
-                at: at.clone(),
-                message: format!(
-                    "{name}: {what}, the plan still needs {} of device memory but the budget is {} ({} short){}",
-                    fmt_bytes(needed_bytes),
-                    fmt_bytes(budget_bytes),
-                    fmt_bytes(needed_bytes.saturating_sub(budget_bytes)),
-                    at.as_ref()
-                        .map(|a| format!(" (peak at {a})"))
-                        .unwrap_or_default()
-                ),
-            },
+            (Some((needed_bytes, Score::OverBudget { .. })), _) => {
+                let at = closest_at.and_then(|(schedule, step)| self.describe(schedule, step));
+                Infeasible {
+                    kind: InfeasibleKind::OverBudget,
+                    needed_bytes: Some(needed_bytes),
+                    budget_bytes,
+                    at: at.clone(),
+                    message: format!(
+                        "{name}: {what}, the plan still needs {} of device memory but the budget is {} ({} short){}",
+                        fmt_bytes(needed_bytes),
+                        fmt_bytes(budget_bytes),
+                        fmt_bytes(needed_bytes.saturating_sub(budget_bytes)),
+                        at.as_ref()
+                            .map(|a| format!(" (peak at {a})"))
+                            .unwrap_or_default()
+                    ),
+                }
+            }
             (Some((_, Score::Shortfall(f))), _) => Infeasible {
                 kind: InfeasibleKind::OverBudget,
                 needed_bytes: f.needed_bytes,
@@ -497,9 +534,23 @@ impl<'s, 'g> Search<'s, 'g> {
 
     /// The most bytes verify says a schedule's plan may need at any step.
     pub fn needed_bytes(&self, schedule: &Schedule) -> Result<u64, PlannerError> {
-        let mut plan = self.lower(schedule, Value::Null)?;
-        plan.budget_bytes = 0;
-        Ok(self.over_budget(&plan)?.map_or(0, |(bytes, _)| bytes))
+        let e = self.evaluator.evaluate(schedule, &mut Scratch::default());
+        if let Some(err) = e.schedule_error {
+            return Err(self.error(PlannerErrorKind::Lowering, err.to_string()));
+        }
+        if !e.only_over_budget {
+            return Err(self.error(
+                PlannerErrorKind::Verification,
+                format!("{} verify violations", e.violations),
+            ));
+        }
+        Ok(e.bound.peak_bytes)
+    }
+
+    /// Where a schedule's memory peaks (the step the evaluator named), in words.
+    pub fn describe(&self, schedule: &Schedule, at: Option<StepRef>) -> Option<String> {
+        let plan = self.lower(schedule, Value::Null).ok()?;
+        describe_peak(self.ctx.graph, &plan, at)
     }
 }
 
