@@ -453,8 +453,8 @@ impl<'s, 'g> Search<'s, 'g> {
         self.prove(scored, &[]).map(Some)
     }
 
-    /// The infeasibility a set of failed candidates comes to: the one that
-    /// needs the least memory, else the first allocator failure.
+    /// The infeasibility a set of failed candidates comes to: the first
+    /// allocator failure, else the candidate that needs the least memory.
     pub fn infeasible(&self, what: &str, scored: &[Scored]) -> Infeasible {
         let budget_bytes = self.request.budget_bytes;
         let mut closest: Option<(u64, &Score)> = None;
@@ -481,8 +481,23 @@ impl<'s, 'g> Search<'s, 'g> {
             }
         }
         let name = self.name;
-        match (closest, allocator_failure) {
-            (Some((needed_bytes, Score::OverBudget { .. })), _) => {
+        // A candidate that fit in bytes but not in the allocator says more
+        // than one that did not fit at all.
+        if let Some(message) = allocator_failure {
+            return Infeasible {
+                kind: InfeasibleKind::AllocatorFailure,
+                needed_bytes: None,
+                budget_bytes,
+                at: None,
+                message: format!(
+                    "{name}: {what}; every plan that fits {} in bytes fails in the {} allocator: {message}",
+                    fmt_bytes(budget_bytes),
+                    self.request.allocator.name()
+                ),
+            };
+        }
+        match closest {
+            Some((needed_bytes, Score::OverBudget { .. })) => {
                 let at = closest_at.and_then(|(schedule, step)| self.describe(schedule, step));
                 Infeasible {
                     kind: InfeasibleKind::OverBudget,
@@ -500,7 +515,7 @@ impl<'s, 'g> Search<'s, 'g> {
                     ),
                 }
             }
-            (Some((_, Score::Shortfall(f))), _) => Infeasible {
+            Some((_, Score::Shortfall(f))) => Infeasible {
                 kind: InfeasibleKind::OverBudget,
                 needed_bytes: f.needed_bytes,
                 budget_bytes,
@@ -509,17 +524,6 @@ impl<'s, 'g> Search<'s, 'g> {
                     "{name}: no plan within {}: {}",
                     fmt_bytes(budget_bytes),
                     f.message
-                ),
-            },
-            (_, Some(message)) => Infeasible {
-                kind: InfeasibleKind::AllocatorFailure,
-                needed_bytes: None,
-                budget_bytes,
-                at: None,
-                message: format!(
-                    "{name}: {what}; every plan that fits {} in bytes fails in the {} allocator: {message}",
-                    fmt_bytes(budget_bytes),
-                    self.request.allocator.name()
                 ),
             },
             _ => Infeasible {
