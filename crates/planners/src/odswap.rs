@@ -128,12 +128,21 @@ mod tests {
     fn evicts_the_least_recently_used_tensor() {
         let graph = mlp_chain(6, 256, 64);
         let cost = v100();
-        let ctx = Ctx::in_graph_order(&graph, &cost);
-        let (footprint_bytes, _) = outcore_graph::footprint(&graph);
+        for order in [
+            crate::framework::graph_order(&graph),
+            outcore_plan::random_topological_order(&graph, 9),
+        ] {
+            evicts_lru_on(&Ctx::new(&graph, &cost, order));
+        }
+    }
+
+    fn evicts_lru_on(ctx: &Ctx<'_>) {
+        let graph = ctx.graph;
+        let (footprint_bytes, _) = outcore_graph::footprint(graph);
         // Just under the peak, so that the first pressure point comes after every
         // weight's first use (no weight is evicted before it is first read).
         let budget_bytes = footprint_bytes * 19 / 20;
-        let gaps = odswap_gaps(&ctx, budget_bytes, 0).expect("plans");
+        let gaps = odswap_gaps(ctx, budget_bytes, 0).expect("plans");
         let first = gaps.first().expect("something is evicted");
         let q = first.reclaim_before.expect("the eviction is synchronous");
         // Independently: the resident tensors not used at q with a later use, and
@@ -158,7 +167,7 @@ mod tests {
         if let Some(b) = first.before {
             assert_eq!(first.prefetch_after, Some(b - 1));
         }
-        let ahead = odswap_gaps(&ctx, budget_bytes, LOOKAHEAD_OPS).expect("plans");
+        let ahead = odswap_gaps(ctx, budget_bytes, LOOKAHEAD_OPS).expect("plans");
         assert!(ahead.iter().any(|g| {
             g.prefetch_after
                 .zip(g.before)

@@ -747,20 +747,15 @@ mod tests {
                 continue;
             };
             waited |= tight.iter().any(|g| g.reclaim_before.is_some());
-            assert_eq!(verify_problem(&graph, tight, budget_bytes), None);
+            assert_eq!(verify_problem(&ctx, tight, budget_bytes), None);
         }
         assert!(waited, "no budget made an op wait for a swap-out");
     }
 
     /// Lowers `gaps` at `budget_bytes` and returns verify's first complaint.
-    fn verify_problem(
-        graph: &outcore_graph::Graph,
-        gaps: Vec<Gap>,
-        budget_bytes: u64,
-    ) -> Option<String> {
-        let mut schedule = outcore_plan::Schedule::in_graph_order(graph);
-        schedule.initial_residency = crate::framework::initial_residency(&gaps);
-        schedule.gaps = gaps;
+    fn verify_problem(ctx: &Ctx<'_>, gaps: Vec<Gap>, budget_bytes: u64) -> Option<String> {
+        let graph = ctx.graph;
+        let schedule = ctx.schedule(gaps);
         let info = PlannerInfo {
             name: "window".into(),
             seed: None,
@@ -782,28 +777,44 @@ mod tests {
             outcore_graph::zoo::build("resnet18", Some(2), &Default::default(), None).expect("zoo"),
         ];
         let mut accepted = 0usize;
+        let mut accepted_reordered = 0usize;
         for (gi, graph) in graphs.iter().enumerate() {
-            let ctx = Ctx::in_graph_order(graph, &cost);
-            let (footprint_bytes, _) = outcore_graph::footprint(graph);
-            for fraction in [0.7, 0.5, 0.3] {
-                let budget_bytes = (footprint_bytes as f64 * fraction) as u64;
-                for w in candidate_windows(budget_bytes).into_iter().step_by(3) {
-                    let rule = window_rule(&ctx, w);
-                    for policy in [Policy::ReclaimFirst, Policy::DelayFirst] {
-                        let Ok(s) = schedule(&ctx, &rule, budget_bytes, policy) else {
-                            continue;
-                        };
-                        accepted += 1;
-                        let problem = verify_problem(graph, s.gaps, budget_bytes);
-                        assert!(
-                            problem.is_none(),
-                            "graph {gi} at {fraction} W {w} {policy:?}: {problem:?}"
-                        );
+            for reordered in [false, true] {
+                let ctx = if reordered {
+                    Ctx::new(
+                        graph,
+                        &cost,
+                        outcore_plan::random_topological_order(graph, 5),
+                    )
+                } else {
+                    Ctx::in_graph_order(graph, &cost)
+                };
+                let (footprint_bytes, _) = outcore_graph::footprint(graph);
+                for fraction in [0.7, 0.5, 0.3] {
+                    let budget_bytes = (footprint_bytes as f64 * fraction) as u64;
+                    for w in candidate_windows(budget_bytes).into_iter().step_by(3) {
+                        let rule = window_rule(&ctx, w);
+                        for policy in [Policy::ReclaimFirst, Policy::DelayFirst] {
+                            let Ok(s) = schedule(&ctx, &rule, budget_bytes, policy) else {
+                                continue;
+                            };
+                            accepted += 1;
+                            accepted_reordered += usize::from(reordered);
+                            let problem = verify_problem(&ctx, s.gaps, budget_bytes);
+                            assert!(
+                                problem.is_none(),
+                                "graph {gi} (reordered: {reordered}) at {fraction} W {w} {policy:?}: {problem:?}"
+                            );
+                        }
                     }
                 }
             }
         }
         assert!(accepted > 10, "only {accepted} schedules accepted");
+        assert!(
+            accepted_reordered > 5,
+            "only {accepted_reordered} schedules accepted in a random order"
+        );
     }
 
     #[test]
@@ -841,7 +852,7 @@ mod tests {
             assert_eq!(late, s.delayed);
             if s.delayed > 0 {
                 found_short = true;
-                assert!(verify_problem(&graph, s.gaps, budget_bytes).is_none());
+                assert!(verify_problem(&ctx, s.gaps, budget_bytes).is_none());
             }
         }
         assert!(found_short, "no budget made the sweep delay a prefetch");
