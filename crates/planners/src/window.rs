@@ -55,6 +55,7 @@
 use crate::framework::{Ctx, Pick, Search, Shortfall};
 use outcore_graph::TensorId;
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError, Restore, fmt_bytes};
+use std::collections::BTreeSet;
 
 /// The schedule-window swap scheduler.
 #[derive(Debug, Default)]
@@ -358,6 +359,63 @@ impl Sweep<'_, '_> {
     }
 }
 
+/// Swap-ins not yet issued: those whose wanted trigger has come (`due`, in
+/// order of need: before, tensor, gap index), the others bucketed by their
+/// wanted trigger, and any whose trigger is out of range (never issued). Kept
+/// this way so that each position touches only what is due there: a scan of
+/// every waiting swap-in per position was quadratic in the graph.
+struct Pending {
+    n: usize,
+    due: BTreeSet<(usize, TensorId, usize)>,
+    wanted_at: Vec<Vec<usize>>,
+    stranded: Vec<usize>,
+}
+
+impl Pending {
+    fn new(n: usize) -> Self {
+        Pending {
+            n,
+            due: BTreeSet::new(),
+            wanted_at: vec![Vec::new(); n],
+            stranded: Vec::new(),
+        }
+    }
+
+    fn key(&self, gi: usize, g: &Gap) -> (usize, TensorId, usize) {
+        (g.before.unwrap_or(self.n), g.tensor, gi)
+    }
+
+    /// Gap `gi` now waits for its swap-in; `now` is the current position
+    /// (`None`: before the first).
+    fn await_trigger(&mut self, gi: usize, g: &Gap, now: Option<usize>) {
+        match g.prefetch_after {
+            Some(d) if now.is_some_and(|p| d <= p) => {
+                let key = self.key(gi, g);
+                self.due.insert(key);
+            }
+            Some(d) if d < self.n => self.wanted_at[d].push(gi),
+            _ => self.stranded.push(gi),
+        }
+    }
+
+    /// The swap-ins whose wanted trigger is position `p` become due.
+    fn arrive(&mut self, p: usize, gaps: &[Gap]) {
+        for gi in std::mem::take(&mut self.wanted_at[p]) {
+            let key = self.key(gi, &gaps[gi]);
+            self.due.insert(key);
+        }
+    }
+
+    /// A swap-in never issued, if any.
+    fn left_over(&self) -> Option<usize> {
+        self.due
+            .first()
+            .map(|k| k.2)
+            .or(self.stranded.first().copied())
+            .or(self.wanted_at.iter().flatten().next().copied())
+    }
+}
+
 /// The sweep: decides prefetch triggers and reclaim waits for the window rule's
 /// gaps with the exact memory model (module doc), so that every compute op and
 /// every swap-in stays within `budget_bytes`.
@@ -430,7 +488,7 @@ pub(crate) fn schedule(
     }
     let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut waiting: Vec<usize> = Vec::new();
+    let mut pending = Pending::new(n);
     for (gi, g) in gaps.iter().enumerate() {
         if g.how != Restore::Swap {
             return Err(bad_rule(format!("gap on {} is not a swap", g.tensor)));
@@ -438,7 +496,7 @@ pub(crate) fn schedule(
         match g.after {
             Some(a) if a < n => starts[a].push(gi),
             Some(_) => return Err(bad_rule(format!("gap on {} starts out of range", g.tensor))),
-            None => waiting.push(gi),
+            None => pending.await_trigger(gi, g, None),
         }
         if let Some(b) = g.before {
             if b >= n || g.after.is_some_and(|a| a >= b) || g.prefetch_after.is_none() {
@@ -535,20 +593,16 @@ pub(crate) fn schedule(
                 sw.host_current[t.index()] = true;
             }
             if sw.gaps[gi].before.is_some() {
-                waiting.push(gi);
+                pending.await_trigger(gi, &sw.gaps[gi], Some(p));
             }
         }
 
         // Swap-ins the window wants by now, in order of need (h2d is FIFO).
-        let mut due: Vec<usize> = waiting
-            .iter()
-            .copied()
-            .filter(|&gi| sw.gaps[gi].prefetch_after.is_some_and(|d| d <= p))
-            .collect();
-        due.sort_by_key(|&gi| (sw.gaps[gi].before, sw.gaps[gi].tensor));
+        pending.arrive(p, &sw.gaps);
         let mut same_trigger = 0i128;
-        let mut done: Vec<usize> = Vec::new();
-        for gi in due {
+        let mut done: Vec<(usize, TensorId, usize)> = Vec::new();
+        for &key in &pending.due {
+            let gi = key.2;
             let g = sw.gaps[gi].clone();
             let b = g.before.unwrap_or(n);
             let bytes = sw.size(g.tensor);
@@ -565,7 +619,7 @@ pub(crate) fn schedule(
                 sw.host_current[g.tensor.index()] = sw.state[gi].host_current_before;
                 sw.commit_ahead(p + 1, b, bytes);
                 cancelled += 1;
-                done.push(gi);
+                done.push(key);
                 continue;
             }
             // Its own free (compute stream) is ordered before it.
@@ -622,11 +676,13 @@ pub(crate) fn schedule(
             sw.cur += bytes;
             same_trigger += bytes;
             sw.commit_ahead(p + 1, b, bytes);
-            done.push(gi);
+            done.push(key);
         }
-        waiting.retain(|gi| !done.contains(gi));
+        for key in done {
+            pending.due.remove(&key);
+        }
     }
-    if let Some(&gi) = waiting.first() {
+    if let Some(gi) = pending.left_over() {
         return Err(bad_rule(format!(
             "the swap-in of {} was never issued",
             sw.gaps[gi].tensor
