@@ -277,6 +277,91 @@ struct State {
     frontier: usize,
 }
 
+/// Values per position with range add and range max in O(log n) (a segment
+/// tree whose nodes hold the max of their children plus their own pending
+/// add): the sweep asks "do `bytes` more fit everywhere in `lo..hi`" and
+/// commits them for every swap-in, and a scan of the range each time was
+/// quadratic on long gaps.
+#[derive(Debug)]
+struct RangeAddMax {
+    n: usize,
+    /// `max[node]`: the max over the node's range, including adds at or below it.
+    max: Vec<i128>,
+    /// `add[node]`: added to the node's whole range.
+    add: Vec<i128>,
+}
+
+impl RangeAddMax {
+    fn new(values: &[i128]) -> Self {
+        let n = values.len();
+        let mut tree = RangeAddMax {
+            n,
+            max: vec![i128::MIN; 4 * n.max(1)],
+            add: vec![0; 4 * n.max(1)],
+        };
+        if n > 0 {
+            tree.build(1, 0, n, values);
+        }
+        tree
+    }
+
+    fn build(&mut self, node: usize, lo: usize, hi: usize, values: &[i128]) {
+        if hi - lo == 1 {
+            self.max[node] = values[lo];
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.build(2 * node, lo, mid, values);
+        self.build(2 * node + 1, mid, hi, values);
+        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
+    }
+
+    /// Adds `value` at every position in `lo..hi`.
+    fn add(&mut self, lo: usize, hi: usize, value: i128) {
+        if lo < hi && self.n > 0 {
+            self.add_in(1, 0, self.n, lo, hi, value);
+        }
+    }
+
+    fn add_in(&mut self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize, value: i128) {
+        if hi <= nlo || nhi <= lo {
+            return;
+        }
+        if lo <= nlo && nhi <= hi {
+            self.max[node] += value;
+            self.add[node] += value;
+            return;
+        }
+        let mid = (nlo + nhi) / 2;
+        self.add_in(2 * node, nlo, mid, lo, hi, value);
+        self.add_in(2 * node + 1, mid, nhi, lo, hi, value);
+        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.add[node];
+    }
+
+    /// The max over `lo..hi`, `None` when the range is empty.
+    fn max(&self, lo: usize, hi: usize) -> Option<i128> {
+        (lo < hi && self.n > 0).then(|| self.max_in(1, 0, self.n, lo, hi))
+    }
+
+    fn max_in(&self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize) -> i128 {
+        if hi <= nlo || nhi <= lo {
+            return i128::MIN;
+        }
+        if lo <= nlo && nhi <= hi {
+            return self.max[node];
+        }
+        let mid = (nlo + nhi) / 2;
+        let below = self.max_in(2 * node, nlo, mid, lo, hi).max(self.max_in(
+            2 * node + 1,
+            mid,
+            nhi,
+            lo,
+            hi,
+        ));
+        below.saturating_add(self.add[node])
+    }
+}
+
 /// The sweep's model of the plan being built (module doc).
 struct Sweep<'a, 'g> {
     ctx: &'a Ctx<'g>,
@@ -292,10 +377,9 @@ struct Sweep<'a, 'g> {
     cf: usize,
     /// d2h entries below `hf` are freed before the latest swap-in.
     hf: usize,
-    /// Lower bound on what counts at each compute op, and what the sweep
+    /// Per compute op: a lower bound on what counts there plus what the sweep
     /// committed above it (early prefetches, cancelled swap-outs).
-    min_live: Vec<i128>,
-    extra: Vec<i128>,
+    ahead: RangeAddMax,
 }
 
 impl Sweep<'_, '_> {
@@ -306,13 +390,14 @@ impl Sweep<'_, '_> {
     /// Whether `bytes` more fit at every compute op in `lo..hi` assuming the
     /// oldest swap-outs can be waited for there.
     fn fits_ahead(&self, lo: usize, hi: usize, bytes: i128) -> bool {
-        (lo..hi.min(self.ctx.n)).all(|p| self.min_live[p] + self.extra[p] + bytes <= self.budget)
+        self.ahead
+            .max(lo, hi.min(self.ctx.n))
+            .is_none_or(|most| most + bytes <= self.budget)
     }
 
     fn commit_ahead(&mut self, lo: usize, hi: usize, bytes: i128) {
-        for p in lo..hi.min(self.ctx.n) {
-            self.extra[p] += bytes;
-        }
+        let hi = hi.min(self.ctx.n);
+        self.ahead.add(lo, hi, bytes);
     }
 
     /// d2h entries below `upto` become freed before compute op `p`; with `wait`,
@@ -540,8 +625,7 @@ pub(crate) fn schedule(
         d2h: Vec::new(),
         cf: 0,
         hf: 0,
-        min_live,
-        extra: vec![0i128; n],
+        ahead: RangeAddMax::new(&min_live),
     };
     let mut cancelled = 0usize;
     let mut delayed = 0usize;
@@ -740,6 +824,30 @@ mod tests {
             }
         }
         bytes
+    }
+
+    #[test]
+    fn range_add_max_agrees_with_a_plain_scan() {
+        let n = 37;
+        let mut plain: Vec<i128> = (0..n as i128).map(|i| (i * 7919) % 101 - 50).collect();
+        let mut tree = RangeAddMax::new(&plain);
+        let mut state = 12345u64;
+        let mut next = |m: usize| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) as usize % m
+        };
+        for _ in 0..500 {
+            let (a, b) = (next(n + 1), next(n + 1));
+            let (lo, hi) = (a.min(b), a.max(b));
+            let value = next(41) as i128 - 20;
+            tree.add(lo, hi, value);
+            for v in &mut plain[lo..hi] {
+                *v += value;
+            }
+            let (a, b) = (next(n + 1), next(n + 1));
+            let (lo, hi) = (a.min(b), a.max(b));
+            assert_eq!(tree.max(lo, hi), plain[lo..hi].iter().max().copied(), "{lo}..{hi}");
+        }
     }
 
     #[test]
