@@ -42,14 +42,14 @@ impl<'a> PlanRequest<'a> {
     }
 }
 
-/// Why no plan exists under a planner.
+/// Why no plan exists under a planner. Every planner scores its candidates
+/// under the requested allocator, so none is "unsupported"; a planner that
+/// cannot model an allocator would add that kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum InfeasibleKind {
     /// Every plan the planner could build needs more device memory than the budget.
     OverBudget,
-    /// The planner cannot plan for the requested allocator.
-    AllocatorUnsupported,
     /// Plans fit the budget in bytes, but the allocator cannot place them
     /// (fragmentation, or a size-class pool larger than the budget).
     AllocatorFailure,
@@ -61,7 +61,6 @@ impl fmt::Display for InfeasibleKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             InfeasibleKind::OverBudget => "over budget",
-            InfeasibleKind::AllocatorUnsupported => "allocator unsupported",
             InfeasibleKind::AllocatorFailure => "allocator failure",
             InfeasibleKind::NoCandidate => "no candidate",
         })

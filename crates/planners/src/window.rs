@@ -833,7 +833,9 @@ mod tests {
         let mut tree = RangeAddMax::new(&plain);
         let mut state = 12345u64;
         let mut next = |m: usize| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (state >> 33) as usize % m
         };
         for _ in 0..500 {
@@ -846,7 +848,11 @@ mod tests {
             }
             let (a, b) = (next(n + 1), next(n + 1));
             let (lo, hi) = (a.min(b), a.max(b));
-            assert_eq!(tree.max(lo, hi), plain[lo..hi].iter().max().copied(), "{lo}..{hi}");
+            assert_eq!(
+                tree.max(lo, hi),
+                plain[lo..hi].iter().max().copied(),
+                "{lo}..{hi}"
+            );
         }
     }
 
