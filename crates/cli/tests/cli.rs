@@ -432,3 +432,211 @@ fn a_tampered_plan_is_refused() {
     std::fs::write(&plan, doc.to_string()).expect("write");
     fails_with(&["simulate", p], "another graph");
 }
+
+/// Writes a plan of the mlp at 100% on an A100 and returns its path and JSON.
+fn mlp_plan(name: &str) -> (PathBuf, Value) {
+    let plan = temp(name);
+    let out = outcore(&[
+        "plan",
+        "--model",
+        "mlp",
+        "--device",
+        "a100-40gb",
+        "--budget",
+        "100%",
+        "--planner",
+        "none",
+        "-o",
+        plan.to_str().expect("utf8"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = serde_json::from_str(&std::fs::read_to_string(&plan).expect("read")).expect("json");
+    (plan, doc)
+}
+
+#[test]
+fn a_plans_device_is_validated_on_load() {
+    let (plan, doc) = mlp_plan("device.json");
+    let p = plan.to_str().expect("utf8");
+    assert_eq!(doc["device"]["name"], "a100-40gb");
+    let edited = |field: &str, value: Value| {
+        let mut d = doc.clone();
+        d["device"][field] = value;
+        std::fs::write(&plan, d.to_string()).expect("write");
+    };
+    edited("h2d_bytes_per_s", Value::from(-1e9));
+    fails_with(
+        &["simulate", p],
+        "`h2d_bytes_per_s` must be a positive rate",
+    );
+    edited("kernel_launch_s", Value::from(1e308));
+    fails_with(
+        &["simulate", p],
+        "`kernel_launch_s` must be a time in [0, 1] seconds",
+    );
+    edited("memory_bytes", Value::from(1024));
+    fails_with(&["simulate", p], "larger than the memory of its device");
+    fails_with(
+        &["run", "--plan", p, "--iters", "1"],
+        "larger than the memory",
+    );
+}
+
+#[test]
+fn seconds_must_be_a_positive_finite_number() {
+    for seconds in ["0", "-1", "NaN", "inf"] {
+        fails_with(
+            &[
+                "compare",
+                "--model",
+                "mlp",
+                "--device",
+                "a100-40gb",
+                "--budget",
+                "100%",
+                "--planners",
+                "none",
+                &format!("--seconds={seconds}"),
+            ],
+            "planner time limit (seconds)",
+        );
+    }
+}
+
+#[test]
+fn simulate_exits_non_zero_exactly_when_the_plan_is_not_runnable() {
+    // resnet18's window plan at 60% under the perfect allocator, then moved onto
+    // best-fit by hand: simulate must say whether it still runs, by its exit code.
+    let plan = temp("moved.json");
+    let p = plan.to_str().expect("utf8");
+    let out = outcore(&[
+        "plan",
+        "--model",
+        "resnet18",
+        "--batch",
+        "16",
+        "--device",
+        "a100-40gb",
+        "--budget",
+        "60%",
+        "--planner",
+        "window",
+        "--seconds",
+        "2",
+        "-o",
+        p,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).expect("read")).expect("json");
+    doc["allocator"] = serde_json::json!({"kind": "best-fit"});
+    std::fs::write(&plan, doc.to_string()).expect("write");
+    let out = outcore(&["simulate", p, "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(v["allocator"], "best-fit");
+    let runnable = v["feasible"].as_bool().expect("feasible");
+    assert_eq!(out.status.success(), runnable, "{v}");
+    if !runnable {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("best-fit allocator"), "{stderr}");
+        assert!(stderr.contains("largest free block"), "{stderr}");
+    }
+    // `plan` never writes a plan that its allocator cannot run.
+    let out = outcore(&[
+        "plan",
+        "--model",
+        "resnet18",
+        "--batch",
+        "16",
+        "--device",
+        "a100-40gb",
+        "--budget",
+        "60%",
+        "--planner",
+        "window",
+        "--allocator",
+        "best-fit",
+        "--seconds",
+        "2",
+        "-o",
+        p,
+    ]);
+    if out.status.success() {
+        json_of(&["simulate", p, "--json"]);
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("best-fit allocator"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_latency_table_from_run_feeds_plan_compare_and_simulate() {
+    let table = temp("latency.json");
+    let t = table.to_str().expect("utf8");
+    let tiny = [
+        "--model", "tiny-cnn", "--batch", "16", "--depth", "8", "--width", "8",
+    ];
+    let mut run = vec!["run"];
+    run.extend(tiny);
+    run.extend([
+        "--budget",
+        "40%",
+        "--planner",
+        "window",
+        "--iters",
+        "2",
+        "--link-gbps",
+        "1",
+        "--profile-out",
+        t,
+        "--json",
+    ]);
+    let ran = json_of(&run);
+    assert_eq!(ran["iters"], 2);
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(&table).expect("table")).expect("json");
+    assert_eq!(written["format"], "outcore-latency-table/1");
+    assert!(
+        written["copies"]["h2d_bytes_per_s"].is_number(),
+        "{written}"
+    );
+
+    let plan = temp("measured-plan.json");
+    let p = plan.to_str().expect("utf8");
+    let target = [
+        "--device",
+        "a100-40gb",
+        "--budget",
+        "40%",
+        "--latency-table",
+        t,
+    ];
+    let mut args = vec!["plan"];
+    args.extend(tiny);
+    args.extend(target);
+    args.extend(["--planner", "window", "-o", p]);
+    let out = outcore(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut args = vec!["compare"];
+    args.extend(tiny);
+    args.extend(target);
+    args.extend(["--planners", "none,window", "--json"]);
+    let c = json_of(&args);
+    assert_eq!(c["results"].as_array().map(Vec::len), Some(2));
+    let measured = json_of(&["simulate", p, "--latency-table", t, "--json"]);
+    let roofline = json_of(&["simulate", p, "--json"]);
+    // The measured CPU times are not the A100's roofline times.
+    assert_ne!(measured["iter_time_s"], roofline["iter_time_s"]);
+}

@@ -66,6 +66,14 @@ pub struct DeviceProfile {
     pub kernel_launch_s: f64,
 }
 
+/// The largest rate a profile may give, bytes/s or FLOP/s: 1e18 is three orders
+/// of magnitude above any single device, so a larger number is a unit mistake.
+pub const MAX_RATE_PER_S: f64 = 1e18;
+/// The largest per-call overhead (copy latency, kernel launch) a profile may
+/// give, seconds: a second per call is no device, but microseconds written as
+/// whole numbers (`5` for 5 us) are a common mistake.
+pub const MAX_OVERHEAD_S: f64 = 1.0;
+
 const GIB: u64 = 1 << 30;
 const GB_PER_S: f64 = 1e9;
 const TFLOP_PER_S: f64 = 1e12;
@@ -335,13 +343,14 @@ impl DeviceProfile {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Checks that every rate is positive and finite, times are non-negative and
-    /// finite, and memory is non-zero.
+    /// Checks that every rate is positive, finite and at most [`MAX_RATE_PER_S`],
+    /// times are non-negative and at most [`MAX_OVERHEAD_S`], and memory is non-zero.
     pub fn validate(&self) -> Result<(), CostError> {
         self.validate_as("in memory")
     }
 
-    fn validate_as(&self, origin: &str) -> Result<(), CostError> {
+    /// [`DeviceProfile::validate`], naming `origin` (a file, a plan) in errors.
+    pub fn validate_as(&self, origin: &str) -> Result<(), CostError> {
         let bad = |field: &'static str, requirement: &'static str, value: String| {
             Err(CostError::new(CostErrorKind::InvalidProfile {
                 profile: self.name.clone(),
@@ -355,7 +364,11 @@ impl DeviceProfile {
             return bad("name", "must not be empty", format!("{:?}", self.name));
         }
         if self.memory_bytes == 0 {
-            return bad("memory_bytes", "must be positive (bytes)", "0".into());
+            return bad(
+                "memory_bytes",
+                "must be positive (bytes); give the device's total memory",
+                "0".into(),
+            );
         }
         let positive: [(&'static str, f64); 6] = [
             ("peak_flops_f32", self.peak_flops_f32),
@@ -369,34 +382,35 @@ impl DeviceProfile {
             ("duplex_bytes_per_s", self.duplex_bytes_per_s),
         ];
         for (field, value) in positive {
-            if !(value.is_finite() && value > 0.0) {
+            if !(value.is_finite() && value > 0.0 && value <= MAX_RATE_PER_S) {
                 return bad(
                     field,
-                    "must be a positive, finite rate (bytes/s or FLOP/s)",
+                    "must be a positive rate in (0, 1e18] bytes/s or FLOP/s; give the measured or datasheet rate in base units (e.g. 2.5e10 for 25 GB/s)",
                     value.to_string(),
                 );
             }
         }
-        let non_negative: [(&'static str, f64, &'static str); 3] = [
-            (
+        if !(self.peak_flops_tf32.is_finite()
+            && self.peak_flops_tf32 >= 0.0
+            && self.peak_flops_tf32 <= MAX_RATE_PER_S)
+        {
+            return bad(
                 "peak_flops_tf32",
-                self.peak_flops_tf32,
-                "must be a finite FLOP/s rate, 0 when the device has no TF32",
-            ),
-            (
-                "copy_latency_s",
-                self.copy_latency_s,
-                "must be a non-negative, finite time in seconds",
-            ),
-            (
-                "kernel_launch_s",
-                self.kernel_launch_s,
-                "must be a non-negative, finite time in seconds",
-            ),
+                "must be a rate in [0, 1e18] FLOP/s, 0 when the device has no TF32",
+                self.peak_flops_tf32.to_string(),
+            );
+        }
+        let overheads: [(&'static str, f64); 2] = [
+            ("copy_latency_s", self.copy_latency_s),
+            ("kernel_launch_s", self.kernel_launch_s),
         ];
-        for (field, value, requirement) in non_negative {
-            if !(value.is_finite() && value >= 0.0) {
-                return bad(field, requirement, value.to_string());
+        for (field, value) in overheads {
+            if !(value.is_finite() && (0.0..=MAX_OVERHEAD_S).contains(&value)) {
+                return bad(
+                    field,
+                    "must be a time in [0, 1] seconds; give the per-call overhead in seconds (e.g. 5e-6 for 5 us)",
+                    value.to_string(),
+                );
             }
         }
         Ok(())
@@ -518,6 +532,17 @@ mod tests {
                 .to_string()
                 .contains("memory_bytes")
         );
+
+        // Finite but absurd numbers are out of range, named with the range.
+        let mut p = DeviceProfile::builtin("a100-40gb").unwrap();
+        p.kernel_launch_s = 1e308;
+        let msg = p.validate().unwrap_err().to_string();
+        assert!(msg.contains("`kernel_launch_s`"), "{msg}");
+        assert!(msg.contains("[0, 1] seconds"), "{msg}");
+        let mut p = DeviceProfile::builtin("a100-40gb").unwrap();
+        p.h2d_bytes_per_s = 1e300;
+        let msg = p.validate().unwrap_err().to_string();
+        assert!(msg.contains("(0, 1e18]"), "{msg}");
 
         // No TF32 and zero overheads are allowed.
         let mut p = DeviceProfile::builtin("a100-40gb").unwrap();

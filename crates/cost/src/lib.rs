@@ -15,11 +15,11 @@ mod measured;
 mod model;
 mod roofline;
 
-pub use device::DeviceProfile;
+pub use device::{DeviceProfile, MAX_OVERHEAD_S, MAX_RATE_PER_S};
 pub use error::{CostError, CostErrorKind};
 pub use measured::{
-    Coverage, LATENCY_TABLE_FORMAT, MeasuredCopies, MeasuredEntry, MeasuredModel, MeasuredTable,
-    NameMismatch,
+    CopyDirection, Coverage, LATENCY_TABLE_FORMAT, MeasuredCopies, MeasuredCopyEntry,
+    MeasuredEntry, MeasuredModel, MeasuredTable, NameMismatch,
 };
 pub use model::{CopyRates, CostModel, UnitCostModel};
 pub use roofline::{ClassEfficiency, Efficiencies, OpBounds, RooflineModel, op_dtype};

@@ -10,9 +10,13 @@
 //!   "device": "NVIDIA H100 80GB HBM3",
 //!   "graph_model": "resnet50",
 //!   "entries": [
-//!     {"op": 12, "name": "layer1.0.conv1", "time_s": 0.00012, "samples": 9}
+//!     {"op": 12, "name": "layer1.0.conv1", "kind": "conv2d", "time_s": 0.00012, "samples": 9}
 //!   ],
-//!   "copies": {"h2d_bytes_per_s": 5.3e10, "d2h_bytes_per_s": 5.1e10}
+//!   "copies": {"h2d_bytes_per_s": 5.3e10, "d2h_bytes_per_s": 5.1e10},
+//!   "copy_entries": [
+//!     {"tensor": 40, "name": "layer1.0.relu", "direction": "d2h",
+//!      "size_bytes": 3211264, "time_s": 6.3e-5, "samples": 9}
+//!   ]
 //! }
 //! ```
 //!
@@ -24,10 +28,13 @@
 //!   entry is ignored (the table was taken on another graph or build of it);
 //!   `time_s` the op's time on the compute stream in seconds (the executor
 //!   reports a robust statistic such as the median); `samples` how many runs it
-//!   summarises (at least 1; default 1). An op id may appear once.
+//!   summarises (at least 1; default 1); `kind` (optional) the op's kind, for
+//!   the reader. An op id may appear once.
 //! - `copies` (optional): measured pinned-copy rates in bytes/s, which replace
 //!   the fallback device's one-way rates; `duplex_bytes_per_s` (optional) the
 //!   measured both-directions total, else the fallback device's is kept.
+//! - `copy_entries` (optional): the per-tensor copy times the rates were fitted
+//!   from (see [`MeasuredCopies::fit`]), kept for the reader; pricing uses `copies`.
 //!
 //! [`MeasuredTable::coverage`] says how many of a graph's ops the table prices.
 
@@ -52,6 +59,8 @@ pub struct MeasuredTable {
     pub entries: Vec<MeasuredEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copies: Option<MeasuredCopies>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_entries: Vec<MeasuredCopyEntry>,
 }
 
 /// One op's measured time.
@@ -64,6 +73,35 @@ pub struct MeasuredEntry {
     /// Seconds on the compute stream.
     pub time_s: f64,
     /// Runs the time summarises.
+    #[serde(default = "one_sample")]
+    pub samples: u64,
+    /// The op's kind (e.g. `conv2d`), for the reader only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+/// The direction of a host-device copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopyDirection {
+    /// Host to device (a swap-in).
+    H2d,
+    /// Device to host (a swap-out).
+    D2h,
+}
+
+/// One tensor's measured copy time in one direction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredCopyEntry {
+    /// The tensor id, i.e. its index in the graph.
+    pub tensor: u32,
+    /// The tensor's name.
+    pub name: String,
+    pub direction: CopyDirection,
+    pub size_bytes: u64,
+    /// Seconds from the copy's start to its end on its stream.
+    pub time_s: f64,
+    /// Copies the time summarises.
     #[serde(default = "one_sample")]
     pub samples: u64,
 }
@@ -81,6 +119,33 @@ pub struct MeasuredCopies {
     pub duplex_bytes_per_s: Option<f64>,
 }
 
+impl MeasuredCopies {
+    /// One-way rates fitted to per-tensor copy times: for each direction, all
+    /// bytes copied over all time spent copying (sample-weighted). The per-copy
+    /// latency is folded into the rate, so small copies are priced slightly
+    /// pessimistically. `None` unless both directions have a positive total time
+    /// (a rate for one direction only cannot fill both fields).
+    pub fn fit(entries: &[MeasuredCopyEntry]) -> Option<MeasuredCopies> {
+        let rate = |direction: CopyDirection| {
+            let (bytes, time_s) = entries
+                .iter()
+                .filter(|e| e.direction == direction && e.time_s.is_finite())
+                .fold((0.0, 0.0), |(b, t), e| {
+                    (
+                        b + e.size_bytes as f64 * e.samples as f64,
+                        t + e.time_s * e.samples as f64,
+                    )
+                });
+            (time_s > 0.0 && bytes > 0.0).then(|| bytes / time_s)
+        };
+        Some(MeasuredCopies {
+            h2d_bytes_per_s: rate(CopyDirection::H2d)?,
+            d2h_bytes_per_s: rate(CopyDirection::D2h)?,
+            duplex_bytes_per_s: None,
+        })
+    }
+}
+
 impl MeasuredTable {
     /// An empty table for `graph_model` measured on `device`.
     pub fn new(device: &str, graph_model: &str) -> Self {
@@ -90,6 +155,7 @@ impl MeasuredTable {
             graph_model: graph_model.to_string(),
             entries: Vec::new(),
             copies: None,
+            copy_entries: Vec::new(),
         }
     }
 
@@ -100,7 +166,13 @@ impl MeasuredTable {
             name: name.to_string(),
             time_s,
             samples,
+            kind: None,
         });
+    }
+
+    /// Appends a tensor's measured copy time in one direction.
+    pub fn push_copy(&mut self, entry: MeasuredCopyEntry) {
+        self.copy_entries.push(entry);
     }
 
     /// Parses and validates a table; `origin` names the source in errors.
@@ -185,6 +257,20 @@ impl MeasuredTable {
                 return invalid(format!(
                     "op {} is listed twice (`{first}` and `{}`); keep one entry per op",
                     e.op, e.name
+                ));
+            }
+        }
+        for c in &self.copy_entries {
+            if !(c.time_s.is_finite() && c.time_s >= 0.0) {
+                return invalid(format!(
+                    "copy of tensor {} (`{}`): `time_s` must be a non-negative, finite number of seconds, got {}",
+                    c.tensor, c.name, c.time_s
+                ));
+            }
+            if c.samples == 0 {
+                return invalid(format!(
+                    "copy of tensor {} (`{}`): `samples` must be at least 1",
+                    c.tensor, c.name
                 ));
             }
         }
@@ -505,6 +591,34 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("`renamed`"), "{text}");
+    }
+
+    #[test]
+    fn copy_rates_are_fitted_from_copy_entries() {
+        let entry = |direction, size_bytes, time_s, samples| MeasuredCopyEntry {
+            tensor: 0,
+            name: "t".into(),
+            direction,
+            size_bytes,
+            time_s,
+            samples,
+        };
+        // h2d: (100 * 2 + 300 * 1) bytes over (1 * 2 + 4 * 1) s = 500 / 6.
+        let entries = [
+            entry(CopyDirection::H2d, 100, 1.0, 2),
+            entry(CopyDirection::H2d, 300, 4.0, 1),
+            entry(CopyDirection::D2h, 50, 0.5, 1),
+        ];
+        let c = MeasuredCopies::fit(&entries).unwrap();
+        assert!((c.h2d_bytes_per_s - 500.0 / 6.0).abs() < 1e-9);
+        assert_eq!(c.d2h_bytes_per_s, 100.0);
+        // One direction only: no rates.
+        assert_eq!(MeasuredCopies::fit(&entries[..2]), None);
+
+        let mut t = MeasuredTable::new("gpu", "t");
+        t.push_copy(entry(CopyDirection::D2h, 8, -1.0, 1));
+        let msg = t.validate().unwrap_err().to_string();
+        assert!(msg.contains("copy of tensor 0"), "{msg}");
     }
 
     #[test]

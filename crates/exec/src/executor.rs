@@ -15,10 +15,12 @@ use crate::backend::{
     StreamHandle, StreamKind, fnv1a,
 };
 use crate::{ExecError, ExecErrorKind};
+use outcore_cost::{
+    CopyDirection, MeasuredCopies, MeasuredCopyEntry, MeasuredEntry, MeasuredTable,
+};
 use outcore_graph::{DType, Graph, OpId, OpKind, TensorId, TensorKind};
 use outcore_plan::{Instr, Plan, Residency, Step, Stream};
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
@@ -63,43 +65,6 @@ impl Default for ExecOptions {
     }
 }
 
-/// Measured median latency of one op.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LatencyEntry {
-    pub op: u32,
-    pub name: String,
-    pub kind: String,
-    pub time_s: f64,
-    pub samples: usize,
-}
-
-/// Measured median latency of one tensor's copy in one direction.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CopyLatencyEntry {
-    pub tensor: u32,
-    pub name: String,
-    pub direction: String,
-    pub size_bytes: u64,
-    pub time_s: f64,
-    pub samples: usize,
-}
-
-/// The measured-latency table (`outcore-latency-table/1`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LatencyTable {
-    pub format: String,
-    pub device: String,
-    pub graph_model: String,
-    pub entries: Vec<LatencyEntry>,
-    pub copies: Vec<CopyLatencyEntry>,
-}
-
-impl LatencyTable {
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default()
-    }
-}
-
 /// What a run did and measured.
 #[derive(Debug, Clone)]
 pub struct RunReport {
@@ -127,7 +92,9 @@ pub struct RunReport {
     pub checks_run: u64,
     /// The loss of each iteration (NaN when the graph has no f32 scalar loss).
     pub losses: Vec<f32>,
-    pub latency_table: LatencyTable,
+    /// Median op and copy times of the iterations after the first, in the
+    /// format `--latency-table` reads (`outcore-latency-table/1`).
+    pub latency_table: MeasuredTable,
     /// Chrome trace (Trace Event JSON), one track per stream; `Null` without `trace`.
     pub trace: serde_json::Value,
     final_state: BTreeMap<String, Vec<u8>>,
@@ -538,7 +505,7 @@ impl<'a> Executor<'a> {
         let mut iter_times_s = Vec::new();
         let mut losses = Vec::new();
         let mut op_samples: BTreeMap<OpId, Vec<f64>> = BTreeMap::new();
-        let mut copy_samples: BTreeMap<(TensorId, &'static str), Vec<f64>> = BTreeMap::new();
+        let mut copy_samples: BTreeMap<(TensorId, CopyDirection), Vec<f64>> = BTreeMap::new();
         let mut trace_events: Vec<serde_json::Value> = Vec::new();
         for iter in 0..self.opts.iters {
             self.iteration = iter as u64;
@@ -563,12 +530,14 @@ impl<'a> Executor<'a> {
                 let measured = iter >= 1 || self.opts.iters == 1;
                 match &st.instr {
                     Instr::Compute(op) if measured => op_samples.entry(*op).or_default().push(dur),
-                    Instr::SwapIn(t) if measured => {
-                        copy_samples.entry((*t, "h2d")).or_default().push(dur)
-                    }
-                    Instr::SwapOut(t) if measured => {
-                        copy_samples.entry((*t, "d2h")).or_default().push(dur)
-                    }
+                    Instr::SwapIn(t) if measured => copy_samples
+                        .entry((*t, CopyDirection::H2d))
+                        .or_default()
+                        .push(dur),
+                    Instr::SwapOut(t) if measured => copy_samples
+                        .entry((*t, CopyDirection::D2h))
+                        .or_default()
+                        .push(dur),
                     _ => {}
                 }
                 if self.opts.trace && !matches!(st.instr, Instr::Free(_)) {
@@ -592,32 +561,7 @@ impl<'a> Executor<'a> {
         }
         let final_state = self.read_final_state(&persistent)?;
         let device = self.be.device_name();
-        let table = LatencyTable {
-            format: "outcore-latency-table/1".into(),
-            device: device.clone(),
-            graph_model: self.graph.meta.model.clone(),
-            entries: op_samples
-                .into_iter()
-                .map(|(op, s)| LatencyEntry {
-                    op: op.0,
-                    name: self.graph.op(op).name.clone(),
-                    kind: self.graph.op(op).kind.label(),
-                    time_s: median(&s),
-                    samples: s.len(),
-                })
-                .collect(),
-            copies: copy_samples
-                .into_iter()
-                .map(|((t, dir), s)| CopyLatencyEntry {
-                    tensor: t.0,
-                    name: self.graph.tensor(t).name.clone(),
-                    direction: dir.to_string(),
-                    size_bytes: self.graph.tensor(t).size_bytes,
-                    time_s: median(&s),
-                    samples: s.len(),
-                })
-                .collect(),
-        };
+        let table = self.latency_table(&device, op_samples, copy_samples);
         let trace = if self.opts.trace {
             let mut events: Vec<serde_json::Value> = StreamKind::ALL
                 .iter()
@@ -654,6 +598,40 @@ impl<'a> Executor<'a> {
             trace,
             final_state,
         })
+    }
+
+    /// The measured table: each op's and each copy's median time, and one-way
+    /// copy rates fitted to the copies.
+    fn latency_table(
+        &self,
+        device: &str,
+        op_samples: BTreeMap<OpId, Vec<f64>>,
+        copy_samples: BTreeMap<(TensorId, CopyDirection), Vec<f64>>,
+    ) -> MeasuredTable {
+        let mut table = MeasuredTable::new(device, &self.graph.meta.model);
+        table.entries = op_samples
+            .into_iter()
+            .map(|(op, s)| MeasuredEntry {
+                op: op.0,
+                name: self.graph.op(op).name.clone(),
+                kind: Some(self.graph.op(op).kind.label()),
+                time_s: median(&s),
+                samples: s.len() as u64,
+            })
+            .collect();
+        table.copy_entries = copy_samples
+            .into_iter()
+            .map(|((t, direction), s)| MeasuredCopyEntry {
+                tensor: t.0,
+                name: self.graph.tensor(t).name.clone(),
+                direction,
+                size_bytes: self.graph.tensor(t).size_bytes,
+                time_s: median(&s),
+                samples: s.len() as u64,
+            })
+            .collect();
+        table.copies = MeasuredCopies::fit(&table.copy_entries);
+        table
     }
 
     fn tensor_of(&self, instr: &Instr) -> String {

@@ -169,11 +169,23 @@ fn slow_link_run_reports_latencies_and_trace() {
             .all(|e| e.samples == 2 && e.time_s >= 0.0)
     );
     // A copy of n bytes on a 200 MB/s link takes at least n / 200e6 seconds.
-    for c in &table.copies {
+    assert!(!table.copy_entries.is_empty());
+    for c in &table.copy_entries {
         assert!(c.time_s >= c.size_bytes as f64 / 200e6 * 0.9, "{c:?}");
     }
-    let json: serde_json::Value = serde_json::from_str(&table.to_json()).expect("json");
-    assert!(json["entries"][0]["time_s"].is_number());
+    // The fitted rates cannot beat the link either.
+    let rates = table.copies.expect("both directions copied");
+    assert!(rates.h2d_bytes_per_s <= 200e6 * 1.1, "{rates:?}");
+    // What the executor writes, the cost model reads.
+    let back = outcore_cost::MeasuredTable::from_json_str(&table.to_json_string(), "run")
+        .expect("the cost model reads the executor's table");
+    // Same entries; times equal up to serde_json's last-bit float parsing.
+    assert_eq!(back.entries.len(), table.entries.len());
+    assert_eq!(back.copy_entries.len(), table.copy_entries.len());
+    for (read, written) in back.entries.iter().zip(&table.entries) {
+        assert_eq!(read.name, written.name);
+        assert!((read.time_s - written.time_s).abs() <= 1e-12 * written.time_s.abs());
+    }
     let events = report.trace["traceEvents"]
         .as_array()
         .expect("trace events");

@@ -2,6 +2,7 @@
 //! waits, the initial residency of persistent tensors, and who made it.
 
 use outcore_alloc::AllocatorConfig;
+use outcore_cost::{CostError, DeviceProfile};
 use outcore_graph::{Graph, OpId, TensorId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -229,8 +230,11 @@ pub struct Plan {
     pub format: String,
     pub planner: PlannerInfo,
     pub graph: GraphRef,
-    /// Device profile (as JSON, so that the plan is self-contained).
-    pub device: serde_json::Value,
+    /// The device the plan was made for, so that the plan is self-contained;
+    /// `None` (JSON `null`) for plans made outside a target (tests, lowering
+    /// helpers). Validated, and checked to hold the budget, on load.
+    #[serde(default)]
+    pub device: Option<DeviceProfile>,
     /// Device memory the plan may use.
     pub budget_bytes: u64,
     /// The device allocator the plan was made for and is simulated / run with.
@@ -269,7 +273,7 @@ impl Plan {
                 n_ops: graph.ops.len(),
                 n_tensors: graph.tensors.len(),
             },
-            device: serde_json::Value::Null,
+            device: None,
             budget_bytes,
             allocator: AllocatorSpec::Perfect,
             initial_residency: graph
@@ -310,7 +314,8 @@ impl Plan {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Parses a plan; `path` names the source in errors.
+    /// Parses a plan and checks its device profile (see [`Plan::check_device`]);
+    /// `path` names the source in errors.
     pub fn from_json(text: &str, path: &str) -> Result<Plan, PlanError> {
         let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError {
             kind: PlanErrorKind::Parse {
@@ -326,7 +331,36 @@ impl Plan {
                 },
             });
         }
+        plan.check_device(path)?;
         Ok(plan)
+    }
+
+    /// Checks the embedded device profile: every field in range (see
+    /// [`DeviceProfile::validate`]) and enough memory for the plan's budget.
+    /// `origin` names the plan in errors.
+    pub fn check_device(&self, origin: &str) -> Result<(), PlanError> {
+        let Some(device) = &self.device else {
+            return Ok(());
+        };
+        device
+            .validate_as(&format!("the device of plan {origin}"))
+            .map_err(|source| PlanError {
+                kind: PlanErrorKind::InvalidDevice {
+                    path: origin.to_string(),
+                    source: Box::new(source),
+                },
+            })?;
+        if self.budget_bytes > device.memory_bytes {
+            return Err(PlanError {
+                kind: PlanErrorKind::BudgetOverDevice {
+                    path: origin.to_string(),
+                    budget_bytes: self.budget_bytes,
+                    device: device.name.clone(),
+                    memory_bytes: device.memory_bytes,
+                },
+            });
+        }
+        Ok(())
     }
 
     /// Checks that the plan was made for `graph`.
@@ -363,4 +397,97 @@ pub enum PlanErrorKind {
         "the plan was made for another graph (fingerprint {expected}, this graph {found}); re-run `outcore plan` for this graph"
     )]
     GraphMismatch { expected: String, found: String },
+    /// The embedded device profile has a field out of range.
+    #[error("{path}: {source}; fix the plan's `device` or re-run `outcore plan`")]
+    InvalidDevice {
+        path: String,
+        // Boxed: a profile error is large and rare, plan errors are returned often.
+        #[source]
+        source: Box<CostError>,
+    },
+    /// The plan's budget is more memory than its device has.
+    #[error(
+        "{path}: the budget of {budget_bytes} bytes is larger than the memory of its device `{device}` ({memory_bytes} bytes); the budget must lie in [1, {memory_bytes}] bytes: re-plan with a smaller --budget or for a larger device"
+    )]
+    BudgetOverDevice {
+        path: String,
+        budget_bytes: u64,
+        device: String,
+        memory_bytes: u64,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outcore_graph::DType;
+    use outcore_graph::builder::{GraphBuilder, Optimizer};
+
+    fn plan_on(device: DeviceProfile, budget_bytes: u64) -> Plan {
+        let mut b = GraphBuilder::new("t", 2, DType::Float32);
+        let x = b.input("x", &[2, 4]);
+        let y = b.label("y", &[2]);
+        let h = b.linear("fc", x, 3, true);
+        let loss = b.softmax_cross_entropy(h, y);
+        let graph = b.finish(loss, Optimizer::None).expect("graph");
+        let info = PlannerInfo {
+            name: "test".into(),
+            seed: None,
+            settings: serde_json::Value::Null,
+        };
+        let mut plan = Plan::new(&graph, info, budget_bytes);
+        plan.device = Some(device);
+        plan
+    }
+
+    fn a100() -> DeviceProfile {
+        DeviceProfile::builtin("a100-40gb").expect("built in")
+    }
+
+    #[test]
+    fn a_typed_device_round_trips() {
+        let plan = plan_on(a100(), 1 << 20);
+        let back = Plan::from_json(&plan.to_json(), "p.json").expect("loads");
+        assert_eq!(back, plan);
+        // Plans without a device (`null`, or no field at all) still load.
+        let mut doc: serde_json::Value = serde_json::from_str(&plan.to_json()).expect("json");
+        doc["device"] = serde_json::Value::Null;
+        let none = Plan::from_json(&doc.to_string(), "p.json").expect("loads");
+        assert_eq!(none.device, None);
+        doc.as_object_mut().expect("object").remove("device");
+        assert!(Plan::from_json(&doc.to_string(), "p.json").is_ok());
+    }
+
+    #[test]
+    fn a_bad_device_is_refused_on_load() {
+        let mut doc: serde_json::Value =
+            serde_json::from_str(&plan_on(a100(), 1 << 20).to_json()).expect("json");
+        doc["device"]["h2d_bytes_per_s"] = serde_json::json!(-1e9);
+        let msg = Plan::from_json(&doc.to_string(), "p.json")
+            .expect_err("negative rate")
+            .to_string();
+        assert!(msg.contains("p.json"), "{msg}");
+        assert!(msg.contains("`h2d_bytes_per_s`"), "{msg}");
+        assert!(msg.contains("-1000000000"), "{msg}");
+
+        doc["device"]["h2d_bytes_per_s"] = serde_json::json!(2.5e10);
+        doc["device"]["kernel_launch_s"] = serde_json::json!(1e308);
+        let msg = Plan::from_json(&doc.to_string(), "p.json")
+            .expect_err("absurd launch time")
+            .to_string();
+        assert!(msg.contains("`kernel_launch_s`"), "{msg}");
+        assert!(msg.contains("[0, 1] seconds"), "{msg}");
+    }
+
+    #[test]
+    fn a_budget_over_the_device_memory_is_refused_on_load() {
+        let mut small = a100();
+        small.memory_bytes = 1000;
+        let plan = plan_on(small, 1001);
+        let err = Plan::from_json(&plan.to_json(), "p.json").expect_err("over memory");
+        assert!(matches!(err.kind, PlanErrorKind::BudgetOverDevice { .. }));
+        let msg = err.to_string();
+        assert!(msg.contains("1001 bytes"), "{msg}");
+        assert!(msg.contains("[1, 1000]"), "{msg}");
+    }
 }

@@ -7,6 +7,7 @@ mod checkpoint;
 pub mod framework;
 mod lms;
 mod odswap;
+mod range_tree;
 mod superneurons;
 mod vdnn;
 mod window;

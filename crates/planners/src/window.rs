@@ -53,9 +53,9 @@
 //! - No recomputation (the paper swaps only).
 
 use crate::framework::{Ctx, Pick, Search, Shortfall};
+use crate::range_tree::{PrefixSums, RangeMax};
 use outcore_graph::TensorId;
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError, Restore, fmt_bytes};
-use std::collections::BTreeSet;
 
 /// The schedule-window swap scheduler.
 #[derive(Debug, Default)]
@@ -277,91 +277,6 @@ struct State {
     frontier: usize,
 }
 
-/// Values per position with range add and range max in O(log n) (a segment
-/// tree whose nodes hold the max of their children plus their own pending
-/// add): the sweep asks "do `bytes` more fit everywhere in `lo..hi`" and
-/// commits them for every swap-in, and a scan of the range each time was
-/// quadratic on long gaps.
-#[derive(Debug)]
-struct RangeAddMax {
-    n: usize,
-    /// `max[node]`: the max over the node's range, including adds at or below it.
-    max: Vec<i128>,
-    /// `add[node]`: added to the node's whole range.
-    add: Vec<i128>,
-}
-
-impl RangeAddMax {
-    fn new(values: &[i128]) -> Self {
-        let n = values.len();
-        let mut tree = RangeAddMax {
-            n,
-            max: vec![i128::MIN; 4 * n.max(1)],
-            add: vec![0; 4 * n.max(1)],
-        };
-        if n > 0 {
-            tree.build(1, 0, n, values);
-        }
-        tree
-    }
-
-    fn build(&mut self, node: usize, lo: usize, hi: usize, values: &[i128]) {
-        if hi - lo == 1 {
-            self.max[node] = values[lo];
-            return;
-        }
-        let mid = (lo + hi) / 2;
-        self.build(2 * node, lo, mid, values);
-        self.build(2 * node + 1, mid, hi, values);
-        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
-    }
-
-    /// Adds `value` at every position in `lo..hi`.
-    fn add(&mut self, lo: usize, hi: usize, value: i128) {
-        if lo < hi && self.n > 0 {
-            self.add_in(1, 0, self.n, lo, hi, value);
-        }
-    }
-
-    fn add_in(&mut self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize, value: i128) {
-        if hi <= nlo || nhi <= lo {
-            return;
-        }
-        if lo <= nlo && nhi <= hi {
-            self.max[node] += value;
-            self.add[node] += value;
-            return;
-        }
-        let mid = (nlo + nhi) / 2;
-        self.add_in(2 * node, nlo, mid, lo, hi, value);
-        self.add_in(2 * node + 1, mid, nhi, lo, hi, value);
-        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.add[node];
-    }
-
-    /// The max over `lo..hi`, `None` when the range is empty.
-    fn max(&self, lo: usize, hi: usize) -> Option<i128> {
-        (lo < hi && self.n > 0).then(|| self.max_in(1, 0, self.n, lo, hi))
-    }
-
-    fn max_in(&self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize) -> i128 {
-        if hi <= nlo || nhi <= lo {
-            return i128::MIN;
-        }
-        if lo <= nlo && nhi <= hi {
-            return self.max[node];
-        }
-        let mid = (nlo + nhi) / 2;
-        let below = self.max_in(2 * node, nlo, mid, lo, hi).max(self.max_in(
-            2 * node + 1,
-            mid,
-            nhi,
-            lo,
-            hi,
-        ));
-        below.saturating_add(self.add[node])
-    }
-}
-
 /// The sweep's model of the plan being built (module doc).
 struct Sweep<'a, 'g> {
     ctx: &'a Ctx<'g>,
@@ -379,7 +294,9 @@ struct Sweep<'a, 'g> {
     hf: usize,
     /// Per compute op: a lower bound on what counts there plus what the sweep
     /// committed above it (early prefetches, cancelled swap-outs).
-    ahead: RangeAddMax,
+    ahead: RangeMax,
+    /// Per d2h entry: the bytes of its old buffer while it still counts.
+    counted: PrefixSums,
 }
 
 impl Sweep<'_, '_> {
@@ -392,12 +309,18 @@ impl Sweep<'_, '_> {
     fn fits_ahead(&self, lo: usize, hi: usize, bytes: i128) -> bool {
         self.ahead
             .max(lo, hi.min(self.ctx.n))
-            .is_none_or(|most| most + bytes <= self.budget)
+            .is_none_or(|m| m + bytes <= self.budget)
     }
 
     fn commit_ahead(&mut self, lo: usize, hi: usize, bytes: i128) {
-        let hi = hi.min(self.ctx.n);
-        self.ahead.add(lo, hi, bytes);
+        self.ahead.add(lo, hi.min(self.ctx.n), bytes);
+    }
+
+    /// The old buffer of gap `gi` (d2h entry `k`) stops counting.
+    fn uncount(&mut self, gi: usize, k: usize) {
+        self.state[gi].old_counted = false;
+        let s = self.size(self.gaps[gi].tensor);
+        self.counted.add(k, -s);
     }
 
     /// d2h entries below `upto` become freed before compute op `p`; with `wait`,
@@ -415,7 +338,7 @@ impl Sweep<'_, '_> {
                     self.gaps[gi].reclaim_before = Some(p);
                 }
                 if self.state[gi].old_counted {
-                    self.state[gi].old_counted = false;
+                    self.uncount(gi, self.cf);
                     let s = self.size(self.gaps[gi].tensor);
                     self.cur -= s;
                     freed += s;
@@ -428,11 +351,12 @@ impl Sweep<'_, '_> {
 
     /// Counted bytes of old buffers in d2h entries `[cf, upto)`.
     fn counted_between(&self, upto: usize) -> i128 {
-        (self.cf..upto.min(self.d2h.len()))
-            .map(|k| self.d2h[k])
-            .filter(|&gi| !self.state[gi].cancelled && self.state[gi].old_counted)
-            .map(|gi| self.size(self.gaps[gi].tensor))
-            .sum()
+        // A cancelled gap's old buffer stopped counting when it was cancelled.
+        let upto = upto.min(self.d2h.len());
+        if upto <= self.cf {
+            return 0;
+        }
+        self.counted.prefix(upto) - self.counted.prefix(self.cf)
     }
 
     /// Whether the oldest swap-out not yet freed before compute could be waited
@@ -444,60 +368,68 @@ impl Sweep<'_, '_> {
     }
 }
 
-/// Swap-ins not yet issued: those whose wanted trigger has come (`due`, in
-/// order of need: before, tensor, gap index), the others bucketed by their
-/// wanted trigger, and any whose trigger is out of range (never issued). Kept
-/// this way so that each position touches only what is due there: a scan of
-/// every waiting swap-in per position was quadratic in the graph.
-struct Pending {
-    n: usize,
-    due: BTreeSet<(usize, TensorId, usize)>,
-    wanted_at: Vec<Vec<usize>>,
-    stranded: Vec<usize>,
+/// Gaps whose swap-in is not issued yet: parked by prefetch trigger until the
+/// sweep reaches it, then due in order of need (next use, then tensor). Keeps
+/// each op's work proportional to what becomes due there, not to every gap
+/// still waiting.
+struct Waiting {
+    by_trigger: Vec<Vec<usize>>,
+    due: std::collections::BTreeSet<(Option<usize>, TensorId, usize)>,
+    /// Gaps without a trigger: never due (reported as never issued).
+    never: Vec<usize>,
+    /// Triggers below this were released already.
+    released_below: usize,
 }
 
-impl Pending {
+impl Waiting {
     fn new(n: usize) -> Self {
-        Pending {
-            n,
-            due: BTreeSet::new(),
-            wanted_at: vec![Vec::new(); n],
-            stranded: Vec::new(),
+        Waiting {
+            by_trigger: vec![Vec::new(); n],
+            due: Default::default(),
+            never: Vec::new(),
+            released_below: 0,
         }
     }
 
-    fn key(&self, gi: usize, g: &Gap) -> (usize, TensorId, usize) {
-        (g.before.unwrap_or(self.n), g.tensor, gi)
+    fn key(gaps: &[Gap], gi: usize) -> (Option<usize>, TensorId, usize) {
+        (gaps[gi].before, gaps[gi].tensor, gi)
     }
 
-    /// Gap `gi` now waits for its swap-in; `now` is the current position
-    /// (`None`: before the first).
-    fn await_trigger(&mut self, gi: usize, g: &Gap, now: Option<usize>) {
-        match g.prefetch_after {
-            Some(d) if now.is_some_and(|p| d <= p) => {
-                let key = self.key(gi, g);
-                self.due.insert(key);
+    fn add(&mut self, gaps: &[Gap], gi: usize) {
+        match gaps[gi].prefetch_after {
+            Some(q) if q >= self.released_below && q < self.by_trigger.len() => {
+                self.by_trigger[q].push(gi)
             }
-            Some(d) if d < self.n => self.wanted_at[d].push(gi),
-            _ => self.stranded.push(gi),
+            Some(_) => {
+                self.due.insert(Self::key(gaps, gi));
+            }
+            None => self.never.push(gi),
         }
     }
 
-    /// The swap-ins whose wanted trigger is position `p` become due.
-    fn arrive(&mut self, p: usize, gaps: &[Gap]) {
-        for gi in std::mem::take(&mut self.wanted_at[p]) {
-            let key = self.key(gi, &gaps[gi]);
-            self.due.insert(key);
+    /// Everything triggered at or before op `p` is due (triggers before `p` were
+    /// released at their own op, or added since with a trigger already passed).
+    fn release(&mut self, gaps: &[Gap], p: usize) {
+        for gi in std::mem::take(&mut self.by_trigger[p]) {
+            self.due.insert(Self::key(gaps, gi));
         }
+        self.released_below = p + 1;
     }
 
-    /// A swap-in never issued, if any.
-    fn left_over(&self) -> Option<usize> {
+    fn first_due(&self) -> Option<usize> {
+        self.due.first().map(|k| k.2)
+    }
+
+    fn done(&mut self, gaps: &[Gap], gi: usize) {
+        self.due.remove(&Self::key(gaps, gi));
+    }
+
+    fn any_left(&self) -> Option<usize> {
         self.due
             .first()
             .map(|k| k.2)
-            .or(self.stranded.first().copied())
-            .or(self.wanted_at.iter().flatten().next().copied())
+            .or_else(|| self.never.first().copied())
+            .or_else(|| self.by_trigger.iter().flatten().next().copied())
     }
 }
 
@@ -573,7 +505,7 @@ pub(crate) fn schedule(
     }
     let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut pending = Pending::new(n);
+    let mut waiting = Waiting::new(n);
     for (gi, g) in gaps.iter().enumerate() {
         if g.how != Restore::Swap {
             return Err(bad_rule(format!("gap on {} is not a swap", g.tensor)));
@@ -581,7 +513,7 @@ pub(crate) fn schedule(
         match g.after {
             Some(a) if a < n => starts[a].push(gi),
             Some(_) => return Err(bad_rule(format!("gap on {} starts out of range", g.tensor))),
-            None => pending.await_trigger(gi, g, None),
+            None => waiting.add(&gaps, gi),
         }
         if let Some(b) = g.before {
             if b >= n || g.after.is_some_and(|a| a >= b) || g.prefetch_after.is_none() {
@@ -625,7 +557,8 @@ pub(crate) fn schedule(
         d2h: Vec::new(),
         cf: 0,
         hf: 0,
-        ahead: RangeAddMax::new(&min_live),
+        ahead: RangeMax::new(&min_live),
+        counted: PrefixSums::new(n_gaps),
     };
     let mut cancelled = 0usize;
     let mut delayed = 0usize;
@@ -671,22 +604,23 @@ pub(crate) fn schedule(
             if sw.host_current[t.index()] {
                 sw.cur -= sw.size(t); // a free on the compute stream
             } else {
-                sw.state[gi].d2h = Some(sw.d2h.len());
+                let k = sw.d2h.len();
+                sw.state[gi].d2h = Some(k);
                 sw.state[gi].old_counted = true;
+                let s = sw.size(t);
+                sw.counted.add(k, s);
                 sw.d2h.push(gi);
                 sw.host_current[t.index()] = true;
             }
             if sw.gaps[gi].before.is_some() {
-                pending.await_trigger(gi, &sw.gaps[gi], Some(p));
+                waiting.add(&sw.gaps, gi);
             }
         }
 
         // Swap-ins the window wants by now, in order of need (h2d is FIFO).
-        pending.arrive(p, &sw.gaps);
+        waiting.release(&sw.gaps, p);
         let mut same_trigger = 0i128;
-        let mut done: Vec<(usize, TensorId, usize)> = Vec::new();
-        for &key in &pending.due {
-            let gi = key.2;
+        while let Some(gi) = waiting.first_due() {
             let g = sw.gaps[gi].clone();
             let b = g.before.unwrap_or(n);
             let bytes = sw.size(g.tensor);
@@ -699,11 +633,11 @@ pub(crate) fn schedule(
                 && sw.fits_ahead(p + 1, b, bytes)
             {
                 sw.state[gi].cancelled = true;
-                sw.state[gi].old_counted = false; // now the tensor's own buffer
+                sw.uncount(gi, k); // now the tensor's own buffer
                 sw.host_current[g.tensor.index()] = sw.state[gi].host_current_before;
                 sw.commit_ahead(p + 1, b, bytes);
                 cancelled += 1;
-                done.push(key);
+                waiting.done(&sw.gaps, gi);
                 continue;
             }
             // Its own free (compute stream) is ordered before it.
@@ -760,13 +694,10 @@ pub(crate) fn schedule(
             sw.cur += bytes;
             same_trigger += bytes;
             sw.commit_ahead(p + 1, b, bytes);
-            done.push(key);
-        }
-        for key in done {
-            pending.due.remove(&key);
+            waiting.done(&sw.gaps, gi);
         }
     }
-    if let Some(gi) = pending.left_over() {
+    if let Some(gi) = waiting.any_left() {
         return Err(bad_rule(format!(
             "the swap-in of {} was never issued",
             sw.gaps[gi].tensor
@@ -824,36 +755,6 @@ mod tests {
             }
         }
         bytes
-    }
-
-    #[test]
-    fn range_add_max_agrees_with_a_plain_scan() {
-        let n = 37;
-        let mut plain: Vec<i128> = (0..n as i128).map(|i| (i * 7919) % 101 - 50).collect();
-        let mut tree = RangeAddMax::new(&plain);
-        let mut state = 12345u64;
-        let mut next = |m: usize| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) as usize % m
-        };
-        for _ in 0..500 {
-            let (a, b) = (next(n + 1), next(n + 1));
-            let (lo, hi) = (a.min(b), a.max(b));
-            let value = next(41) as i128 - 20;
-            tree.add(lo, hi, value);
-            for v in &mut plain[lo..hi] {
-                *v += value;
-            }
-            let (a, b) = (next(n + 1), next(n + 1));
-            let (lo, hi) = (a.min(b), a.max(b));
-            assert_eq!(
-                tree.max(lo, hi),
-                plain[lo..hi].iter().max().copied(),
-                "{lo}..{hi}"
-            );
-        }
     }
 
     #[test]

@@ -1,0 +1,397 @@
+//! Inputs: graphs (a zoo model or a file, with where they came from), budgets,
+//! sizes, devices, allocators, optimizers, knobs, latency tables and plan files,
+//! each parsed once here so that the CLI and the Python package accept the same
+//! text and give the same errors.
+
+use crate::error::{Error, ErrorKind, Result};
+use outcore_cost::{CostModel, DeviceProfile, MeasuredModel, MeasuredTable, RooflineModel};
+use outcore_graph::builder::Optimizer;
+use outcore_graph::{Graph, footprint, zoo};
+use outcore_plan::{AllocatorSpec, Plan};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where a graph comes from: a zoo model with its settings, or a graph file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum GraphSource {
+    Zoo {
+        model: String,
+        /// `None`: the model's default batch.
+        batch: Option<u64>,
+        knobs: BTreeMap<String, u64>,
+        /// `sgd`, `adam`, `adamw` or `none`; `None`: the model's default.
+        optimizer: Option<String>,
+    },
+    /// A `dnn-train-graph/1` or `outcore-graph/1` file.
+    File { path: PathBuf },
+}
+
+impl GraphSource {
+    /// A zoo model with its default batch, knobs and optimizer.
+    pub fn zoo(model: &str) -> GraphSource {
+        GraphSource::Zoo {
+            model: model.to_string(),
+            batch: None,
+            knobs: BTreeMap::new(),
+            optimizer: None,
+        }
+    }
+}
+
+/// A graph and where it came from (recorded in the plans made for it).
+#[derive(Debug, Clone)]
+pub struct LoadedGraph {
+    pub graph: Graph,
+    pub source: GraphSource,
+}
+
+impl LoadedGraph {
+    /// Peak live bytes of the graph run in order with no swapping: what a
+    /// percentage budget is a percentage of.
+    pub fn footprint_bytes(&self) -> u64 {
+        footprint(&self.graph).0
+    }
+}
+
+/// Builds a zoo model or reads a graph file.
+pub fn load_graph(source: &GraphSource) -> Result<LoadedGraph> {
+    let graph = match source {
+        GraphSource::Zoo {
+            model,
+            batch,
+            knobs,
+            optimizer,
+        } => {
+            let optimizer = optimizer.as_deref().map(parse_optimizer).transpose()?;
+            zoo::build(model, *batch, knobs, optimizer)?
+        }
+        GraphSource::File { path } => outcore_graph::format::load_graph_file(path)?,
+    };
+    Ok(LoadedGraph {
+        graph,
+        source: source.clone(),
+    })
+}
+
+/// Records in `plan` how to rebuild the graph it was made for.
+pub fn record_graph_source(plan: &mut Plan, loaded: &LoadedGraph) {
+    plan.graph.batch = Some(loaded.graph.meta.batch);
+    match &loaded.source {
+        GraphSource::Zoo {
+            model,
+            knobs,
+            optimizer,
+            ..
+        } => {
+            plan.graph.zoo_model = Some(model.clone());
+            plan.graph.knobs = knobs.clone();
+            plan.graph.optimizer = optimizer.clone();
+            plan.graph.file = None;
+        }
+        GraphSource::File { path } => {
+            plan.graph.zoo_model = None;
+            plan.graph.knobs = BTreeMap::new();
+            plan.graph.optimizer = None;
+            // Absolute, so that the plan still finds its graph from elsewhere.
+            let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            plan.graph.file = Some(absolute.display().to_string());
+        }
+    }
+}
+
+/// Rebuilds the graph a plan names and checks the plan's fingerprint of it.
+pub fn graph_of_plan(plan: &Plan) -> Result<Graph> {
+    let source = if let Some(model) = &plan.graph.zoo_model {
+        GraphSource::Zoo {
+            model: model.clone(),
+            batch: plan.graph.batch,
+            knobs: plan.graph.knobs.clone(),
+            optimizer: plan.graph.optimizer.clone(),
+        }
+    } else if let Some(file) = &plan.graph.file {
+        GraphSource::File {
+            path: PathBuf::from(file),
+        }
+    } else {
+        return Err(ErrorKind::PlanNamesNoGraph.into());
+    };
+    let graph = load_graph(&source)?.graph;
+    plan.check_graph(&graph)?;
+    Ok(graph)
+}
+
+/// Reads a plan file: its format, its embedded device profile and budget are
+/// checked (see [`Plan::from_json`]).
+pub fn load_plan(path: &Path) -> Result<Plan> {
+    let text = std::fs::read_to_string(path).map_err(|source| ErrorKind::Io {
+        action: "read",
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(Plan::from_json(&text, &path.display().to_string())?)
+}
+
+/// Writes a plan as `outcore-plan/1` JSON.
+pub fn write_plan(plan: &Plan, path: &Path) -> Result<()> {
+    std::fs::write(path, plan.to_json()).map_err(|source| {
+        ErrorKind::Io {
+            action: "write",
+            path: path.display().to_string(),
+            source,
+        }
+        .into()
+    })
+}
+
+/// The optimizer of a zoo model by name: `sgd` (with momentum), `adam`,
+/// `adamw` or `none`.
+pub fn parse_optimizer(name: &str) -> Result<Optimizer> {
+    Ok(match name {
+        "sgd" => Optimizer::sgd_momentum(),
+        "adamw" => Optimizer::adamw(),
+        "adam" => match Optimizer::adamw() {
+            Optimizer::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                ..
+            } => Optimizer::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay: 0.0,
+                decoupled: false,
+            },
+            other => other,
+        },
+        "none" => Optimizer::None,
+        other => {
+            return Err(ErrorKind::UnknownName {
+                what: "optimizer",
+                name: other.to_string(),
+                known: "sgd, adam, adamw, none".into(),
+            }
+            .into());
+        }
+    })
+}
+
+/// Model knobs written `NAME=VALUE` (whole numbers).
+pub fn parse_knobs(knobs: &[String]) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for k in knobs {
+        let (name, value) = k.split_once('=').ok_or_else(|| {
+            Error::invalid(
+                "knob",
+                k,
+                "not NAME=VALUE",
+                "NAME=VALUE with a whole number, e.g. depth=152",
+            )
+        })?;
+        let value: u64 = value.parse().map_err(|_| {
+            Error::invalid(
+                format!("knob `{name}`"),
+                value,
+                "not a whole number",
+                "a whole number, e.g. depth=152",
+            )
+        })?;
+        out.insert(name.to_string(), value);
+    }
+    Ok(out)
+}
+
+const BUDGET_ACCEPTS: &str =
+    "bytes, a size like 12GiB / 512MiB / 16GB, or a percentage in (0, 100000]% of the footprint";
+
+/// A budget: plain bytes, a size with a unit, or a percentage of
+/// `footprint_bytes`. The result is at least one byte.
+pub fn parse_budget(text: &str, footprint_bytes: u64) -> Result<u64> {
+    let t = text.trim();
+    let Some(pct) = t.strip_suffix('%') else {
+        return parse_size(t).map_err(|_| {
+            Error::invalid("budget", text, "not a size or percentage", BUDGET_ACCEPTS)
+        });
+    };
+    let p: f64 = pct
+        .trim()
+        .parse()
+        .map_err(|_| Error::invalid("budget", text, "not a number", BUDGET_ACCEPTS))?;
+    // A budget a thousand times the footprint is a typo, not a plan.
+    if !(p.is_finite() && p > 0.0 && p <= 100_000.0) {
+        return Err(Error::invalid(
+            "budget",
+            text,
+            "out of range",
+            BUDGET_ACCEPTS,
+        ));
+    }
+    let bytes = (footprint_bytes as f64 * p / 100.0).round() as u64;
+    if bytes == 0 {
+        return Err(Error::invalid(
+            "budget",
+            text,
+            format!("rounds to 0 bytes of a {footprint_bytes}-byte footprint"),
+            BUDGET_ACCEPTS,
+        ));
+    }
+    Ok(bytes)
+}
+
+const SIZE_ACCEPTS: &str = "a positive whole number of bytes, or a positive number with a unit (KB, MB, GB, TB, KiB, MiB, GiB, TiB), at most 16 EiB";
+
+/// A size: plain bytes (`1048576`, `1048576B`) or a number with a unit
+/// (`1.5GiB`, `512MB`). Positive, at most `u64::MAX` bytes.
+pub fn parse_size(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let units: [(&str, f64); 8] = [
+        ("TiB", 1024f64.powi(4)),
+        ("GiB", 1024f64.powi(3)),
+        ("MiB", 1024f64.powi(2)),
+        ("KiB", 1024.0),
+        ("TB", 1e12),
+        ("GB", 1e9),
+        ("MB", 1e6),
+        ("KB", 1e3),
+    ];
+    let bad = |problem: &str| Error::invalid("size", text, problem, SIZE_ACCEPTS);
+    for (suffix, scale) in units {
+        if let Some(num) = t.strip_suffix(suffix) {
+            let v: f64 = num.trim().parse().map_err(|_| bad("not a number"))?;
+            let bytes = (v * scale).round();
+            if !(v.is_finite() && bytes >= 1.0 && bytes <= u64::MAX as f64) {
+                return Err(bad("out of range"));
+            }
+            return Ok(bytes as u64);
+        }
+    }
+    let bytes: u64 = t
+        .trim_end_matches('B')
+        .parse()
+        .map_err(|_| bad("not a size"))?;
+    if bytes == 0 {
+        return Err(bad("must be positive"));
+    }
+    Ok(bytes)
+}
+
+/// A built-in device profile by name, or a profile JSON file (validated).
+pub fn load_device(name_or_path: &str) -> Result<DeviceProfile> {
+    Ok(DeviceProfile::load(name_or_path)?)
+}
+
+const ALLOCATORS: &str = "perfect, best-fit, size-class, virtual-chunks";
+
+/// An allocator by its command-line name, with default parameters. A
+/// `size-class` pool is sized per plan by [`crate::plan`] from the plan's own
+/// allocation trace.
+pub fn parse_allocator(name: &str) -> Result<AllocatorSpec> {
+    Ok(match name {
+        "perfect" => AllocatorSpec::Perfect,
+        "best-fit" => AllocatorSpec::BestFit(Default::default()),
+        "virtual-chunks" => AllocatorSpec::VirtualChunks(Default::default()),
+        "size-class" => AllocatorSpec::SizeClass(Default::default()),
+        other => {
+            return Err(ErrorKind::UnknownName {
+                what: "allocator",
+                name: other.to_string(),
+                known: ALLOCATORS.into(),
+            }
+            .into());
+        }
+    })
+}
+
+/// `virtual-chunks` over physical chunks of `chunk_kib` KiB; requests up to a
+/// quarter chunk share chunks.
+pub fn virtual_chunks_allocator(chunk_kib: u64) -> Result<AllocatorSpec> {
+    let chunk_bytes = chunk_kib
+        .checked_mul(1024)
+        .filter(|b| *b >= 2048)
+        .ok_or_else(|| {
+            Error::invalid(
+                "chunk size (KiB)",
+                chunk_kib.to_string(),
+                "out of range",
+                "a whole number of KiB in [2, 2^54], e.g. 2048 (2 MiB, CUDA's granularity) or 64 for tiny models",
+            )
+        })?;
+    // A quarter chunk: small tensors (biases, norms) share chunks instead of
+    // wasting most of one each, while packed chunks that fragment stay a small
+    // part of a chunk's worth.
+    Ok(AllocatorSpec::VirtualChunks(
+        outcore_alloc::VirtualChunksConfig {
+            chunk_bytes,
+            small_alloc_max_bytes: chunk_bytes / 4 / 512 * 512,
+        },
+    ))
+}
+
+/// The planners a comma-separated list names, or every planner for `all`.
+pub fn parse_planner_list(list: &str) -> Result<Vec<String>> {
+    if list.trim() == "all" {
+        return Ok(outcore_planners::names()
+            .into_iter()
+            .map(String::from)
+            .collect());
+    }
+    list.split(',')
+        .map(|name| {
+            let name = name.trim();
+            check_planner(name)?;
+            Ok(name.to_string())
+        })
+        .collect()
+}
+
+/// The planner of that name.
+pub(crate) fn planner_by_name(name: &str) -> Result<Box<dyn outcore_plan::Planner>> {
+    outcore_planners::by_name(name).map_err(|_| {
+        ErrorKind::UnknownName {
+            what: "planner",
+            name: name.to_string(),
+            known: outcore_planners::names().join(", "),
+        }
+        .into()
+    })
+}
+
+fn check_planner(name: &str) -> Result<()> {
+    planner_by_name(name).map(|_| ())
+}
+
+/// Checks a planner time limit: a positive, finite number of seconds.
+pub fn check_time_limit_s(time_limit_s: f64) -> Result<f64> {
+    if time_limit_s.is_finite() && time_limit_s > 0.0 {
+        Ok(time_limit_s)
+    } else {
+        Err(Error::invalid(
+            "planner time limit (seconds)",
+            time_limit_s.to_string(),
+            "out of range",
+            "a positive, finite number of seconds, e.g. 10",
+        ))
+    }
+}
+
+/// Reads a measured-latency table (`outcore-latency-table/1`, as `outcore run
+/// --profile-out` writes it).
+pub fn load_latency_table(path: &Path) -> Result<MeasuredTable> {
+    Ok(MeasuredTable::from_json_file(path)?)
+}
+
+/// The roofline model on `device`, with the measured latencies over it when given.
+pub fn cost_model(
+    device: DeviceProfile,
+    latency_table: Option<&MeasuredTable>,
+) -> Box<dyn CostModel> {
+    let roofline = RooflineModel::new(device);
+    match latency_table {
+        None => Box::new(roofline),
+        Some(table) => Box::new(MeasuredModel::new(table.clone(), roofline)),
+    }
+}

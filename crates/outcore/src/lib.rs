@@ -1,0 +1,44 @@
+//! outcore: the library facade. One place that loads graphs, parses budgets,
+//! sizes, devices and allocators, plans (a planner by name, the device
+//! attached, verified, simulated under the plan's own allocator), verifies,
+//! simulates, compares planners and runs plans on the CPU executor, with typed,
+//! serialisable results and one [`Error`]. The `outcore` command line and the
+//! Python package both call it, so they accept the same input and refuse the
+//! same bad input with the same messages.
+//!
+//! ```no_run
+//! use outcore::{GraphSource, PlanOptions, Target};
+//! let graph = outcore::load_graph(&GraphSource::zoo("resnet50"))?;
+//! let target = Target::parse(&graph, "v100-16gb-pcie3", "50%", "best-fit")?;
+//! let result = outcore::plan(&graph, "window", &target, &PlanOptions::default())?;
+//! println!("{} s/iteration", result.report.iter_time_s);
+//! # Ok::<(), outcore::Error>(())
+//! ```
+//!
+//! A plan is only ever returned (or written by the CLI) when it verifies and
+//! its simulation under its allocator has no allocation failure.
+
+mod error;
+mod input;
+mod planning;
+mod run;
+
+pub use error::{Error, ErrorKind, Result};
+pub use input::{
+    GraphSource, LoadedGraph, check_time_limit_s, cost_model, graph_of_plan, load_device,
+    load_graph, load_latency_table, load_plan, parse_allocator, parse_budget, parse_knobs,
+    parse_optimizer, parse_planner_list, parse_size, record_graph_source, virtual_chunks_allocator,
+    write_plan,
+};
+pub use planning::{
+    AllocReplayResult, Comparison, PlanOptions, PlanResult, PlannerOutcome, Runnability,
+    SimulateOptions, SimulateResult, Target, Verification, alloc_replay, allocator_shortfall,
+    compare, plan, simulate_plan, size_classes_for_trace, verify_plan,
+};
+pub use run::{RunOptions, RunResult, cpu_target, run};
+
+// The types results are made of, so that callers need no other crate.
+pub use outcore_cost::{DeviceProfile, MeasuredTable};
+pub use outcore_graph::Graph;
+pub use outcore_plan::{AllocatorSpec, Plan};
+pub use outcore_sim::SimReport;

@@ -1,0 +1,553 @@
+//! Planning and judging: run a planner by name on a target, attach the device,
+//! size the allocator, verify, and simulate under the plan's own allocator; a
+//! plan that does not run under its allocator is never called feasible.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::input::{LoadedGraph, check_time_limit_s, cost_model, graph_of_plan, planner_by_name};
+use outcore_cost::{CostModel, DeviceProfile, MeasuredTable};
+use outcore_graph::{Graph, OpId};
+use outcore_plan::{AllocatorSpec, Plan, PlanOutcome, PlanRequest, fmt_bytes, verify};
+use outcore_sim::{SimOom, SimOptions, SimReport, simulate};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+/// What to plan for: a device, a budget on it, and the allocator the plan runs under.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub device: DeviceProfile,
+    pub budget_bytes: u64,
+    /// The graph's footprint, for reporting the budget as a share of it.
+    pub footprint_bytes: u64,
+    pub allocator: AllocatorSpec,
+}
+
+impl Target {
+    /// A target for `graph`; the budget must lie in `[1, device memory]`.
+    pub fn new(
+        graph: &LoadedGraph,
+        device: DeviceProfile,
+        budget_bytes: u64,
+        allocator: AllocatorSpec,
+    ) -> Result<Target> {
+        device.validate()?;
+        if budget_bytes == 0 {
+            return Err(Error::invalid(
+                "budget",
+                "0",
+                "must be positive",
+                format!("[1, {}] bytes", device.memory_bytes),
+            ));
+        }
+        if budget_bytes > device.memory_bytes {
+            return Err(ErrorKind::BudgetOverDevice {
+                budget_bytes,
+                device: device.name.clone(),
+                memory_bytes: device.memory_bytes,
+            }
+            .into());
+        }
+        Ok(Target {
+            device,
+            budget_bytes,
+            footprint_bytes: graph.footprint_bytes(),
+            allocator,
+        })
+    }
+
+    /// A target from command-line text: a device name or profile file, a budget
+    /// (bytes, a size, or NN% of the footprint) and an allocator name.
+    pub fn parse(
+        graph: &LoadedGraph,
+        device: &str,
+        budget: &str,
+        allocator: &str,
+    ) -> Result<Target> {
+        let device = crate::input::load_device(device)?;
+        let budget_bytes = crate::input::parse_budget(budget, graph.footprint_bytes())?;
+        let allocator = crate::input::parse_allocator(allocator)?;
+        Target::new(graph, device, budget_bytes, allocator)
+    }
+}
+
+/// Settings of planning that are not the target.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanOptions {
+    /// Seed of any randomness; the same seed gives the same plan.
+    pub seed: u64,
+    /// Wall-clock seconds for search-based planners; positive and finite.
+    pub time_limit_s: f64,
+    /// Measured latencies that override the roofline model for the ops they list.
+    pub latency_table: Option<MeasuredTable>,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            seed: 0,
+            time_limit_s: 10.0,
+            latency_table: None,
+        }
+    }
+}
+
+/// The outcome of `verify()`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verification {
+    pub passed: bool,
+    pub violation_count: usize,
+    /// The first violations (at most [`Verification::MAX_LISTED`]), located.
+    pub violations: Vec<String>,
+}
+
+impl Verification {
+    /// How many violations are listed.
+    pub const MAX_LISTED: usize = 20;
+
+    /// The error for a failed verification, `None` when it passed.
+    pub fn error(&self) -> Option<Error> {
+        let first = self.violations.first()?;
+        Some(
+            ErrorKind::VerificationFailed {
+                count: self.violation_count,
+                first: first.clone(),
+            }
+            .into(),
+        )
+    }
+}
+
+/// Proves (or refutes) a plan's safety on its graph.
+pub fn verify_plan(plan: &Plan, graph: &Graph) -> Verification {
+    let violations = verify(plan, graph);
+    Verification {
+        passed: violations.is_empty(),
+        violation_count: violations.len(),
+        violations: violations
+            .iter()
+            .take(Verification::MAX_LISTED)
+            .map(|v| v.to_string())
+            .collect(),
+    }
+}
+
+/// A feasible plan: verified, and simulated without an allocation failure under
+/// its allocator.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanResult {
+    pub planner: String,
+    pub plan: Plan,
+    pub verification: Verification,
+    pub report: SimReport,
+    pub planner_time_s: f64,
+    pub simulate_time_s: f64,
+}
+
+/// Whether a planner's plan can be run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Runnability {
+    /// Verified, and runs under its allocator.
+    Feasible,
+    /// The planner found no plan, or its plan does not fit under its allocator
+    /// (an allocation fails in the simulator).
+    Infeasible,
+    /// The plan fails verification or cannot be simulated: a planner bug.
+    NotRunnable,
+}
+
+/// One planner's outcome on one target, as [`compare`] reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannerOutcome {
+    pub planner: String,
+    pub status: Runnability,
+    /// Why the plan is not feasible; `None` when it is.
+    pub reason: Option<String>,
+    pub verified: bool,
+    /// The simulation of the plan (also when it ran out of memory).
+    pub report: Option<SimReport>,
+    pub planner_time_s: f64,
+    pub simulate_time_s: f64,
+    /// The plan, when the planner made one (left out of JSON to keep it small;
+    /// [`plan`] returns a single planner's plan).
+    #[serde(skip)]
+    pub plan: Option<Plan>,
+}
+
+impl PlannerOutcome {
+    pub fn is_feasible(&self) -> bool {
+        self.status == Runnability::Feasible
+    }
+}
+
+/// Every chosen planner on one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub model: String,
+    pub batch: u64,
+    pub device: String,
+    pub budget_bytes: u64,
+    pub footprint_bytes: u64,
+    pub allocator: String,
+    /// The sum of every op's time: the iteration time with unlimited memory.
+    pub ideal_time_s: f64,
+    pub results: Vec<PlannerOutcome>,
+}
+
+impl Comparison {
+    /// The outcomes whose plans fail verification or cannot be simulated.
+    pub fn not_runnable(&self) -> impl Iterator<Item = &PlannerOutcome> {
+        self.results
+            .iter()
+            .filter(|o| o.status == Runnability::NotRunnable)
+    }
+}
+
+/// Plans `graph` with the named planner for `target` and checks the plan: it is
+/// returned only if it verifies and runs under its allocator in the simulator;
+/// otherwise the error says why ([`ErrorKind::Infeasible`] names the allocator
+/// and the shortfall, [`ErrorKind::VerificationFailed`] the first violation).
+pub fn plan(
+    graph: &LoadedGraph,
+    planner: &str,
+    target: &Target,
+    options: &PlanOptions,
+) -> Result<PlanResult> {
+    check_time_limit_s(options.time_limit_s)?;
+    let planner_impl = planner_by_name(planner)?;
+    let cost = cost_model(target.device.clone(), options.latency_table.as_ref());
+    let outcome = plan_and_check(planner_impl.as_ref(), graph, cost.as_ref(), target, options);
+    let infeasible = |reason: String| -> Error {
+        ErrorKind::Infeasible {
+            planner: planner.to_string(),
+            model: graph.graph.meta.model.clone(),
+            budget_bytes: target.budget_bytes,
+            reason,
+        }
+        .into()
+    };
+    match outcome.status {
+        Runnability::Feasible => {}
+        Runnability::Infeasible => return Err(infeasible(outcome.reason.unwrap_or_default())),
+        Runnability::NotRunnable => {
+            return Err(ErrorKind::NotRunnable {
+                reason: outcome.reason.unwrap_or_default(),
+            }
+            .into());
+        }
+    }
+    let (Some(plan), Some(report)) = (outcome.plan, outcome.report) else {
+        return Err(infeasible("no plan was produced".into()));
+    };
+    let verification = verify_plan(&plan, &graph.graph);
+    Ok(PlanResult {
+        planner: outcome.planner,
+        plan,
+        verification,
+        report,
+        planner_time_s: outcome.planner_time_s,
+        simulate_time_s: outcome.simulate_time_s,
+    })
+}
+
+/// Plans with each named planner and judges every plan alike.
+pub fn compare(
+    graph: &LoadedGraph,
+    planners: &[String],
+    target: &Target,
+    options: &PlanOptions,
+) -> Result<Comparison> {
+    check_time_limit_s(options.time_limit_s)?;
+    let chosen = planners
+        .iter()
+        .map(|name| planner_by_name(name))
+        .collect::<Result<Vec<_>>>()?;
+    let cost = cost_model(target.device.clone(), options.latency_table.as_ref());
+    let g = &graph.graph;
+    let ideal_time_s = (0..g.ops.len())
+        .map(|i| cost.op_time_s(g, OpId(i as u32)))
+        .sum();
+    let results = chosen
+        .iter()
+        .map(|p| plan_and_check(p.as_ref(), graph, cost.as_ref(), target, options))
+        .collect();
+    Ok(Comparison {
+        model: g.meta.model.clone(),
+        batch: g.meta.batch,
+        device: target.device.name.clone(),
+        budget_bytes: target.budget_bytes,
+        footprint_bytes: target.footprint_bytes,
+        allocator: target.allocator.name().to_string(),
+        ideal_time_s,
+        results,
+    })
+}
+
+/// Runs one planner, attaches the device and allocator, verifies and simulates.
+fn plan_and_check(
+    planner: &dyn outcore_plan::Planner,
+    graph: &LoadedGraph,
+    cost: &dyn CostModel,
+    target: &Target,
+    options: &PlanOptions,
+) -> PlannerOutcome {
+    let g = &graph.graph;
+    let request = PlanRequest {
+        graph: g,
+        cost,
+        budget_bytes: target.budget_bytes,
+        seed: options.seed,
+        time_limit_s: options.time_limit_s,
+        allocator: &target.allocator,
+        order: None,
+    };
+    let t0 = Instant::now();
+    let outcome = planner.plan(&request);
+    let mut out = PlannerOutcome {
+        planner: planner.name().to_string(),
+        status: Runnability::Infeasible,
+        reason: None,
+        verified: false,
+        report: None,
+        planner_time_s: t0.elapsed().as_secs_f64(),
+        simulate_time_s: 0.0,
+        plan: None,
+    };
+    let mut plan = match outcome {
+        Ok(PlanOutcome::Infeasible(why)) => {
+            out.reason = Some(why.message);
+            return out;
+        }
+        // A planner bug or a bad request: reported, never a plan.
+        Err(e) => {
+            out.status = Runnability::NotRunnable;
+            out.reason = Some(e.to_string());
+            return out;
+        }
+        Ok(PlanOutcome::Feasible(plan)) => *plan,
+    };
+    plan.device = Some(target.device.clone());
+    crate::input::record_graph_source(&mut plan, graph);
+    // A planner that does not plan for allocators leaves the perfect one: the
+    // plan is then judged under the allocator it was asked for.
+    if plan.allocator == AllocatorSpec::Perfect {
+        plan.allocator = target.allocator.clone();
+    }
+    if let AllocatorSpec::SizeClass(config) = &plan.allocator
+        && config.classes.is_empty()
+    {
+        plan.allocator = size_class_pool_for(g, &plan, cost);
+    }
+    let verification = verify_plan(&plan, g);
+    out.verified = verification.passed;
+    let t1 = Instant::now();
+    let simulated = simulate(g, &plan, cost, &SimOptions::default());
+    out.simulate_time_s = t1.elapsed().as_secs_f64();
+    (out.status, out.reason) = match (&verification.error(), &simulated) {
+        (Some(err), _) => (Runnability::NotRunnable, Some(err.to_string())),
+        (None, Err(e)) => (
+            Runnability::NotRunnable,
+            Some(format!("simulation failed: {e}")),
+        ),
+        (None, Ok(sim)) => match &sim.report.oom {
+            Some(oom) => (
+                Runnability::Infeasible,
+                Some(allocator_shortfall(&plan.allocator, oom)),
+            ),
+            None => (Runnability::Feasible, None),
+        },
+    };
+    out.report = simulated.ok().map(|s| s.report);
+    out.plan = Some(plan);
+    out
+}
+
+/// Names the allocator and the shortfall of an allocation the simulator's
+/// allocator model could not satisfy, and the fix.
+pub fn allocator_shortfall(allocator: &AllocatorSpec, oom: &SimOom) -> String {
+    // Short of one contiguous block; otherwise the allocator could not reserve
+    // a new segment, which its own message explains.
+    let short = oom
+        .requested_bytes
+        .checked_sub(oom.largest_free_block_bytes)
+        .filter(|&b| b > 0)
+        .map(|b| format!(", short by {}", fmt_bytes(b)))
+        .unwrap_or_default();
+    format!(
+        "the plan does not run under the {} allocator: requested {} with {} free, largest free block {}{short} ({}); give a larger budget, or plan with --allocator perfect",
+        allocator.name(),
+        fmt_bytes(oom.requested_bytes),
+        fmt_bytes(oom.free_bytes),
+        fmt_bytes(oom.largest_free_block_bytes),
+        oom.message,
+    )
+}
+
+/// A size-class pool sized for `plan`: replayed first with the perfect
+/// allocator to record what it allocates.
+fn size_class_pool_for(graph: &Graph, plan: &Plan, cost: &dyn CostModel) -> AllocatorSpec {
+    let mut probe = plan.clone();
+    probe.allocator = AllocatorSpec::Perfect;
+    let options = SimOptions {
+        iterations: 1,
+        record_alloc_trace: true,
+        ..SimOptions::default()
+    };
+    match simulate(graph, &probe, cost, &options).map(|o| o.alloc_trace) {
+        Ok(Some(trace)) => size_classes_for_trace(&trace),
+        // The simulation of the real allocator reports the failure.
+        _ => plan.allocator.clone(),
+    }
+}
+
+/// A size-class pool for a trace: one class per distinct size, with as many objects
+/// as the trace ever holds live at once (the smallest pool of exact-size classes
+/// that serves it; SwapAdvisor searches coarser merges of these classes).
+pub fn size_classes_for_trace(trace: &outcore_alloc::Trace) -> AllocatorSpec {
+    // Per size: (live now, most live at once).
+    let mut live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut size_of: HashMap<u64, u64> = HashMap::new();
+    for e in &trace.events {
+        match e {
+            outcore_alloc::TraceEvent::Alloc { id, size_bytes } => {
+                size_of.insert(id.0, *size_bytes);
+                let entry = live.entry(*size_bytes).or_insert((0, 0));
+                entry.0 += 1;
+                entry.1 = entry.1.max(entry.0);
+            }
+            outcore_alloc::TraceEvent::Free { id } => {
+                if let Some(size) = size_of.remove(&id.0)
+                    && let Some(entry) = live.get_mut(&size)
+                {
+                    entry.0 = entry.0.saturating_sub(1);
+                }
+            }
+        }
+    }
+    let classes = live
+        .iter()
+        .map(|(&size_bytes, &(_, count))| outcore_alloc::SizeClassSpec { size_bytes, count })
+        .collect();
+    AllocatorSpec::SizeClass(outcore_alloc::SizeClassConfig {
+        classes,
+        encoding: None,
+    })
+}
+
+/// How to simulate a plan file.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulateOptions {
+    /// Iterations back to back (at least 1); the report is the last one's.
+    pub iterations: usize,
+    pub record_trace: bool,
+    pub record_alloc_trace: bool,
+    /// Measured latencies over the plan's device's roofline model.
+    pub latency_table: Option<MeasuredTable>,
+}
+
+impl Default for SimulateOptions {
+    fn default() -> Self {
+        SimulateOptions {
+            iterations: 2,
+            record_trace: false,
+            record_alloc_trace: false,
+            latency_table: None,
+        }
+    }
+}
+
+/// A simulated plan. `runnable` is false when an allocation failed under the
+/// plan's allocator; `reason` then names the allocator and the shortfall.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulateResult {
+    pub planner: String,
+    pub verification: Verification,
+    pub report: SimReport,
+    pub runnable: bool,
+    pub reason: Option<String>,
+    pub simulate_time_s: f64,
+    /// Chrome trace of the last iteration, when asked for.
+    pub trace: Option<serde_json::Value>,
+    /// Every allocation and free, when asked for (write it with
+    /// `outcore_alloc::write_trace`).
+    #[serde(skip)]
+    pub alloc_trace: Option<outcore_alloc::Trace>,
+}
+
+/// Rebuilds the graph a plan names (checking its fingerprint), checks the
+/// plan's device, verifies the plan (an error if it fails) and simulates it on
+/// its own device under its own allocator.
+pub fn simulate_plan(plan: &Plan, options: &SimulateOptions) -> Result<SimulateResult> {
+    if options.iterations == 0 {
+        return Err(Error::invalid(
+            "iterations",
+            "0",
+            "out of range",
+            "a whole number of iterations, at least 1",
+        ));
+    }
+    plan.check_device("the plan")?;
+    let device = plan.device.clone().ok_or(ErrorKind::PlanNamesNoDevice)?;
+    let graph = graph_of_plan(plan)?;
+    let verification = verify_plan(plan, &graph);
+    if let Some(err) = verification.error() {
+        return Err(err);
+    }
+    let cost = cost_model(device, options.latency_table.as_ref());
+    let sim_options = SimOptions {
+        iterations: options.iterations,
+        record_trace: options.record_trace,
+        record_alloc_trace: options.record_alloc_trace,
+    };
+    let t0 = Instant::now();
+    let out = simulate(&graph, plan, cost.as_ref(), &sim_options)?;
+    let simulate_time_s = t0.elapsed().as_secs_f64();
+    let reason = out
+        .report
+        .oom
+        .as_ref()
+        .map(|oom| allocator_shortfall(&plan.allocator, oom));
+    Ok(SimulateResult {
+        planner: plan.planner.name.clone(),
+        verification,
+        runnable: reason.is_none(),
+        reason,
+        report: out.report,
+        simulate_time_s,
+        trace: out.trace,
+        alloc_trace: out.alloc_trace,
+    })
+}
+
+/// An allocation trace replayed through an allocator.
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocReplayResult {
+    #[serde(flatten)]
+    pub report: outcore_alloc::ReplayReport,
+    pub replay_time_s: f64,
+}
+
+/// Replays `trace` through the named allocator (`size-class` sized for the
+/// trace itself); `capacity_bytes` overrides the trace's capacity.
+pub fn alloc_replay(
+    mut trace: outcore_alloc::Trace,
+    allocator: &str,
+    capacity_bytes: Option<u64>,
+) -> Result<AllocReplayResult> {
+    if capacity_bytes.is_some() {
+        trace.capacity_bytes = capacity_bytes;
+    }
+    let kind: outcore_alloc::AllocatorKind = allocator.parse()?;
+    let config = match outcore_alloc::AllocatorConfig::default_for(kind) {
+        outcore_alloc::AllocatorConfig::SizeClass(_) => size_classes_for_trace(&trace)
+            .config()
+            .unwrap_or_else(|| outcore_alloc::AllocatorConfig::default_for(kind)),
+        other => other,
+    };
+    let t0 = Instant::now();
+    let report = outcore_alloc::replay_with_config(&trace, &config)?;
+    Ok(AllocReplayResult {
+        report,
+        replay_time_s: t0.elapsed().as_secs_f64(),
+    })
+}
