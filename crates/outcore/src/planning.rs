@@ -9,7 +9,6 @@ use outcore_graph::{Graph, OpId};
 use outcore_plan::{AllocatorSpec, Plan, PlanOutcome, PlanRequest, fmt_bytes, verify};
 use outcore_sim::{SimOom, SimOptions, SimReport, simulate};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 /// What to plan for: a device, a budget on it, and the allocator the plan runs under.
@@ -404,34 +403,7 @@ fn size_class_pool_for(graph: &Graph, plan: &Plan, cost: &dyn CostModel) -> Allo
 /// as the trace ever holds live at once (the smallest pool of exact-size classes
 /// that serves it; SwapAdvisor searches coarser merges of these classes).
 pub fn size_classes_for_trace(trace: &outcore_alloc::Trace) -> AllocatorSpec {
-    // Per size: (live now, most live at once).
-    let mut live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    let mut size_of: HashMap<u64, u64> = HashMap::new();
-    for e in &trace.events {
-        match e {
-            outcore_alloc::TraceEvent::Alloc { id, size_bytes } => {
-                size_of.insert(id.0, *size_bytes);
-                let entry = live.entry(*size_bytes).or_insert((0, 0));
-                entry.0 += 1;
-                entry.1 = entry.1.max(entry.0);
-            }
-            outcore_alloc::TraceEvent::Free { id } => {
-                if let Some(size) = size_of.remove(&id.0)
-                    && let Some(entry) = live.get_mut(&size)
-                {
-                    entry.0 = entry.0.saturating_sub(1);
-                }
-            }
-        }
-    }
-    let classes = live
-        .iter()
-        .map(|(&size_bytes, &(_, count))| outcore_alloc::SizeClassSpec { size_bytes, count })
-        .collect();
-    AllocatorSpec::SizeClass(outcore_alloc::SizeClassConfig {
-        classes,
-        encoding: None,
-    })
+    AllocatorSpec::SizeClass(outcore_alloc::SizeClassConfig::for_trace(trace))
 }
 
 /// How to simulate a plan file.
