@@ -82,16 +82,7 @@ impl Instr {
 
 impl fmt::Display for Instr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Instr::Compute(op) => write!(f, "compute {op}"),
-            Instr::Recompute { op, outputs } => {
-                let outs: Vec<String> = outputs.iter().map(|t| t.to_string()).collect();
-                write!(f, "recompute {op} -> [{}]", outs.join(", "))
-            }
-            Instr::SwapIn(t) => write!(f, "swap-in {t}"),
-            Instr::SwapOut(t) => write!(f, "swap-out {t}"),
-            Instr::Free(t) => write!(f, "free {t}"),
-        }
+        crate::program::StepInstr::from(self).fmt(f)
     }
 }
 

@@ -145,23 +145,23 @@ impl ProgramSink for Plan {
     }
 
     fn set_initial_residency(&mut self, tensor: TensorId, residency: Residency) -> bool {
-        // Entries are in tensor order (Plan::new lists persistent tensors in order).
-        match self
-            .initial_residency
-            .binary_search_by_key(&tensor, |e| e.0)
-        {
-            Ok(i) => {
-                self.initial_residency[i].1 = residency;
-                true
-            }
-            Err(_) => match self.initial_residency.iter_mut().find(|e| e.0 == tensor) {
-                Some(entry) => {
-                    entry.1 = residency;
-                    true
-                }
-                None => false,
-            },
+        set_residency(&mut self.initial_residency, tensor, residency)
+    }
+}
+
+/// Sets a tensor's entry in an initial-residency list kept in tensor order (as
+/// `Plan::new` and `CompactProgram::reset` make it); `false` when it has none.
+fn set_residency(
+    list: &mut [(TensorId, Residency)],
+    tensor: TensorId,
+    residency: Residency,
+) -> bool {
+    match list.binary_search_by_key(&tensor, |e| e.0) {
+        Ok(i) => {
+            list[i].1 = residency;
+            true
         }
+        Err(_) => false,
     }
 }
 
@@ -280,16 +280,7 @@ impl ProgramSink for CompactProgram {
     }
 
     fn set_initial_residency(&mut self, tensor: TensorId, residency: Residency) -> bool {
-        match self
-            .initial_residency
-            .binary_search_by_key(&tensor, |e| e.0)
-        {
-            Ok(i) => {
-                self.initial_residency[i].1 = residency;
-                true
-            }
-            Err(_) => false,
-        }
+        set_residency(&mut self.initial_residency, tensor, residency)
     }
 }
 
