@@ -1,6 +1,6 @@
 //! Conformance of every planner (`outcore_planners::all()`) on every zoo model at
 //! batch 1 (large defaults shrunk by knobs) and on the two example graphs in
-//! /work/shared/graphs, at budgets of 100%, 50%, 25% and 12.5% of the footprint
+//! crates/graph/tests/data, at budgets of 100%, 50%, 25% and 12.5% of the footprint
 //! on v100-16gb-pcie3: either a plan that verifies and simulates with a
 //! throughput against ideal in (0, 1], or an infeasibility with a reason. No
 //! panics: each (planner, model, budget) runs under `catch_unwind`, and every
@@ -48,14 +48,13 @@ fn graphs() -> Vec<(String, Graph)> {
         out.push((info.name.to_string(), g));
     }
     for file in EXAMPLE_GRAPHS {
-        let path = std::path::Path::new("/work/shared/graphs").join(file);
-        if path.exists() {
-            let g = outcore_graph::format::load_graph_file(&path)
-                .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
-            out.push((file.to_string(), g));
-        } else {
-            eprintln!("conformance_all: {} is missing, skipped", path.display());
-        }
+        // In the repository, so that a missing file is a failure, never a skip.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../graph/tests/data")
+            .join(file);
+        let g = outcore_graph::format::load_graph_file(&path)
+            .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
+        out.push((file.to_string(), g));
     }
     out
 }
