@@ -38,6 +38,16 @@ pub enum GraphErrorKind {
     UnknownModel { name: String },
     #[error("model `{model}`: {detail}")]
     BadKnob { model: String, detail: String },
+    /// A size or FLOP count of a model at the requested batch and knobs does not
+    /// fit in 64 bits (it would have wrapped).
+    #[error(
+        "model `{model}`: {what} overflows 64 bits at batch {batch}; lower --batch or the model's knobs (`outcore zoo` lists them)"
+    )]
+    Overflow {
+        model: String,
+        batch: u64,
+        what: String,
+    },
     #[error("{0}")]
     Invalid(#[from] ValidationErrors),
 }
