@@ -64,3 +64,28 @@ fn row_huge_memory_knobs_are_bounded() {
         assert!(info.default_batch <= MAX_BATCH, "{}", info.name);
     }
 }
+
+/// Found by the fuzz harness (crates/outcore/tests/fuzz.rs): a graph file's
+/// shapes, sizes and FLOPs are checked without overflow, and totals the
+/// analyses take are bounded, so validation refuses what would wrap.
+#[test]
+fn row_silent_wrong_validation_refuses_what_would_wrap() {
+    let good = zoo::build("tiny-cnn", Some(2), &BTreeMap::new(), None).expect("builds");
+    let mut g = good.clone();
+    g.tensors[0].shape = vec![u64::MAX, 3];
+    let err = outcore_graph::validate(&g).expect_err("a shape product overflows");
+    assert!(err.to_string().contains("bytes"), "{err}");
+    let mut g = good.clone();
+    g.tensors[0].size_bytes = u64::MAX;
+    let err = outcore_graph::validate(&g).expect_err("over 2^60 bytes");
+    // The total over the graph is refused first (the per-tensor bound is
+    // reported when the total fits).
+    assert!(err.to_string().contains("size_bytes"), "{err}");
+    assert!(err.to_string().contains("out of range"), "{err}");
+    let mut g = good;
+    for op in &mut g.ops {
+        op.flops = u64::MAX / 2;
+    }
+    let err = outcore_graph::validate(&g).expect_err("total FLOPs overflow");
+    assert!(err.to_string().contains("sum of all ops' flops"), "{err}");
+}
