@@ -642,3 +642,60 @@ fn also_found_run_names_its_device_and_both_peaks() {
     assert!(text.contains("device profile `cpu-reference`"), "{text}");
     assert!(text.contains("arena high-water mark"), "{text}");
 }
+
+#[test]
+fn row_minor_bom_accepted_in_every_json_input() {
+    let dir = temp_dir("bom-everywhere");
+    let with_bom = |path: &Path| {
+        let text = std::fs::read_to_string(path).expect("read");
+        std::fs::write(path, format!("\u{feff}{text}")).expect("write");
+    };
+    // An allocation trace.
+    let plan = v100_plan(&dir);
+    let trace = dir.join("alloc.json");
+    let out = outcore(&[
+        "simulate",
+        plan.to_str().expect("utf8"),
+        "--alloc-trace",
+        trace.to_str().expect("utf8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    with_bom(&trace);
+    json_of(&[
+        "alloc-replay",
+        trace.to_str().expect("utf8"),
+        "--allocator",
+        "best-fit",
+        "--json",
+    ]);
+    // A device profile, then a latency table.
+    let device = dir.join("device.json");
+    let plan_doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).expect("read")).expect("json");
+    std::fs::write(&device, plan_doc["device"].to_string()).expect("write");
+    with_bom(&device);
+    let table = dir.join("table.json");
+    let mut run = tiny_run(&["--planner", "none", "--budget", "200%", "--iters", "1"]);
+    run.extend(["--profile-out".to_string(), table.display().to_string()]);
+    let args: Vec<&str> = run.iter().map(String::as_str).collect();
+    let out = outcore(&args);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    with_bom(&table);
+    let mut args = vec!["plan"];
+    args.extend(TINY);
+    let out_plan = dir.join("bom-plan.json");
+    args.extend([
+        "--device",
+        device.to_str().expect("utf8"),
+        "--budget",
+        "40%",
+        "--planner",
+        "window",
+        "--latency-table",
+        table.to_str().expect("utf8"),
+        "-o",
+        out_plan.to_str().expect("utf8"),
+    ]);
+    let out = outcore(&args);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+}
