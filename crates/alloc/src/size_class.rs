@@ -175,6 +175,48 @@ pub struct SizeClassConfig {
     pub encoding: Option<SizeClassEncoding>,
 }
 
+impl SizeClassConfig {
+    /// The pool a plan needs, read off its allocation trace under a perfect
+    /// allocator: one class per distinct request size, with as many objects as
+    /// were live at once at that size. No class is shared between sizes, so
+    /// the pool never fails on this trace; its reserved bytes (the sum over
+    /// classes, rounded to the alignment) may exceed the trace's peak.
+    pub fn for_trace(trace: &crate::Trace) -> SizeClassConfig {
+        // size -> (live now, most live at once)
+        let mut live: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+        let mut size_of: FastMap<u64, u64> = FastMap::default();
+        for e in &trace.events {
+            match e {
+                crate::TraceEvent::Alloc { id, size_bytes } => {
+                    size_of.insert(id.0, *size_bytes);
+                    let entry = live.entry(*size_bytes).or_insert((0, 0));
+                    entry.0 += 1;
+                    entry.1 = entry.1.max(entry.0);
+                }
+                crate::TraceEvent::Free { id } => {
+                    if let Some(size) = size_of.remove(&id.0)
+                        && let Some(entry) = live.get_mut(&size)
+                    {
+                        entry.0 = entry.0.saturating_sub(1);
+                    }
+                }
+            }
+        }
+        SizeClassConfig {
+            classes: live
+                .iter()
+                .map(|(&size_bytes, &(_, count))| SizeClassSpec { size_bytes, count })
+                .collect(),
+            encoding: None,
+        }
+    }
+
+    /// Whether no class and no encoding is given: "size the pool for me".
+    pub fn is_unsized(&self) -> bool {
+        self.classes.is_empty() && self.encoding.is_none()
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Class {
     size_bytes: u64,
@@ -482,6 +524,38 @@ mod tests {
     use super::*;
 
     const MB: u64 = 1 << 20;
+
+    #[test]
+    fn pool_for_a_trace_holds_the_most_live_objects_per_size_and_replays_it() {
+        let mut trace = crate::Trace::default();
+        // Two 1 MiB live at once, then one 2 MiB after both are freed.
+        trace.push_alloc(AllocId(0), MB);
+        trace.push_alloc(AllocId(1), MB);
+        trace.push_free(AllocId(0));
+        trace.push_free(AllocId(1));
+        trace.push_alloc(AllocId(2), 2 * MB);
+        trace.push_free(AllocId(2));
+        let config = SizeClassConfig::for_trace(&trace);
+        assert_eq!(
+            config.classes,
+            vec![
+                SizeClassSpec {
+                    size_bytes: MB,
+                    count: 2
+                },
+                SizeClassSpec {
+                    size_bytes: 2 * MB,
+                    count: 1
+                },
+            ]
+        );
+        assert!(!config.is_unsized());
+        assert!(SizeClassConfig::default().is_unsized());
+        let mut pool = SizeClassPool::from_config(&config, 4 * MB).expect("fits");
+        assert!(pool.allocate(AllocId(0), MB).is_ok());
+        assert!(pool.allocate(AllocId(1), MB).is_ok());
+        assert!(pool.allocate(AllocId(2), 2 * MB).is_ok());
+    }
 
     #[test]
     fn smallest_fitting_class_and_no_fallback() {

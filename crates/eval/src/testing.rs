@@ -5,6 +5,8 @@
 
 use outcore_graph::builder::{GraphBuilder, Optimizer};
 use outcore_graph::{DType, Graph, OpId, TensorId, TensorKind};
+/// Valid orders other than the graph's own (re-exported from `outcore_plan`).
+pub use outcore_plan::random_topological_order;
 use outcore_plan::{Gap, Restore, Schedule, use_positions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -34,62 +36,6 @@ pub fn random_graph(choices: &[u8], width: u64) -> Result<Graph, outcore_graph::
     let logits = b.linear("head", last, 10, true);
     let loss = b.softmax_cross_entropy(logits, y);
     b.finish(loss, Optimizer::sgd_momentum())
-}
-
-/// A uniformly chosen ready op at every step (Kahn's algorithm with a seeded
-/// choice): a valid execution order that is usually not the graph's own.
-pub fn random_topological_order(graph: &Graph, seed: u64) -> Vec<OpId> {
-    let n = graph.ops.len();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    // Op `b` depends on op `a` when `b` touches a storage owner that `a` touched
-    // earlier in graph order and one of them writes it: producer before readers,
-    // readers before an in-place writer, writers in order.
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut last_writer: Vec<Option<usize>> = vec![None; graph.tensors.len()];
-    let mut readers_since: Vec<Vec<usize>> = vec![Vec::new(); graph.tensors.len()];
-    for op in &graph.ops {
-        let i = op.id.index();
-        let writes: Vec<TensorId> = op.outputs.iter().map(|&t| graph.storage_owner(t)).collect();
-        for &t in op.inputs.iter() {
-            let o = graph.storage_owner(t);
-            if let Some(w) = last_writer[o.index()] {
-                preds[i].push(w);
-            }
-            readers_since[o.index()].push(i);
-        }
-        for &o in &writes {
-            if let Some(w) = last_writer[o.index()] {
-                preds[i].push(w);
-            }
-            preds[i].extend(readers_since[o.index()].iter().copied().filter(|&r| r != i));
-            readers_since[o.index()].clear();
-            last_writer[o.index()] = Some(i);
-        }
-    }
-    let mut indegree: Vec<usize> = vec![0; n];
-    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, ps) in preds.iter_mut().enumerate() {
-        ps.sort_unstable();
-        ps.dedup();
-        indegree[i] = ps.len();
-        for &p in ps.iter() {
-            succs[p].push(i);
-        }
-    }
-    let mut ready: Vec<usize> = (0..n).filter(|&i| indegree[i] == 0).collect();
-    let mut order = Vec::with_capacity(n);
-    while !ready.is_empty() {
-        let k = rng.random_range(0..ready.len());
-        let i = ready.swap_remove(k);
-        order.push(OpId(i as u32));
-        for &s in &succs[i] {
-            indegree[s] -= 1;
-            if indegree[s] == 0 {
-                ready.push(s);
-            }
-        }
-    }
-    order
 }
 
 /// Swap and recompute gaps over `order`, chosen by `decisions` (cycled): every

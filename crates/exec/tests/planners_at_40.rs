@@ -59,10 +59,12 @@ fn run_planners_at_40(
             seed: 0,
             time_limit_s: 10.0,
             allocator: &outcore_plan::AllocatorSpec::Perfect,
+            order: None,
         };
         let mut plan = match planner.plan(&request) {
-            PlanOutcome::Feasible(p) => *p,
-            PlanOutcome::Infeasible { reason } => panic!("{name} on {}: {reason}", g.meta.model),
+            Ok(PlanOutcome::Feasible(p)) => *p,
+            Ok(PlanOutcome::Infeasible(why)) => panic!("{name} on {}: {why}", g.meta.model),
+            Err(e) => panic!("{name} on {}: {e}", g.meta.model),
         };
         if let Some(config) = &allocator {
             plan.allocator = config.clone();

@@ -318,6 +318,7 @@ fn plan_and_check(
         seed: options.seed,
         time_limit_s: options.time_limit_s,
         allocator: &target.allocator,
+        order: None,
     };
     let t0 = Instant::now();
     let outcome = planner.plan(&request);
@@ -332,11 +333,17 @@ fn plan_and_check(
         plan: None,
     };
     let mut plan = match outcome {
-        PlanOutcome::Infeasible { reason } => {
-            out.reason = Some(reason);
+        Ok(PlanOutcome::Infeasible(why)) => {
+            out.reason = Some(why.message);
             return out;
         }
-        PlanOutcome::Feasible(plan) => *plan,
+        // A planner bug or a bad request: reported, never a plan.
+        Err(e) => {
+            out.status = Runnability::NotRunnable;
+            out.reason = Some(e.to_string());
+            return out;
+        }
+        Ok(PlanOutcome::Feasible(plan)) => *plan,
     };
     plan.device = Some(target.device.clone());
     crate::input::record_graph_source(&mut plan, graph);

@@ -2,6 +2,7 @@
 //! plan safe for every timing, and analyses shared by planners.
 
 mod lower;
+mod order;
 mod plan;
 mod planner;
 mod prepared;
@@ -10,11 +11,15 @@ mod schedule;
 mod verify;
 
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
+pub use order::{check_order, order_predecessors, random_topological_order};
 pub use plan::{
     AllocatorSpec, GraphRef, Instr, PLAN_FORMAT, Plan, PlanError, PlanErrorKind, PlannerInfo,
     Residency, Step, StepRef, Stream, graph_fingerprint,
 };
-pub use planner::{PlanOutcome, PlanRequest, Planner, fmt_bytes};
+pub use planner::{
+    Infeasible, InfeasibleKind, PlanOutcome, PlanRequest, Planner, PlannerError, PlannerErrorKind,
+    fmt_bytes,
+};
 pub use prepared::PreparedGraph;
 pub use program::{CompactProgram, Program, ProgramSink, StepInstr};
 pub use schedule::{

@@ -182,15 +182,8 @@ pub struct VerifyScratch {
     layout: Layout,
     /// The stream and index of every step, by global id.
     refs: Vec<StepRef>,
-    /// Predecessors of each step (previous step on its stream, then valid waits),
-    /// as compressed rows.
-    pred_start: Vec<u32>,
-    preds: Vec<u32>,
-    succ_start: Vec<u32>,
-    succs: Vec<u32>,
-    succ_fill: Vec<u32>,
-    indegree: Vec<u32>,
-    ready: Vec<u32>,
+    /// Fill cursors of the event grouping.
+    event_fill: Vec<u32>,
     /// Steps in a topological order (all steps when there is no deadlock).
     topo: Vec<u32>,
     /// `vc[id][s]`: highest index on stream `s` that completes before step `id` starts (-1: none).
@@ -225,6 +218,11 @@ pub struct MemoryBound {
     pub at: Option<StepRef>,
 }
 
+/// Orders the steps and computes their vector clocks in one pass: the three
+/// streams advance in turn, each as far as its next step's waits are done (a
+/// step's predecessors are the previous step of its stream and its waits, so
+/// this is a topological order). A pass in which no stream advances leaves the
+/// remaining steps in a cycle of waits: a deadlock.
 fn build_order<P: Program>(program: &P, s: &mut VerifyScratch, v: &mut Vec<Violation>) {
     let layout = Layout::of(program);
     s.layout = layout;
@@ -234,16 +232,9 @@ fn build_order<P: Program>(program: &P, s: &mut VerifyScratch, v: &mut Vec<Viola
         s.refs
             .extend((0..layout.len[st.index()] as u32).map(|index| StepRef { stream: st, index }));
     }
-    // Predecessors: previous step on the stream, and valid waits.
-    s.pred_start.clear();
-    s.preds.clear();
-    s.pred_start.push(0);
+    // Waits on steps that do not exist are reported (in stream order) and ignored.
     for st in Stream::ALL {
         for i in 0..layout.len[st.index()] {
-            let id = layout.offset[st.index()] + i;
-            if i > 0 {
-                s.preds.push((id - 1) as u32);
-            }
             for &w in program.waits(st, i) {
                 if !layout.valid(w) {
                     v.push(Violation {
@@ -253,65 +244,50 @@ fn build_order<P: Program>(program: &P, s: &mut VerifyScratch, v: &mut Vec<Viola
                         }),
                         kind: ViolationKind::BadWait { target: w },
                     });
-                } else {
-                    s.preds.push(layout.id(w) as u32);
                 }
             }
-            s.pred_start.push(s.preds.len() as u32);
         }
     }
-    // Successors, as compressed rows in predecessor order.
-    s.succ_start.clear();
-    s.succ_start.resize(total + 1, 0);
-    for &p in &s.preds {
-        s.succ_start[p as usize + 1] += 1;
-    }
-    for i in 0..total {
-        s.succ_start[i + 1] += s.succ_start[i];
-    }
-    s.succs.clear();
-    s.succs.resize(s.preds.len(), 0);
-    s.succ_fill.clear();
-    s.succ_fill.extend_from_slice(&s.succ_start[..total]);
-    s.indegree.clear();
-    for id in 0..total {
-        let (lo, hi) = (s.pred_start[id] as usize, s.pred_start[id + 1] as usize);
-        s.indegree.push((hi - lo) as u32);
-        for k in lo..hi {
-            let p = s.preds[k] as usize;
-            s.succs[s.succ_fill[p] as usize] = id as u32;
-            s.succ_fill[p] += 1;
-        }
-    }
-    s.ready.clear();
-    s.ready.extend(
-        (0..total as u32)
-            .rev()
-            .filter(|&i| s.indegree[i as usize] == 0),
-    );
     s.topo.clear();
     s.vc.clear();
     s.vc.resize(total, [-1i32; 3]);
-    while let Some(id) = s.ready.pop() {
-        let id = id as usize;
-        let mut clock = [-1i32; 3];
-        for k in s.pred_start[id] as usize..s.pred_start[id + 1] as usize {
-            let p = s.preds[k] as usize;
-            let rp = s.refs[p];
-            for (c, pc) in clock.iter_mut().zip(s.vc[p]) {
-                *c = (*c).max(pc);
+    let mut next = [0usize; 3];
+    loop {
+        let mut progressed = false;
+        for st in Stream::ALL {
+            let k = st.index();
+            while next[k] < layout.len[k] {
+                let i = next[k];
+                let waits = program.waits(st, i);
+                let blocked = waits
+                    .iter()
+                    .any(|w| layout.valid(*w) && w.index as usize >= next[w.stream.index()]);
+                if blocked {
+                    break;
+                }
+                let id = layout.offset[k] + i;
+                let mut clock = if i > 0 {
+                    let mut c = s.vc[id - 1];
+                    c[k] = c[k].max(i as i32 - 1);
+                    c
+                } else {
+                    [-1i32; 3]
+                };
+                for w in waits.iter().filter(|w| layout.valid(**w)) {
+                    for (c, wc) in clock.iter_mut().zip(s.vc[layout.id(*w)]) {
+                        *c = (*c).max(wc);
+                    }
+                    let wk = w.stream.index();
+                    clock[wk] = clock[wk].max(w.index as i32);
+                }
+                s.vc[id] = clock;
+                s.topo.push(id as u32);
+                next[k] += 1;
+                progressed = true;
             }
-            let k = rp.stream.index();
-            clock[k] = clock[k].max(rp.index as i32);
         }
-        s.vc[id] = clock;
-        s.topo.push(id as u32);
-        for k in s.succ_start[id] as usize..s.succ_start[id + 1] as usize {
-            let succ = s.succs[k] as usize;
-            s.indegree[succ] -= 1;
-            if s.indegree[succ] == 0 {
-                s.ready.push(succ as u32);
-            }
+        if !progressed {
+            break;
         }
     }
     if s.topo.len() < total {
@@ -625,11 +601,10 @@ fn group_events(n_t: usize, s: &mut VerifyScratch) {
             kind: EventKind::Free,
         },
     );
-    // `succ_fill` is free again: reuse it as the fill cursor.
-    s.succ_fill.clear();
-    s.succ_fill.extend_from_slice(&s.event_start[..n_t]);
+    s.event_fill.clear();
+    s.event_fill.extend_from_slice(&s.event_start[..n_t]);
     for &(t, e) in &s.raw_events {
-        let slot = &mut s.succ_fill[t as usize];
+        let slot = &mut s.event_fill[t as usize];
         s.events[*slot as usize] = e;
         *slot += 1;
     }

@@ -19,13 +19,12 @@
 //!   considered (no recomputation chains).
 //! - Feedback is global, not per tensor: the simulator reports no per-op stalls,
 //!   so the rounds scale every prefetch lead by 1, 1.5, 2 and 3.
-//! - If verify rejects every round, a swap-only variant is tried before giving up.
+//! - If no round gives a feasible plan, a swap-only variant is tried before giving up.
+//! - Each round plans against the tightening margins of `framework::MARGINS`
+//!   until a plan scores feasible; the rounds are scored in parallel.
 
-use crate::ondemand::{Candidate, Choice, evict_on_demand};
-use crate::pressure::{
-    Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
-};
-use outcore_plan::{PlanOutcome, PlanRequest, Planner, PlannerInfo};
+use crate::framework::{Choice, Ctx, Evictable, Pick, Search, Shortfall, evict_on_demand};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError};
 
 /// Capuchin-style swap-or-recompute under memory pressure.
 #[derive(Debug, Default)]
@@ -43,50 +42,46 @@ impl Planner for Capuchin {
         "evict on pressure in access order: swap when hidden, else recompute by MSPS; feedback on prefetch timing (Capuchin per HOME Sec. 2.2, TENSILE Sec. V-A)"
     }
 
-    fn plan(&self, request: &PlanRequest<'_>) -> PlanOutcome {
-        if let Some(outcome) = fits_without_swapping(request, self.name()) {
-            return outcome;
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
+        let ctx = Ctx::for_request(request, self.name())?;
+        let search = Search::new(&ctx, request, self.name());
+        if let Some(outcome) = search.fits_as_is()? {
+            return Ok(outcome);
         }
-        let ctx = Ctx::new(request.graph, request.cost);
-        let mut first_problem = String::from("the graph has no ops");
+        let mut outcome = None;
         for allow_recompute in [true, false] {
-            let mut best: Option<Checked> = None;
-            for lead_factor in LEAD_FACTORS {
-                for margin in MARGINS {
-                    let budget = margin_budget(request.budget_bytes, margin);
-                    let gaps =
-                        match capuchin_gaps(&ctx, request, budget, lead_factor, allow_recompute) {
-                            Ok(g) => g,
-                            Err(e) => {
-                                first_problem = e;
-                                break;
-                            }
-                        };
-                    let info = PlannerInfo {
-                        name: self.name().into(),
-                        seed: None,
-                        settings: serde_json::json!({
+            let result = search.best(
+                "after evicting on pressure",
+                &LEAD_FACTORS,
+                Pick::Fastest,
+                |&lead_factor, scratch| {
+                    search.with_margins(scratch, |budget_bytes, margin| {
+                        let settings = serde_json::json!({
                             "prefetch_lead_factor": lead_factor,
                             "recompute": allow_recompute,
                             "planning_margin": margin,
-                        }),
-                    };
-                    match check(request, gaps, info) {
-                        Ok(c) => {
-                            if best.as_ref().is_none_or(|b| c.iter_time_s < b.iter_time_s) {
-                                best = Some(c);
-                            }
-                            break;
-                        }
-                        Err(e) => first_problem = e,
-                    }
-                }
+                        });
+                        let gaps = capuchin_gaps(
+                            &ctx,
+                            request,
+                            budget_bytes,
+                            lead_factor,
+                            allow_recompute,
+                        );
+                        (settings, gaps)
+                    })
+                },
+            )?;
+            if matches!(result, PlanOutcome::Feasible(_)) {
+                return Ok(result);
             }
-            if let Some(c) = best {
-                return PlanOutcome::Feasible(Box::new(c.plan));
-            }
+            // The infeasibility of the first variant (with recomputation) is
+            // the one reported.
+            outcome.get_or_insert(result);
         }
-        infeasible(request, &first_problem)
+        Ok(outcome.unwrap_or_else(|| {
+            PlanOutcome::Infeasible(search.infeasible("after evicting on pressure", &[]))
+        }))
     }
 }
 
@@ -97,13 +92,13 @@ pub(crate) fn capuchin_gaps(
     budget_bytes: u64,
     lead_factor: f64,
     allow_recompute: bool,
-) -> Result<Vec<outcore_plan::Gap>, String> {
+) -> Result<Vec<Gap>, Shortfall> {
     let cost = request.cost;
     evict_on_demand(
         ctx,
         budget_bytes,
         allow_recompute,
-        |_q, cands: &[Candidate]| capuchin_choice(cost, lead_factor, cands),
+        |_q, cands: &[Evictable]| capuchin_choice(cost, lead_factor, cands),
     )
 }
 
@@ -113,7 +108,7 @@ pub(crate) fn capuchin_gaps(
 pub(crate) fn capuchin_choice(
     cost: &dyn outcore_cost::CostModel,
     lead_factor: f64,
-    cands: &[Candidate],
+    cands: &[Evictable],
 ) -> Option<(usize, Choice)> {
     let mut best: Option<(f64, i64, usize, Choice)> = None;
     for (i, c) in cands.iter().enumerate() {
@@ -147,11 +142,11 @@ pub(crate) fn capuchin_choice(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pressure::testing::v100;
+    use crate::framework::testing::v100;
     use outcore_graph::TensorId;
 
-    fn candidate(id: u32, ahead_s: f64, recompute_s: Option<f64>) -> Candidate {
-        Candidate {
+    fn candidate(id: u32, ahead_s: f64, recompute_s: Option<f64>) -> Evictable {
+        Evictable {
             tensor: TensorId(id),
             size_bytes: 64 << 20,
             after: 1,

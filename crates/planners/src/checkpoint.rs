@@ -18,7 +18,7 @@
 //!   Tensors backward never reads but that the chain passes through (e.g. a
 //!   batch-norm output feeding a ReLU) are recomputed there too and freed right
 //!   after the chain; so is anything the chain reads that is gone by then (see
-//!   `common::materialise`). A recomputed tensor then stays until its last use.
+//!   `framework::materialise`). A recomputed tensor then stays until its last use.
 //! - `checkpoint-sqrt`: `k = round(sqrt(n))` is the paper's default; the planner
 //!   also simulates a few other `k` (2, 3, 4, 6, 8, sqrt(n)/2, 2 sqrt(n)) and
 //!   keeps the fastest plan that fits the budget (smaller `k` keeps more
@@ -34,12 +34,12 @@
 //! - Activations of non-recomputable producers (and graph inputs) stay resident;
 //!   batch-norm running-stat updates are separate ops and do not block it.
 
-use crate::common::{
-    Analysis, Candidate, Decision, Decisions, Materialised, Pick, SwapTiming, best_by, bytes,
-    count, fits_as_is, flatten, materialise,
+use crate::framework::{
+    Ctx, Decision, Decisions, Materialised, Pick, Search, SwapTiming, bytes, count, flatten,
+    materialise,
 };
 use outcore_graph::TensorId;
-use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, Restore};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError, Restore};
 
 /// Where segment boundaries go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +95,7 @@ fn segment_lens(n: usize, segments: Segments) -> Vec<usize> {
 /// Per candidate: whether it is a cut of forward (Chen et al. Sec. 4.3 split at
 /// articulation points): no other activation made before it is read by a
 /// forward op after it, so recomputing the next segment needs only it.
-fn cut_points(an: &Analysis<'_>, candidates: &[TensorId]) -> Vec<bool> {
+fn cut_points(an: &Ctx<'_>, candidates: &[TensorId]) -> Vec<bool> {
     let graph = an.graph;
     let n = an.backward_start;
     // crossing[i]: activations made at or before i and read by forward after i.
@@ -142,14 +142,14 @@ fn sqrt_len(n: usize) -> usize {
 
 impl Checkpoint {
     /// Decides which activations to drop with the paper's default segment length.
-    pub fn decide(&self, an: &Analysis<'_>) -> CheckpointDecision {
+    pub fn decide(&self, an: &Ctx<'_>) -> CheckpointDecision {
         let candidates = Self::candidates(an);
         let k = sqrt_len(candidates.len());
         Self::decide_with(an, candidates, k)
     }
 
     /// Saved activations whose producer may be re-run, in production order.
-    pub fn candidates(an: &Analysis<'_>) -> Vec<TensorId> {
+    pub fn candidates(an: &Ctx<'_>) -> Vec<TensorId> {
         let graph = an.graph;
         an.saved_activations()
             .into_iter()
@@ -165,7 +165,7 @@ impl Checkpoint {
     /// Segments of `segment_len` candidates: the last of each kept, the others
     /// recomputed from it at the segment's first backward need.
     pub fn decide_with(
-        an: &Analysis<'_>,
+        an: &Ctx<'_>,
         candidates: Vec<TensorId>,
         segment_len: usize,
     ) -> CheckpointDecision {
@@ -248,49 +248,43 @@ impl Planner for Checkpoint {
         }
     }
 
-    fn plan(&self, request: &PlanRequest<'_>) -> PlanOutcome {
-        if let Some(outcome) = fits_as_is(request, self.name()) {
-            return outcome;
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
+        let ctx = Ctx::for_request(request, self.name())?;
+        let search = Search::new(&ctx, request, self.name());
+        if let Some(outcome) = search.fits_as_is()? {
+            return Ok(outcome);
         }
-        let an = Analysis::new(request.graph);
-        let candidates = Self::candidates(&an);
+        let candidates = Self::candidates(&ctx);
         let n = candidates.len();
         let sqrt_default = sqrt_len(n);
-        let plans = segment_lens(n, self.segments)
-            .into_iter()
-            .map(|k| {
-                let d = Self::decide_with(&an, candidates.clone(), k);
-                Candidate {
-                    settings: serde_json::json!({
-                        "candidates": n,
-                        "segment_len": d.segment_len,
-                        "segment_len_sqrt_default": sqrt_default,
-                        "segments": n.div_ceil(d.segment_len),
-                        "boundaries": d.boundaries.len(),
-                        "interior_kept": d.interior_kept.len(),
-                        "chain_only_tensors": d.chain_only,
-                        "recompute_steps": d.recompute_steps,
-                        "recomputed_tensors": count(&d.gaps, Restore::Recompute),
-                        "recomputed_bytes": bytes(request.graph, &d.gaps, Restore::Recompute),
-                        "selection": match self.segments {
-                            Segments::All => "least simulated peak",
-                            Segments::Sqrt => "fastest that fits",
-                        },
-                    }),
-                    gaps: flatten(d.gaps),
-                }
-            })
-            .collect();
         let pick = match self.segments {
             Segments::All => Pick::LeastPeak,
             Segments::Sqrt => Pick::Fastest,
         };
-        best_by(
-            request,
-            self.name(),
+        search.best(
             "after recomputing every segment of every segmentation it tried",
-            plans,
+            &segment_lens(n, self.segments),
             pick,
+            |&k, scratch| {
+                let d = Self::decide_with(&ctx, candidates.clone(), k);
+                let settings = serde_json::json!({
+                    "candidates": n,
+                    "segment_len": d.segment_len,
+                    "segment_len_sqrt_default": sqrt_default,
+                    "segments": n.div_ceil(d.segment_len),
+                    "boundaries": d.boundaries.len(),
+                    "interior_kept": d.interior_kept.len(),
+                    "chain_only_tensors": d.chain_only,
+                    "recompute_steps": d.recompute_steps,
+                    "recomputed_tensors": count(&d.gaps, Restore::Recompute),
+                    "recomputed_bytes": bytes(request.graph, &d.gaps, Restore::Recompute),
+                    "selection": match self.segments {
+                        Segments::All => "least simulated peak",
+                        Segments::Sqrt => "fastest that fits",
+                    },
+                });
+                search.scored(settings, flatten(d.gaps), scratch)
+            },
         )
     }
 }

@@ -4,11 +4,9 @@
 mod baseline;
 mod capuchin;
 mod checkpoint;
-pub mod common;
+pub mod framework;
 mod lms;
 mod odswap;
-mod ondemand;
-mod pressure;
 mod range_tree;
 mod superneurons;
 mod vdnn;

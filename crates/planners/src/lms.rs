@@ -18,10 +18,11 @@
 //! - Auto-tuning (LMS simulates with its own cost estimates): every candidate of
 //!   a fixed grid is lowered, verified and simulated under the request's cost
 //!   model; the fastest that verifies wins, the first on ties, so the choice is
-//!   deterministic.
+//!   deterministic. The search stops scoring new knobs when the request's time
+//!   limit is spent.
 
-use crate::common::{Analysis, Candidate, best_of, bytes, count, fits_as_is, flatten, swap_gap};
-use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, Restore};
+use crate::framework::{Ctx, Pick, Search, bytes, count, flatten, swap_gap};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError, Restore};
 
 /// The LMS planner.
 #[derive(Debug, Clone, Copy, Default)]
@@ -44,7 +45,7 @@ const RECLAIM_LAGS_OPS: [usize; 2] = [1, 3];
 
 impl Lms {
     /// The swap gaps under `knobs`.
-    pub fn gaps(&self, an: &Analysis<'_>, knobs: LmsKnobs) -> Vec<Vec<Gap>> {
+    pub fn gaps(&self, an: &Ctx<'_>, knobs: LmsKnobs) -> Vec<Vec<Gap>> {
         let graph = an.graph;
         let mut gaps: Vec<Vec<Gap>> = vec![Vec::new(); graph.tensors.len()];
         for t in graph
@@ -92,35 +93,30 @@ impl Planner for Lms {
         "TFLMS (003 Sec. 2): swap when the next use is over swapout_threshold ops away, swap in swapin_ahead ops early; knobs auto-tuned by simulation"
     }
 
-    fn plan(&self, request: &PlanRequest<'_>) -> PlanOutcome {
-        if let Some(outcome) = fits_as_is(request, self.name()) {
-            return outcome;
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
+        let ctx = Ctx::for_request(request, self.name())?;
+        let search = Search::new(&ctx, request, self.name());
+        if let Some(outcome) = search.fits_as_is()? {
+            return Ok(outcome);
         }
-        let an = Analysis::new(request.graph);
         let grid = Self::grid();
         let n_grid = grid.len();
-        let candidates = grid
-            .into_iter()
-            .map(|knobs| {
-                let gaps = self.gaps(&an, knobs);
-                Candidate {
-                    settings: serde_json::json!({
-                        "swapout_threshold_ops": knobs.swapout_threshold_ops,
-                        "swapin_ahead_ops": knobs.swapin_ahead_ops,
-                        "reclaim_lag_ops": knobs.reclaim_lag_ops,
-                        "grid_size": n_grid,
-                        "swapped_tensors": count(&gaps, Restore::Swap),
-                        "swapped_bytes": bytes(request.graph, &gaps, Restore::Swap),
-                    }),
-                    gaps: flatten(gaps),
-                }
-            })
-            .collect();
-        best_of(
-            request,
-            self.name(),
+        search.best(
             "with the most aggressive knobs tried",
-            candidates,
+            &grid,
+            Pick::Fastest,
+            |&knobs, scratch| {
+                let gaps = self.gaps(&ctx, knobs);
+                let settings = serde_json::json!({
+                    "swapout_threshold_ops": knobs.swapout_threshold_ops,
+                    "swapin_ahead_ops": knobs.swapin_ahead_ops,
+                    "reclaim_lag_ops": knobs.reclaim_lag_ops,
+                    "grid_size": n_grid,
+                    "swapped_tensors": count(&gaps, Restore::Swap),
+                    "swapped_bytes": bytes(request.graph, &gaps, Restore::Swap),
+                });
+                search.scored(settings, flatten(gaps), scratch)
+            },
         )
     }
 }

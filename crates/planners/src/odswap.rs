@@ -12,14 +12,15 @@
 //! - The look-ahead is fixed at `LOOKAHEAD_OPS` ops, never before the eviction.
 //! - Persistent tensors are LRU candidates too; one evicted stays on the host
 //!   across the iteration boundary.
+//! - Each margin of `framework::MARGINS` is tried in turn until the steady-state
+//!   plan scores feasible; the first iteration is scored at the same margin.
 //! - Evictions are the same in both iterations (the prefetch only changes when
 //!   swap-ins start), which is what a deterministic LRU replays.
 
-use crate::ondemand::{Candidate, Choice, evict_on_demand};
-use crate::pressure::{
-    Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
+use crate::framework::{
+    Choice, Ctx, Evictable, Pick, Score, Scratch, Search, Shortfall, evict_on_demand,
 };
-use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerInfo};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError};
 
 /// On-demand LRU swapping with a fixed prefetch look-ahead in steady state.
 #[derive(Debug, Default)]
@@ -37,49 +38,51 @@ impl Planner for OdSwap {
         "on-demand LRU swapping, then prefetch from the observed order (SwapAdvisor Sec. 6.1 baseline)"
     }
 
-    fn plan(&self, request: &PlanRequest<'_>) -> PlanOutcome {
-        if let Some(outcome) = fits_without_swapping(request, self.name()) {
-            return outcome;
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
+        let ctx = Ctx::for_request(request, self.name())?;
+        let search = Search::new(&ctx, request, self.name());
+        if let Some(outcome) = search.fits_as_is()? {
+            return Ok(outcome);
         }
-        let ctx = Ctx::new(request.graph, request.cost);
-        let mut first_problem = String::from("the graph has no ops");
-        for margin in MARGINS {
-            let budget = margin_budget(request.budget_bytes, margin);
-            let first = match odswap_gaps(&ctx, budget, 0) {
-                Ok(g) => g,
-                Err(e) => {
-                    first_problem = e;
-                    break;
-                }
-            };
-            let first_info = PlannerInfo {
-                name: self.name().into(),
-                seed: None,
-                settings: serde_json::Value::Null,
-            };
-            let first_iteration: Result<Checked, String> = check(request, first, first_info);
-            let steady = match odswap_gaps(&ctx, budget, LOOKAHEAD_OPS) {
-                Ok(g) => g,
-                Err(e) => {
-                    first_problem = e;
-                    continue;
-                }
-            };
-            let info = PlannerInfo {
-                name: self.name().into(),
-                seed: None,
-                settings: serde_json::json!({
-                    "lookahead_ops": LOOKAHEAD_OPS,
-                    "planning_margin": margin,
-                    "first_iteration_throughput": first_iteration.as_ref().ok().map(|c| c.throughput_vs_ideal),
-                }),
-            };
-            match check(request, steady, info) {
-                Ok(c) => return PlanOutcome::Feasible(Box::new(c.plan)),
-                Err(e) => first_problem = e,
-            }
+        let steady = search.best(
+            "after swapping on demand",
+            &[()],
+            Pick::Fastest,
+            |_, scratch| {
+                search.with_margins(scratch, |budget_bytes, margin| {
+                    let settings = serde_json::json!({
+                        "lookahead_ops": LOOKAHEAD_OPS,
+                        "planning_margin": margin,
+                    });
+                    (settings, odswap_gaps(&ctx, budget_bytes, LOOKAHEAD_OPS))
+                })
+            },
+        )?;
+        let PlanOutcome::Feasible(mut plan) = steady else {
+            return Ok(steady);
+        };
+        // The first iteration: the same evictions swapped in on demand.
+        let margin = plan.planner.settings["planning_margin"]
+            .as_f64()
+            .unwrap_or(1.0);
+        let budget_bytes = crate::framework::margin_budget(request.budget_bytes, margin);
+        let first_throughput = match odswap_gaps(&ctx, budget_bytes, 0) {
+            Ok(gaps) => match search
+                .scored(serde_json::Value::Null, gaps, &mut Scratch::default())?
+                .score
+            {
+                Score::Feasible {
+                    throughput_vs_ideal,
+                    ..
+                } => Some(throughput_vs_ideal),
+                _ => None,
+            },
+            Err(_) => None,
+        };
+        if let serde_json::Value::Object(map) = &mut plan.planner.settings {
+            map.insert("first_iteration_throughput".into(), first_throughput.into());
         }
-        infeasible(request, &first_problem)
+        Ok(PlanOutcome::Feasible(plan))
     }
 }
 
@@ -89,10 +92,10 @@ pub(crate) fn odswap_gaps(
     ctx: &Ctx<'_>,
     budget_bytes: u64,
     lookahead_ops: usize,
-) -> Result<Vec<Gap>, String> {
+) -> Result<Vec<Gap>, Shortfall> {
     // Lead in seconds of the `lookahead_ops` ops before each use, found per
     // candidate: the trigger search takes a time, so convert ops to time here.
-    evict_on_demand(ctx, budget_bytes, false, |_q, cands: &[Candidate]| {
+    evict_on_demand(ctx, budget_bytes, false, |_q, cands: &[Evictable]| {
         let i = least_recently_used(cands)?;
         let c = &cands[i];
         let lead_s = if lookahead_ops == 0 {
@@ -108,7 +111,7 @@ pub(crate) fn odswap_gaps(
 }
 
 /// The candidate accessed longest ago (ties: lower tensor id, for determinism).
-pub(crate) fn least_recently_used(cands: &[Candidate]) -> Option<usize> {
+pub(crate) fn least_recently_used(cands: &[Evictable]) -> Option<usize> {
     cands
         .iter()
         .enumerate()
@@ -119,18 +122,27 @@ pub(crate) fn least_recently_used(cands: &[Candidate]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pressure::testing::{mlp_chain, v100};
+    use crate::framework::testing::{mlp_chain, v100};
 
     #[test]
     fn evicts_the_least_recently_used_tensor() {
         let graph = mlp_chain(6, 256, 64);
         let cost = v100();
-        let ctx = Ctx::new(&graph, &cost);
-        let (footprint_bytes, _) = outcore_graph::footprint(&graph);
+        for order in [
+            crate::framework::graph_order(&graph),
+            outcore_plan::random_topological_order(&graph, 9),
+        ] {
+            evicts_lru_on(&Ctx::new(&graph, &cost, order));
+        }
+    }
+
+    fn evicts_lru_on(ctx: &Ctx<'_>) {
+        let graph = ctx.graph;
+        let (footprint_bytes, _) = outcore_graph::footprint(graph);
         // Just under the peak, so that the first pressure point comes after every
         // weight's first use (no weight is evicted before it is first read).
         let budget_bytes = footprint_bytes * 19 / 20;
-        let gaps = odswap_gaps(&ctx, budget_bytes, 0).expect("plans");
+        let gaps = odswap_gaps(ctx, budget_bytes, 0).expect("plans");
         let first = gaps.first().expect("something is evicted");
         let q = first.reclaim_before.expect("the eviction is synchronous");
         // Independently: the resident tensors not used at q with a later use, and
@@ -155,7 +167,7 @@ mod tests {
         if let Some(b) = first.before {
             assert_eq!(first.prefetch_after, Some(b - 1));
         }
-        let ahead = odswap_gaps(&ctx, budget_bytes, LOOKAHEAD_OPS).expect("plans");
+        let ahead = odswap_gaps(ctx, budget_bytes, LOOKAHEAD_OPS).expect("plans");
         assert!(ahead.iter().any(|g| {
             g.prefetch_after
                 .zip(g.before)

@@ -16,18 +16,17 @@
 //!   for conv -> bn -> relu, the ReLU output is rebuilt at its first backward
 //!   need by recomputing the (otherwise dead) batch-norm output from the
 //!   convolution output, which is swapped in early enough for that; see
-//!   `common::materialise`. Tensors rebuilt only to feed a chain are freed right
+//!   `framework::materialise`. Tensors rebuilt only to feed a chain are freed right
 //!   after it (`chain_only_tensors`). Chains cost recomputation and bring swapped
 //!   tensors back early, so the planner also simulates the same rule without
 //!   rebuilding dead intermediates (such ReLUs then stay resident) and keeps the
 //!   faster plan that fits (`chains_through_dead_cheap_outputs`).
 
-use crate::common::{
-    Analysis, Candidate, Decision, Decisions, SwapTiming, best_of, bytes, count, fits_as_is,
-    flatten, materialise,
+use crate::framework::{
+    Ctx, Decision, Decisions, Pick, Search, SwapTiming, bytes, count, flatten, materialise,
 };
 use outcore_graph::{OpClass, OpKind, TensorId};
-use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, Restore};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError, Restore};
 
 /// The SuperNeurons planner.
 #[derive(Debug, Clone, Copy, Default)]
@@ -65,7 +64,7 @@ pub struct SuperNeuronsDecision {
 
 impl SuperNeurons {
     /// Decides per tensor; `reclaim_lag_ops` is the offload wait distance.
-    pub fn decide(&self, an: &Analysis<'_>, reclaim_lag_ops: usize) -> SuperNeuronsDecision {
+    pub fn decide(&self, an: &Ctx<'_>, reclaim_lag_ops: usize) -> SuperNeuronsDecision {
         self.decide_with(an, reclaim_lag_ops, true)
     }
 
@@ -74,7 +73,7 @@ impl SuperNeurons {
     /// e.g. a ReLU after a batch norm stays resident.
     pub fn decide_with(
         &self,
-        an: &Analysis<'_>,
+        an: &Ctx<'_>,
         reclaim_lag_ops: usize,
         chains: bool,
     ) -> SuperNeuronsDecision {
@@ -127,37 +126,35 @@ impl Planner for SuperNeurons {
         "SuperNeurons (HOME 4.1): swap convolution outputs, recompute pooling/activation/normalisation outputs"
     }
 
-    fn plan(&self, request: &PlanRequest<'_>) -> PlanOutcome {
-        if let Some(outcome) = fits_as_is(request, self.name()) {
-            return outcome;
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
+        let ctx = Ctx::for_request(request, self.name())?;
+        let search = Search::new(&ctx, request, self.name());
+        if let Some(outcome) = search.fits_as_is()? {
+            return Ok(outcome);
         }
-        let an = Analysis::new(request.graph);
-        let candidates = RECLAIM_LAGS_OPS
+        let forms: Vec<(usize, bool)> = RECLAIM_LAGS_OPS
             .iter()
             .flat_map(|&lag| [(lag, true), (lag, false)])
-            .map(|(lag, chains)| {
-                let d = self.decide_with(&an, lag, chains);
-                Candidate {
-                    settings: serde_json::json!({
-                        "prefetch_lead_ops": 2,
-                        "reclaim_lag_ops": lag,
-                        "chains_through_dead_cheap_outputs": chains,
-                        "swapped_tensors": count(&d.gaps, Restore::Swap),
-                        "swapped_bytes": bytes(request.graph, &d.gaps, Restore::Swap),
-                        "recomputed_tensors": count(&d.gaps, Restore::Recompute),
-                        "recomputed_bytes": bytes(request.graph, &d.gaps, Restore::Recompute),
-                        "cheap_kept": d.cheap_kept.len(),
-                        "chain_only_tensors": d.chain_only,
-                    }),
-                    gaps: flatten(d.gaps),
-                }
-            })
             .collect();
-        best_of(
-            request,
-            self.name(),
+        search.best(
             "after swapping convolution outputs and recomputing cheap layers",
-            candidates,
+            &forms,
+            Pick::Fastest,
+            |&(lag, chains), scratch| {
+                let d = self.decide_with(&ctx, lag, chains);
+                let settings = serde_json::json!({
+                    "prefetch_lead_ops": 2,
+                    "reclaim_lag_ops": lag,
+                    "chains_through_dead_cheap_outputs": chains,
+                    "swapped_tensors": count(&d.gaps, Restore::Swap),
+                    "swapped_bytes": bytes(request.graph, &d.gaps, Restore::Swap),
+                    "recomputed_tensors": count(&d.gaps, Restore::Recompute),
+                    "recomputed_bytes": bytes(request.graph, &d.gaps, Restore::Recompute),
+                    "cheap_kept": d.cheap_kept.len(),
+                    "chain_only_tensors": d.chain_only,
+                });
+                search.scored(settings, flatten(d.gaps), scratch)
+            },
         )
     }
 }

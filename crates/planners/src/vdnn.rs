@@ -22,9 +22,9 @@
 //! - vDNN has no budget knob: it offloads its whole set; if the plan still does
 //!   not fit, the planner reports the peak it needs.
 
-use crate::common::{Analysis, Candidate, best_of, bytes, count, fits_as_is, flatten, swap_gap};
+use crate::framework::{Ctx, Pick, Search, bytes, count, flatten, swap_gap};
 use outcore_graph::OpClass;
-use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, Restore};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError, Restore};
 
 /// Which feature maps vDNN offloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ const OVERLAP_RECLAIM_LAGS_OPS: [usize; 4] = [1, 2, 3, 5];
 
 impl Vdnn {
     /// The tensors this form offloads, in production order.
-    pub fn offloaded(&self, an: &Analysis<'_>) -> Vec<outcore_graph::TensorId> {
+    pub fn offloaded(&self, an: &Ctx<'_>) -> Vec<outcore_graph::TensorId> {
         let read_by = match self.scope {
             VdnnScope::All => an.forward_inputs_where(|_| true),
             VdnnScope::Conv => {
@@ -61,7 +61,7 @@ impl Vdnn {
             .collect()
     }
 
-    fn gaps(&self, an: &Analysis<'_>, lead_ops: usize, reclaim_lag_ops: usize) -> Vec<Vec<Gap>> {
+    fn gaps(&self, an: &Ctx<'_>, lead_ops: usize, reclaim_lag_ops: usize) -> Vec<Vec<Gap>> {
         let mut gaps: Vec<Vec<Gap>> = vec![Vec::new(); an.graph.tensors.len()];
         for t in self.offloaded(an) {
             if let Some((after, before)) = an.forward_backward_gap(t) {
@@ -99,11 +99,12 @@ impl Planner for Vdnn {
         }
     }
 
-    fn plan(&self, request: &PlanRequest<'_>) -> PlanOutcome {
-        if let Some(outcome) = fits_as_is(request, self.name()) {
-            return outcome;
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
+        let ctx = Ctx::for_request(request, self.name())?;
+        let search = Search::new(&ctx, request, self.name());
+        if let Some(outcome) = search.fits_as_is()? {
+            return Ok(outcome);
         }
-        let an = Analysis::new(request.graph);
         // (prefetch lead, reclaim lag) in ops.
         let forms: Vec<(usize, usize)> = if self.overlapped {
             OVERLAP_RECLAIM_LAGS_OPS
@@ -113,28 +114,22 @@ impl Planner for Vdnn {
         } else {
             vec![(1, 1)]
         };
-        let candidates = forms
-            .into_iter()
-            .map(|(lead_ops, reclaim_lag_ops)| {
-                let gaps = self.gaps(&an, lead_ops, reclaim_lag_ops);
-                Candidate {
-                    settings: serde_json::json!({
-                        "scope": match self.scope { VdnnScope::All => "all", VdnnScope::Conv => "conv" },
-                        "overlapped": self.overlapped,
-                        "prefetch_lead_ops": lead_ops,
-                        "reclaim_lag_ops": reclaim_lag_ops,
-                        "offloaded_tensors": count(&gaps, Restore::Swap),
-                        "offloaded_bytes": bytes(request.graph, &gaps, Restore::Swap),
-                    }),
-                    gaps: flatten(gaps),
-                }
-            })
-            .collect();
-        best_of(
-            request,
-            self.name(),
+        search.best(
             "after offloading every feature map it may",
-            candidates,
+            &forms,
+            Pick::Fastest,
+            |&(lead_ops, reclaim_lag_ops), scratch| {
+                let gaps = self.gaps(&ctx, lead_ops, reclaim_lag_ops);
+                let settings = serde_json::json!({
+                    "scope": match self.scope { VdnnScope::All => "all", VdnnScope::Conv => "conv" },
+                    "overlapped": self.overlapped,
+                    "prefetch_lead_ops": lead_ops,
+                    "reclaim_lag_ops": reclaim_lag_ops,
+                    "offloaded_tensors": count(&gaps, Restore::Swap),
+                    "offloaded_bytes": bytes(request.graph, &gaps, Restore::Swap),
+                });
+                search.scored(settings, flatten(gaps), scratch)
+            },
         )
     }
 }

@@ -36,7 +36,8 @@
 //!   budget by a small deterministic search: `W` = 0 and budget / 256 .. 16 x budget in
 //!   steps of sqrt(2), both policies; every candidate that the model says fits is
 //!   lowered, verified and simulated, and the fastest wins (the first on ties).
-//!   `W`, the policy and the counts are recorded in `settings`.
+//!   `W`, the policy and the counts are recorded in `settings`. Candidates are
+//!   scored in parallel; the search stops at the request's time limit.
 //! - A window always covers at least the op's own variables.
 //! - Persistent tensors (weights, optimizer state) are variables too; the window
 //!   wraps into the next iteration, so one used again soon after the iteration
@@ -51,12 +52,10 @@
 //!   re-planned against tighter internal budgets (recorded as `planning_margin`).
 //! - No recomputation (the paper swaps only).
 
-use crate::pressure::{
-    Checked, Ctx, MARGINS, check, fits_without_swapping, infeasible, margin_budget,
-};
+use crate::framework::{Ctx, Pick, Search, Shortfall};
 use crate::range_tree::{PrefixSums, RangeMax};
 use outcore_graph::TensorId;
-use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerInfo, Restore};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, PlannerError, Restore, fmt_bytes};
 
 /// The schedule-window swap scheduler.
 #[derive(Debug, Default)]
@@ -89,32 +88,30 @@ impl Planner for Window {
         "schedule-window swapping: prefetch within a byte window, swap out after last use in it, wait for the oldest swap-outs only under pressure (paper 003 Sec. 3)"
     }
 
-    fn plan(&self, request: &PlanRequest<'_>) -> PlanOutcome {
-        if let Some(outcome) = fits_without_swapping(request, self.name()) {
-            return outcome;
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
+        let ctx = Ctx::for_request(request, self.name())?;
+        let search = Search::new(&ctx, request, self.name());
+        if let Some(outcome) = search.fits_as_is()? {
+            return Ok(outcome);
         }
-        let ctx = Ctx::new(request.graph, request.cost);
-        let windows = candidate_windows(request.budget_bytes);
-        let n_candidates = windows.len() * 2;
-        let mut best: Option<Checked> = None;
-        let mut first_problem = String::from("the graph has no ops");
-        for &window_bytes in &windows {
-            let rule = window_rule(&ctx, window_bytes);
-            for policy in [Policy::ReclaimFirst, Policy::DelayFirst] {
-                for margin in MARGINS {
-                    let budget = margin_budget(request.budget_bytes, margin);
-                    let sched = match schedule(&ctx, &rule, budget, policy) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            first_problem = e;
-                            // The model is exact or conservative: a tighter margin cannot help.
-                            break;
-                        }
-                    };
-                    let info = PlannerInfo {
-                        name: self.name().into(),
-                        seed: None,
-                        settings: serde_json::json!({
+        let forms: Vec<(u64, Policy)> = candidate_windows(request.budget_bytes)
+            .into_iter()
+            .flat_map(|w| [(w, Policy::ReclaimFirst), (w, Policy::DelayFirst)])
+            .collect();
+        search.best(
+            "after swapping within every window tried",
+            &forms,
+            Pick::Fastest,
+            |&(window_bytes, policy), scratch| {
+                let rule = window_rule(&ctx, window_bytes);
+                search.with_margins(scratch, |budget_bytes, margin| match schedule(
+                    &ctx,
+                    &rule,
+                    budget_bytes,
+                    policy,
+                ) {
+                    Ok(sched) => {
+                        let settings = serde_json::json!({
                             "window_bytes": window_bytes,
                             "policy": policy.name(),
                             "planning_margin": margin,
@@ -122,25 +119,13 @@ impl Planner for Window {
                             "cancelled_swap_outs": sched.cancelled,
                             "delayed_prefetches": sched.delayed,
                             "reclaim_waits": sched.gaps.iter().filter(|g| g.reclaim_before.is_some()).count(),
-                            "candidates_tried": n_candidates,
-                        }),
-                    };
-                    match check(request, sched.gaps, info) {
-                        Ok(c) => {
-                            if best.as_ref().is_none_or(|b| c.iter_time_s < b.iter_time_s) {
-                                best = Some(c);
-                            }
-                            break;
-                        }
-                        Err(e) => first_problem = e,
+                        });
+                        (settings, Ok(sched.gaps))
                     }
-                }
-            }
-        }
-        match best {
-            Some(c) => PlanOutcome::Feasible(Box::new(c.plan)),
-            None => infeasible(request, &first_problem),
-        }
+                    Err(shortfall) => (serde_json::Value::Null, Err(shortfall)),
+                })
+            },
+        )
     }
 }
 
@@ -456,7 +441,7 @@ pub(crate) fn schedule(
     rule: &[Gap],
     budget_bytes: u64,
     policy: Policy,
-) -> Result<Scheduled, String> {
+) -> Result<Scheduled, Shortfall> {
     let graph = ctx.graph;
     let n = ctx.n;
     let mut gaps: Vec<Gap> = rule.to_vec();
@@ -467,7 +452,7 @@ pub(crate) fn schedule(
     let mut out_bytes = vec![0i128; n];
     let mut work_bytes = vec![0i128; n];
     let mut written: Vec<Vec<TensorId>> = vec![Vec::new(); n];
-    for (p, op) in graph.ops.iter().enumerate() {
+    for (p, op) in ctx.order.iter().map(|&id| graph.op(id)).enumerate() {
         work_bytes[p] = op.workspace_bytes as i128;
         for &o in &op.outputs {
             let t = graph.tensor(o);
@@ -523,16 +508,16 @@ pub(crate) fn schedule(
     let mut waiting = Waiting::new(n);
     for (gi, g) in gaps.iter().enumerate() {
         if g.how != Restore::Swap {
-            return Err(format!("gap on {} is not a swap", g.tensor));
+            return Err(bad_rule(format!("gap on {} is not a swap", g.tensor)));
         }
         match g.after {
             Some(a) if a < n => starts[a].push(gi),
-            Some(_) => return Err(format!("gap on {} starts out of range", g.tensor)),
+            Some(_) => return Err(bad_rule(format!("gap on {} starts out of range", g.tensor))),
             None => waiting.add(&gaps, gi),
         }
         if let Some(b) = g.before {
             if b >= n || g.after.is_some_and(|a| a >= b) || g.prefetch_after.is_none() {
-                return Err(format!("gap on {} ends out of range", g.tensor));
+                return Err(bad_rule(format!("gap on {} ends out of range", g.tensor)));
             }
             ends[b].push(gi);
         }
@@ -579,7 +564,7 @@ pub(crate) fn schedule(
     let mut delayed = 0usize;
 
     for p in 0..n {
-        let name = &graph.ops[p].name;
+        let name = &ctx.op_at(p).name;
         // Compute op p: its swap-ins' frees are ordered before it.
         for &gi in &ends[p] {
             if sw.state[gi].issued {
@@ -590,9 +575,16 @@ pub(crate) fn schedule(
         let mut need = sw.cur + out_bytes[p] + work_bytes[p];
         while need > sw.budget {
             if !sw.can_wait_at(p) {
-                return Err(format!(
-                    "op {name} needs {need} bytes with every earlier swap-out waited for, over the budget of {budget_bytes} bytes"
-                ));
+                let needed_bytes = u64::try_from(need).unwrap_or(u64::MAX);
+                return Err(Shortfall {
+                    needed_bytes: Some(needed_bytes),
+                    at: Some(format!("op `{name}`")),
+                    message: format!(
+                        "op `{name}` needs {} with every earlier swap-out waited for, over the planning budget of {}",
+                        fmt_bytes(needed_bytes),
+                        fmt_bytes(budget_bytes)
+                    ),
+                });
             }
             let upto = sw.cf + 1;
             need -= sw.cover(p, upto, true);
@@ -674,11 +666,18 @@ pub(crate) fn schedule(
             if forced && !ok {
                 let bytes_needed = swap_in_bytes(&sw, snap);
                 if bytes_needed > sw.budget {
-                    return Err(format!(
-                        "the swap-in of {} before op {} needs {bytes_needed} bytes, over the budget of {budget_bytes} bytes",
-                        g.tensor,
-                        graph.ops[b.min(n - 1)].name
-                    ));
+                    let needed_bytes = u64::try_from(bytes_needed).unwrap_or(u64::MAX);
+                    let before = &ctx.op_at(b.min(n - 1)).name;
+                    return Err(Shortfall {
+                        needed_bytes: Some(needed_bytes),
+                        at: Some(format!("the swap-in of {} before op `{before}`", g.tensor)),
+                        message: format!(
+                            "the swap-in of {} before op `{before}` needs {}, over the planning budget of {}",
+                            g.tensor,
+                            fmt_bytes(needed_bytes),
+                            fmt_bytes(budget_bytes)
+                        ),
+                    });
                 }
                 ok = true; // the compute ops ahead wait for swap-outs as they come
             }
@@ -699,10 +698,10 @@ pub(crate) fn schedule(
         }
     }
     if let Some(gi) = waiting.any_left() {
-        return Err(format!(
+        return Err(bad_rule(format!(
             "the swap-in of {} was never issued",
             sw.gaps[gi].tensor
-        ));
+        )));
     }
     let mut out = Vec::with_capacity(sw.gaps.len());
     for (g, s) in sw.gaps.into_iter().zip(&sw.state) {
@@ -717,13 +716,22 @@ pub(crate) fn schedule(
     })
 }
 
+/// A shortfall for a rule the sweep cannot schedule at all (no byte count).
+fn bad_rule(message: String) -> Shortfall {
+    Shortfall {
+        needed_bytes: None,
+        at: None,
+        message,
+    }
+}
+
 /// The window rule scheduled under `budget_bytes` with the reclaim-first policy.
 #[cfg(test)]
 pub(crate) fn window_gaps(
     ctx: &Ctx<'_>,
     window_bytes: u64,
     budget_bytes: u64,
-) -> Result<Vec<Gap>, String> {
+) -> Result<Vec<Gap>, Shortfall> {
     let rule = window_rule(ctx, window_bytes);
     schedule(ctx, &rule, budget_bytes, Policy::ReclaimFirst).map(|s| s.gaps)
 }
@@ -731,7 +739,8 @@ pub(crate) fn window_gaps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pressure::testing::{mlp_chain, v100};
+    use crate::framework::testing::{mlp_chain, v100};
+    use outcore_plan::PlannerInfo;
 
     /// Bytes of the variable sequence from op `a + 1`'s first variable through
     /// `t`'s occurrence at op `b`.
@@ -752,7 +761,7 @@ mod tests {
     fn never_swaps_a_tensor_used_again_inside_the_window() {
         let graph = mlp_chain(6, 256, 64);
         let cost = v100();
-        let ctx = Ctx::new(&graph, &cost);
+        let ctx = Ctx::in_graph_order(&graph, &cost);
         let unlimited = u64::MAX / 4;
         let total_bytes: u64 = ctx.owners_at.iter().flatten().map(|&t| ctx.size(t)).sum();
         for window_bytes in [0, 200_000, 1_000_000, total_bytes] {
@@ -797,7 +806,7 @@ mod tests {
     fn waits_only_when_the_budget_demands() {
         let graph = mlp_chain(6, 256, 64);
         let cost = v100();
-        let ctx = Ctx::new(&graph, &cost);
+        let ctx = Ctx::in_graph_order(&graph, &cost);
         let gaps = window_gaps(&ctx, 0, u64::MAX / 4).expect("plans");
         assert!(gaps.iter().all(|g| g.reclaim_before.is_none()));
         assert!(!window_rule(&ctx, 0).is_empty());
@@ -809,20 +818,15 @@ mod tests {
                 continue;
             };
             waited |= tight.iter().any(|g| g.reclaim_before.is_some());
-            assert_eq!(verify_problem(&graph, tight, budget_bytes), None);
+            assert_eq!(verify_problem(&ctx, tight, budget_bytes), None);
         }
         assert!(waited, "no budget made an op wait for a swap-out");
     }
 
     /// Lowers `gaps` at `budget_bytes` and returns verify's first complaint.
-    fn verify_problem(
-        graph: &outcore_graph::Graph,
-        gaps: Vec<Gap>,
-        budget_bytes: u64,
-    ) -> Option<String> {
-        let mut schedule = outcore_plan::Schedule::in_graph_order(graph);
-        schedule.initial_residency = crate::pressure::initial_residency(&gaps);
-        schedule.gaps = gaps;
+    fn verify_problem(ctx: &Ctx<'_>, gaps: Vec<Gap>, budget_bytes: u64) -> Option<String> {
+        let graph = ctx.graph;
+        let schedule = ctx.schedule(gaps);
         let info = PlannerInfo {
             name: "window".into(),
             seed: None,
@@ -844,35 +848,51 @@ mod tests {
             outcore_graph::zoo::build("resnet18", Some(2), &Default::default(), None).expect("zoo"),
         ];
         let mut accepted = 0usize;
+        let mut accepted_reordered = 0usize;
         for (gi, graph) in graphs.iter().enumerate() {
-            let ctx = Ctx::new(graph, &cost);
-            let (footprint_bytes, _) = outcore_graph::footprint(graph);
-            for fraction in [0.7, 0.5, 0.3] {
-                let budget_bytes = (footprint_bytes as f64 * fraction) as u64;
-                for w in candidate_windows(budget_bytes).into_iter().step_by(3) {
-                    let rule = window_rule(&ctx, w);
-                    for policy in [Policy::ReclaimFirst, Policy::DelayFirst] {
-                        let Ok(s) = schedule(&ctx, &rule, budget_bytes, policy) else {
-                            continue;
-                        };
-                        accepted += 1;
-                        let problem = verify_problem(graph, s.gaps, budget_bytes);
-                        assert!(
-                            problem.is_none(),
-                            "graph {gi} at {fraction} W {w} {policy:?}: {problem:?}"
-                        );
+            for reordered in [false, true] {
+                let ctx = if reordered {
+                    Ctx::new(
+                        graph,
+                        &cost,
+                        outcore_plan::random_topological_order(graph, 5),
+                    )
+                } else {
+                    Ctx::in_graph_order(graph, &cost)
+                };
+                let (footprint_bytes, _) = outcore_graph::footprint(graph);
+                for fraction in [0.7, 0.5, 0.3] {
+                    let budget_bytes = (footprint_bytes as f64 * fraction) as u64;
+                    for w in candidate_windows(budget_bytes).into_iter().step_by(3) {
+                        let rule = window_rule(&ctx, w);
+                        for policy in [Policy::ReclaimFirst, Policy::DelayFirst] {
+                            let Ok(s) = schedule(&ctx, &rule, budget_bytes, policy) else {
+                                continue;
+                            };
+                            accepted += 1;
+                            accepted_reordered += usize::from(reordered);
+                            let problem = verify_problem(&ctx, s.gaps, budget_bytes);
+                            assert!(
+                                problem.is_none(),
+                                "graph {gi} (reordered: {reordered}) at {fraction} W {w} {policy:?}: {problem:?}"
+                            );
+                        }
                     }
                 }
             }
         }
         assert!(accepted > 10, "only {accepted} schedules accepted");
+        assert!(
+            accepted_reordered > 5,
+            "only {accepted_reordered} schedules accepted in a random order"
+        );
     }
 
     #[test]
     fn prefetch_is_delayed_when_memory_is_short() {
         let graph = mlp_chain(8, 512, 64);
         let cost = v100();
-        let ctx = Ctx::new(&graph, &cost);
+        let ctx = Ctx::in_graph_order(&graph, &cost);
         let (footprint_bytes, _) = outcore_graph::footprint(&graph);
         let w = footprint_bytes / 4;
         let rule = window_rule(&ctx, w);
@@ -903,7 +923,7 @@ mod tests {
             assert_eq!(late, s.delayed);
             if s.delayed > 0 {
                 found_short = true;
-                assert!(verify_problem(&graph, s.gaps, budget_bytes).is_none());
+                assert!(verify_problem(&ctx, s.gaps, budget_bytes).is_none());
             }
         }
         assert!(found_short, "no budget made the sweep delay a prefetch");
@@ -918,15 +938,8 @@ mod tests {
             outcore_graph::zoo::build("resnet18", Some(2), &Default::default(), None).expect("zoo");
         let cost = v100();
         let (footprint_bytes, _) = outcore_graph::footprint(&graph);
-        let request = PlanRequest {
-            graph: &graph,
-            cost: &cost,
-            budget_bytes: footprint_bytes / 2,
-            seed: 0,
-            time_limit_s: 10.0,
-            allocator: &outcore_plan::AllocatorSpec::Perfect,
-        };
-        let PlanOutcome::Feasible(plan) = Window.plan(&request) else {
+        let request = PlanRequest::new(&graph, &cost, footprint_bytes / 2);
+        let Ok(PlanOutcome::Feasible(plan)) = Window.plan(&request) else {
             panic!("resnet18 at half its footprint is feasible");
         };
         assert!(outcore_plan::verify(&plan, &graph).is_empty());

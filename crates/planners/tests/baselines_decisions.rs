@@ -5,9 +5,11 @@
 
 use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_graph::builder::{GraphBuilder, Optimizer};
-use outcore_graph::{DType, Graph, OpClass, Phase, TensorId, footprint};
-use outcore_plan::{Instr, PlanOutcome, PlanRequest, Planner, Restore, Stream, verify};
-use outcore_planners::common::Analysis;
+use outcore_graph::{DType, Graph, OpClass, OpId, Phase, TensorId, footprint};
+use outcore_plan::{
+    Instr, PlanOutcome, PlanRequest, Planner, Restore, Stream, random_topological_order, verify,
+};
+use outcore_planners::framework::{Ctx, graph_order};
 use outcore_planners::{
     Checkpoint, Lms, LmsKnobs, Segments, SuperNeurons, Vdnn, VdnnScope, is_cheap,
 };
@@ -34,15 +36,34 @@ fn small_cnn() -> Graph {
     b.finish(loss, Optimizer::None).expect("valid graph")
 }
 
-fn request<'a>(g: &'a Graph, cost: &'a RooflineModel, budget_bytes: u64) -> PlanRequest<'a> {
+fn request<'a>(
+    g: &'a Graph,
+    cost: &'a RooflineModel,
+    budget_bytes: u64,
+    order: &'a [OpId],
+) -> PlanRequest<'a> {
     PlanRequest {
-        graph: g,
-        cost,
-        budget_bytes,
-        seed: 0,
-        time_limit_s: 10.0,
-        allocator: &outcore_plan::AllocatorSpec::Perfect,
+        order: Some(order),
+        ..PlanRequest::new(g, cost, budget_bytes)
     }
+}
+
+/// The graph's order and the first seeded random topological order that
+/// differs from it (the graph order again when no other exists).
+fn orders(g: &Graph) -> Vec<Vec<OpId>> {
+    let own = graph_order(g);
+    let other = (1..50)
+        .map(|seed| random_topological_order(g, seed))
+        .find(|o| *o != own)
+        .unwrap_or_else(|| own.clone());
+    vec![own, other]
+}
+
+/// The plan, failing the test on a planner error.
+fn plan_of(planner: &dyn Planner, req: &PlanRequest<'_>) -> PlanOutcome {
+    planner
+        .plan(req)
+        .unwrap_or_else(|e| panic!("{}: {e}", planner.name()))
 }
 
 /// Storage owners read by a forward convolution.
@@ -56,7 +77,14 @@ fn conv_inputs(g: &Graph) -> Vec<TensorId> {
 #[test]
 fn vdnn_conv_never_offloads_a_non_convolution_input() {
     let g = small_cnn();
-    let an = Analysis::new(&g);
+    let cost = cost();
+    for order in orders(&g) {
+        vdnn_conv_on(&g, &cost, &order);
+    }
+}
+
+fn vdnn_conv_on(g: &Graph, cost: &RooflineModel, order: &[OpId]) {
+    let an = Ctx::new(g, cost, order.to_vec());
     let conv = Vdnn {
         scope: VdnnScope::Conv,
         overlapped: true,
@@ -67,7 +95,7 @@ fn vdnn_conv_never_offloads_a_non_convolution_input() {
     };
     let conv_set = conv.offloaded(&an);
     let all_set = all.offloaded(&an);
-    let inputs = conv_inputs(&g);
+    let inputs = conv_inputs(g);
     assert!(!conv_set.is_empty());
     for t in &conv_set {
         assert!(inputs.contains(t), "{t} is not a convolution input");
@@ -76,16 +104,17 @@ fn vdnn_conv_never_offloads_a_non_convolution_input() {
     assert!(conv_set.iter().all(|t| all_set.contains(t)));
     assert!(all_set.iter().any(|t| !inputs.contains(t)));
     // And the lowered plan swaps nothing else, at any budget where it is feasible.
-    let cost = cost();
-    let (footprint_bytes, _) = footprint(&g);
+    let (footprint_bytes, _) = footprint(g);
     for budget_bytes in [footprint_bytes - 1, footprint_bytes * 3 / 4] {
         for overlapped in [true, false] {
             let planner = Vdnn {
                 scope: VdnnScope::Conv,
                 overlapped,
             };
-            if let PlanOutcome::Feasible(plan) = planner.plan(&request(&g, &cost, budget_bytes)) {
-                assert!(verify(&plan, &g).is_empty());
+            if let PlanOutcome::Feasible(plan) =
+                plan_of(&planner, &request(g, cost, budget_bytes, order))
+            {
+                assert!(verify(&plan, g).is_empty());
                 for step in plan.stream(Stream::H2d) {
                     if let Instr::SwapIn(t) = step.instr {
                         assert!(inputs.contains(&t), "{} swaps in {t}", planner.name());
@@ -111,9 +140,18 @@ fn linear_chain(n: usize) -> Graph {
 
 #[test]
 fn checkpoint_sqrt_keeps_about_sqrt_n_boundaries() {
+    let cost = cost();
     for layers in [9usize, 16, 30] {
         let g = linear_chain(layers);
-        let an = Analysis::new(&g);
+        for order in orders(&g) {
+            checkpoint_sqrt_on(&g, &cost, &order, layers);
+        }
+    }
+}
+
+fn checkpoint_sqrt_on(g: &Graph, cost: &RooflineModel, order: &[OpId], layers: usize) {
+    {
+        let an = Ctx::new(g, cost, order.to_vec());
         let d = Checkpoint {
             segments: Segments::Sqrt,
         }
@@ -168,7 +206,14 @@ fn superneurons_graph() -> Graph {
 #[test]
 fn superneurons_recomputes_cheap_layers_and_swaps_conv_outputs() {
     let g = superneurons_graph();
-    let an = Analysis::new(&g);
+    let cost = cost();
+    for order in orders(&g) {
+        superneurons_on(&g, &cost, &order);
+    }
+}
+
+fn superneurons_on(g: &Graph, cost: &RooflineModel, order: &[OpId]) {
+    let an = Ctx::new(g, cost, order.to_vec());
     let d = SuperNeurons.decide(&an, 2);
     let kind_of = |t: TensorId| {
         g.tensor(t)
@@ -189,18 +234,30 @@ fn superneurons_recomputes_cheap_layers_and_swaps_conv_outputs() {
     }
     assert!(d.recomputed.iter().all(|&t| is_cheap(&kind_of(t))));
     // The plan at a tight budget verifies or explains itself.
-    let cost = cost();
-    let (footprint_bytes, _) = footprint(&g);
-    match SuperNeurons.plan(&request(&g, &cost, footprint_bytes * 9 / 10)) {
-        PlanOutcome::Feasible(plan) => assert!(verify(&plan, &g).is_empty()),
-        PlanOutcome::Infeasible { reason } => assert!(!reason.is_empty()),
+    let (footprint_bytes, _) = footprint(g);
+    match plan_of(
+        &SuperNeurons,
+        &request(g, cost, footprint_bytes * 9 / 10, order),
+    ) {
+        PlanOutcome::Feasible(plan) => assert!(verify(&plan, g).is_empty()),
+        PlanOutcome::Infeasible(why) => {
+            assert!(!why.message.is_empty());
+            assert!(why.needed_bytes.is_none_or(|b| b > why.budget_bytes));
+        }
     }
 }
 
 #[test]
 fn lms_swaps_nothing_within_the_threshold() {
     let g = small_cnn();
-    let an = Analysis::new(&g);
+    let cost = cost();
+    for order in orders(&g) {
+        lms_threshold_on(&g, &cost, &order);
+    }
+}
+
+fn lms_threshold_on(g: &Graph, cost: &RooflineModel, order: &[OpId]) {
+    let an = Ctx::new(g, cost, order.to_vec());
     for swapout_threshold_ops in [1usize, 4, 8, 16] {
         let knobs = LmsKnobs {
             swapout_threshold_ops,
@@ -239,18 +296,20 @@ fn lms_tuning_is_deterministic_and_recorded() {
     let g = small_cnn();
     let cost = cost();
     let (footprint_bytes, _) = footprint(&g);
-    let req = request(&g, &cost, footprint_bytes * 9 / 10);
-    match (Lms.plan(&req), Lms.plan(&req)) {
-        (PlanOutcome::Feasible(a), PlanOutcome::Feasible(b)) => {
-            assert_eq!(a, b);
-            assert!(verify(&a, &g).is_empty());
-            let threshold = a.planner.settings["swapout_threshold_ops"].as_u64();
-            assert!(threshold.is_some(), "{}", a.planner.settings);
+    for order in orders(&g) {
+        let req = request(&g, &cost, footprint_bytes * 9 / 10, &order);
+        match (plan_of(&Lms, &req), plan_of(&Lms, &req)) {
+            (PlanOutcome::Feasible(a), PlanOutcome::Feasible(b)) => {
+                assert_eq!(a, b);
+                assert!(verify(&a, &g).is_empty());
+                let threshold = a.planner.settings["swapout_threshold_ops"].as_u64();
+                assert!(threshold.is_some(), "{}", a.planner.settings);
+            }
+            (PlanOutcome::Infeasible(a), PlanOutcome::Infeasible(b)) => {
+                assert_eq!(a, b);
+            }
+            _ => panic!("two runs disagree"),
         }
-        (PlanOutcome::Infeasible { reason: a }, PlanOutcome::Infeasible { reason: b }) => {
-            assert_eq!(a, b);
-        }
-        _ => panic!("two runs disagree"),
     }
 }
 
@@ -259,9 +318,10 @@ fn at_full_budget_every_baseline_returns_the_none_plan() {
     let g = small_cnn();
     let cost = cost();
     let (footprint_bytes, _) = footprint(&g);
-    let req = request(&g, &cost, footprint_bytes);
+    let own = graph_order(&g);
+    let req = request(&g, &cost, footprint_bytes, &own);
     let none = outcore_planners::by_name("none").expect("none");
-    let PlanOutcome::Feasible(reference) = none.plan(&req) else {
+    let PlanOutcome::Feasible(reference) = plan_of(none.as_ref(), &req) else {
         panic!("none is infeasible at the footprint");
     };
     for name in [
@@ -275,7 +335,7 @@ fn at_full_budget_every_baseline_returns_the_none_plan() {
         "lms",
     ] {
         let planner = outcore_planners::by_name(name).expect("registered");
-        let PlanOutcome::Feasible(plan) = planner.plan(&req) else {
+        let PlanOutcome::Feasible(plan) = plan_of(planner.as_ref(), &req) else {
             panic!("{name} is infeasible at the footprint");
         };
         assert_eq!(plan.streams, reference.streams, "{name}");

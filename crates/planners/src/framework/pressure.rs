@@ -1,15 +1,116 @@
-//! The on-demand eviction loop shared by `capuchin` and `odswap`: walk the ops in
-//! order and, wherever the modelled live bytes exceed the budget, let a policy pick
-//! a resident tensor not used by that op to drop (swap or recompute) until it fits.
+//! Memory pressure: a conservative live-bytes model of a schedule, the
+//! tightening margins the model-driven planners plan against, and the on-demand
+//! eviction loop shared by `capuchin` and `odswap` (walk the positions in order
+//! and, wherever the modelled live bytes exceed the budget, let a policy pick a
+//! resident tensor not used there to drop, swap or recompute, until it fits).
+//! The loop is a producer of gaps like [`super::decisions::materialise`]; its
+//! schedules are scored by the one scoring path.
 
-use crate::pressure::{Ctx, live_bytes, pinned_inside, recompute_scratch_bytes};
+use super::ctx::Ctx;
+use super::score::Shortfall;
 use outcore_graph::TensorId;
-use outcore_plan::{Gap, Restore};
+use outcore_plan::{Gap, Restore, fmt_bytes};
 use std::collections::HashSet;
+
+/// The positions `[lo, hi]` at which a gap's tensor is surely off the device in
+/// verify's accounting, given the position its free is ordered before (`freed_by`).
+/// Swap: from `freed_by` up to the prefetch trigger; recompute: strictly inside.
+pub fn absent_range(ctx: &Ctx<'_>, gap: &Gap, freed_by: Option<usize>) -> Option<(usize, usize)> {
+    let last_pos = ctx.n.checked_sub(1)?;
+    match gap.how {
+        Restore::Recompute => {
+            let (a, b) = (gap.after?, gap.before?);
+            (b > a + 1).then_some((a + 1, b - 1))
+        }
+        Restore::Swap => {
+            let lo = match gap.after {
+                None => 0,
+                Some(_) => freed_by?,
+            };
+            let hi = match gap.before {
+                None => last_pos,
+                // Resident again once the trigger op has finished.
+                Some(_) => gap.prefetch_after?,
+            };
+            (lo <= hi).then_some((lo, hi))
+        }
+    }
+}
+
+/// Scratch bytes a recomputation needs for its producer's other outputs.
+pub fn recompute_scratch_bytes(ctx: &Ctx<'_>, t: TensorId) -> u64 {
+    let Some(p) = ctx.graph.tensor(t).producer else {
+        return 0;
+    };
+    ctx.graph
+        .op(p)
+        .outputs
+        .iter()
+        .filter(|&&o| o != t && ctx.graph.tensor(o).allocates())
+        .map(|&o| ctx.size(o))
+        .sum()
+}
+
+/// Live bytes per position under a set of gaps, with each swap gap's free
+/// ordered before the compute op named by its own `reclaim_before` (a model;
+/// verify is the judge).
+pub fn live_bytes(ctx: &Ctx<'_>, gaps: &[Gap]) -> Vec<i128> {
+    let n = ctx.n;
+    let mut delta = vec![0i128; n + 1];
+    for t in ctx.owners() {
+        let (lo, hi) = ctx.base_interval(t);
+        delta[lo] += ctx.size(t) as i128;
+        delta[hi + 1] -= ctx.size(t) as i128;
+    }
+    for g in gaps {
+        let size = ctx.size(g.tensor) as i128;
+        if let Some((lo, hi)) = absent_range(ctx, g, g.reclaim_before) {
+            delta[lo] -= size;
+            delta[hi + 1] += size;
+        }
+        if g.how == Restore::Recompute
+            && let Some(b) = g.before
+        {
+            let scratch = recompute_scratch_bytes(ctx, g.tensor) as i128;
+            delta[b] += scratch;
+            delta[b + 1] -= scratch;
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut cur = 0i128;
+    for d in delta.iter().take(n) {
+        cur += d;
+        out.push(cur);
+    }
+    out
+}
+
+/// Fractions of the budget the planners plan against, tightest last: verify also
+/// counts copies that overlap compute and frees not yet ordered, which the live
+/// model only approximates.
+pub const MARGINS: [f64; 6] = [1.0, 0.95, 0.9, 0.8, 0.65, 0.5];
+
+/// The internal budget for a margin.
+pub fn margin_budget(budget_bytes: u64, margin: f64) -> u64 {
+    (budget_bytes as f64 * margin) as u64
+}
+
+/// Positions that an on-demand planner must keep an owner resident at (inputs of
+/// a recomputation placed there).
+pub fn pinned_inside(
+    pins: &[usize],
+    after: Option<usize>,
+    before: Option<usize>,
+    n: usize,
+) -> bool {
+    let lo = after.map_or(0, |a| a + 1);
+    let hi = before.unwrap_or(n);
+    pins.iter().any(|&p| p >= lo && p < hi)
+}
 
 /// A resident tensor that could leave the device at the pressure point `q`.
 #[derive(Debug, Clone)]
-pub(crate) struct Candidate {
+pub struct Evictable {
     pub tensor: TensorId,
     pub size_bytes: u64,
     /// The use before `q` (for a persistent tensor before its first use this
@@ -35,7 +136,7 @@ pub(crate) struct Candidate {
 
 /// How a policy restores a chosen candidate.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Choice {
+pub enum Choice {
     /// Swap out (the pressure op waits for it) and start the swap-in this many
     /// seconds of compute ahead of the next use (clamped to the pressure point).
     Swap { lead_s: f64 },
@@ -44,12 +145,12 @@ pub(crate) enum Choice {
 }
 
 /// Runs the loop; `choose` returns the index of the candidate to drop and how.
-pub(crate) fn evict_on_demand(
+pub fn evict_on_demand(
     ctx: &Ctx<'_>,
     budget_bytes: u64,
     allow_recompute: bool,
-    mut choose: impl FnMut(usize, &[Candidate]) -> Option<(usize, Choice)>,
-) -> Result<Vec<Gap>, String> {
+    mut choose: impl FnMut(usize, &[Evictable]) -> Option<(usize, Choice)>,
+) -> Result<Vec<Gap>, Shortfall> {
     let n = ctx.n;
     let mut gaps: Vec<Gap> = Vec::new();
     let mut live = live_bytes(ctx, &gaps);
@@ -61,13 +162,23 @@ pub(crate) fn evict_on_demand(
         while live[q] > budget_bytes as i128 {
             let cands = candidates(ctx, q, &owners, &gapped, &pins, allow_recompute);
             let Some((ci, choice)) = choose(q, &cands) else {
-                return Err(format!(
-                    "op {} needs {} bytes live and nothing else can leave the device",
-                    ctx.graph.ops[q].name, live[q]
-                ));
+                let needed_bytes = u64::try_from(live[q]).unwrap_or(u64::MAX);
+                return Err(Shortfall {
+                    needed_bytes: Some(needed_bytes),
+                    at: Some(format!("op `{}`", ctx.op_at(q).name)),
+                    message: format!(
+                        "op `{}` needs {} live and nothing else can leave the device",
+                        ctx.op_at(q).name,
+                        fmt_bytes(needed_bytes)
+                    ),
+                });
             };
             let Some(c) = cands.get(ci) else {
-                return Err("the eviction policy chose no candidate".into());
+                return Err(Shortfall {
+                    needed_bytes: None,
+                    at: Some(format!("op `{}`", ctx.op_at(q).name)),
+                    message: "the eviction policy chose no candidate".into(),
+                });
             };
             let size = c.size_bytes as i128;
             gapped.insert((c.tensor, c.after));
@@ -149,7 +260,7 @@ fn lead_of(choice: Choice) -> f64 {
 
 /// The latest trigger in `[lo, before - 1]` that leaves at least `lead_s` of
 /// compute before `before`; `lo` when none does.
-pub(crate) fn prefetch_trigger(ctx: &Ctx<'_>, lo: usize, before: usize, lead_s: f64) -> usize {
+pub fn prefetch_trigger(ctx: &Ctx<'_>, lo: usize, before: usize, lead_s: f64) -> usize {
     let mut p = before.saturating_sub(1).max(lo);
     while p > lo && ctx.time_s(p + 1, before) < lead_s {
         p -= 1;
@@ -164,7 +275,7 @@ fn candidates(
     gapped: &HashSet<(TensorId, usize)>,
     pins: &[Vec<usize>],
     allow_recompute: bool,
-) -> Vec<Candidate> {
+) -> Vec<Evictable> {
     let n = ctx.n;
     let mut out = Vec::new();
     for &t in owners {
@@ -190,7 +301,7 @@ fn candidates(
                 } else {
                     None
                 };
-                Candidate {
+                Evictable {
                     tensor: t,
                     size_bytes: ctx.size(t),
                     after: a,
@@ -208,7 +319,7 @@ fn candidates(
                     continue;
                 }
                 let after_last = q > last;
-                Candidate {
+                Evictable {
                     tensor: t,
                     size_bytes: ctx.size(t),
                     after: last,
@@ -253,7 +364,7 @@ fn recompute_time(
     if !op.recomputable || op.outputs.iter().any(|&o| !graph.tensor(o).allocates()) {
         return None;
     }
-    let p_pos = p.index();
+    let p_pos = ctx.position(p);
     for &x in &op.inputs {
         let x = graph.storage_owner(x);
         let (lo, hi) = ctx.base_interval(x);

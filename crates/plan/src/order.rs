@@ -1,0 +1,192 @@
+//! Compute orders other than the graph's own: which orders are valid (every
+//! operand produced before it is read, and in-place updates kept in place
+//! relative to every other access of the storage they write), a check, and a
+//! seeded random valid order for tests and searches.
+
+use crate::lower::uses_by_owner;
+use crate::schedule::ScheduleError;
+use outcore_graph::{Graph, OpId};
+
+/// For every op, the ops that must run before it: the producers of its inputs
+/// (through views, the view ops themselves), and for storage written in place,
+/// every access between two writes stays between them (an access before a
+/// write in graph order stays before it, one after stays after).
+pub fn order_predecessors(graph: &Graph) -> Vec<Vec<OpId>> {
+    let mut preds: Vec<Vec<OpId>> = vec![Vec::new(); graph.ops.len()];
+    for op in &graph.ops {
+        for &t in &op.inputs {
+            if let Some(p) = graph.tensor(t).producer
+                && p != op.id
+                && !preds[op.id.index()].contains(&p)
+            {
+                preds[op.id.index()].push(p);
+            }
+        }
+    }
+    let mut writes_owner: Vec<Vec<OpId>> = vec![Vec::new(); graph.tensors.len()];
+    for op in &graph.ops {
+        for &o in &op.outputs {
+            if let Some(target) = graph.tensor(o).inplace_update_of {
+                writes_owner[graph.storage_owner(target).index()].push(op.id);
+            }
+        }
+    }
+    let uses = uses_by_owner(graph);
+    for (owner, writers) in writes_owner.iter().enumerate() {
+        if writers.is_empty() {
+            continue;
+        }
+        // Accesses in graph order; each write orders the accesses since the
+        // previous write before it and those up to the next write after it.
+        let mut since_write: Vec<OpId> = Vec::new();
+        let mut last_write: Option<OpId> = None;
+        for &u in &uses[owner] {
+            if writers.contains(&u) {
+                for &a in since_write.iter().chain(last_write.iter()) {
+                    if a != u && !preds[u.index()].contains(&a) {
+                        preds[u.index()].push(a);
+                    }
+                }
+                since_write.clear();
+                last_write = Some(u);
+            } else {
+                if let Some(w) = last_write
+                    && !preds[u.index()].contains(&w)
+                {
+                    preds[u.index()].push(w);
+                }
+                since_write.push(u);
+            }
+        }
+    }
+    preds
+}
+
+/// Checks that `order` lists every op of `graph` once and respects
+/// [`order_predecessors`]; the error names the first offending op.
+pub fn check_order(graph: &Graph, order: &[OpId]) -> Result<(), ScheduleError> {
+    let n = graph.ops.len();
+    if order.len() != n {
+        return Err(ScheduleError {
+            reason: format!("the order has {} ops but the graph {n}", order.len()),
+        });
+    }
+    let mut position: Vec<Option<usize>> = vec![None; n];
+    for (pos, &op) in order.iter().enumerate() {
+        match position.get_mut(op.index()) {
+            Some(slot @ None) => *slot = Some(pos),
+            _ => {
+                return Err(ScheduleError {
+                    reason: format!("{op} is missing from the graph or listed twice in the order"),
+                });
+            }
+        }
+    }
+    let preds = order_predecessors(graph);
+    for (pos, &op) in order.iter().enumerate() {
+        for &p in &preds[op.index()] {
+            if position[p.index()].is_none_or(|q| q > pos) {
+                return Err(ScheduleError {
+                    reason: format!(
+                        "op `{}` ({op}) is at position {pos}, before `{}` ({p}), which it depends on",
+                        graph.op(op).name,
+                        graph.op(p).name
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A valid order drawn at random (Kahn's algorithm picking uniformly among the
+/// ready ops with a SplitMix64 stream): the same seed gives the same order.
+pub fn random_topological_order(graph: &Graph, seed: u64) -> Vec<OpId> {
+    let preds = order_predecessors(graph);
+    let n = graph.ops.len();
+    let mut missing: Vec<usize> = preds.iter().map(Vec::len).collect();
+    let mut succs: Vec<Vec<OpId>> = vec![Vec::new(); n];
+    for (op, ps) in preds.iter().enumerate() {
+        for &p in ps {
+            succs[p.index()].push(OpId(op as u32));
+        }
+    }
+    let mut ready: Vec<OpId> = (0..n)
+        .filter(|&i| missing[i] == 0)
+        .map(|i| OpId(i as u32))
+        .collect();
+    let mut state = seed;
+    let mut order = Vec::with_capacity(n);
+    while !ready.is_empty() {
+        let pick = (splitmix64(&mut state) % ready.len() as u64) as usize;
+        let op = ready.swap_remove(pick);
+        order.push(op);
+        for &s in &succs[op.index()] {
+            missing[s.index()] -= 1;
+            if missing[s.index()] == 0 {
+                ready.push(s);
+            }
+        }
+    }
+    order
+}
+
+/// One step of SplitMix64 (Steele et al. 2014): enough randomness for orders,
+/// with no dependency.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1330_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph() -> Graph {
+        use outcore_graph::builder::{GraphBuilder, Optimizer};
+        let mut b = GraphBuilder::new("order", 4, outcore_graph::DType::Float32);
+        let x = b.input("x", &[4, 16]);
+        let a = b.linear("a", x, 16, true);
+        let c = b.linear("c", x, 16, true);
+        let s = b.add(&[a, c]);
+        let labels = b.label("labels", &[4]);
+        let loss = b.softmax_cross_entropy(s, labels);
+        b.finish(
+            loss,
+            Optimizer::Sgd {
+                lr: 0.1,
+                momentum: 0.9,
+                weight_decay: 0.0,
+            },
+        )
+        .expect("valid graph")
+    }
+
+    #[test]
+    fn random_orders_are_valid_and_some_differ_from_the_graph_order() {
+        let g = graph();
+        let graph_order: Vec<OpId> = g.ops.iter().map(|o| o.id).collect();
+        assert_eq!(check_order(&g, &graph_order), Ok(()));
+        let mut differs = false;
+        for seed in 0..20 {
+            let order = random_topological_order(&g, seed);
+            assert_eq!(check_order(&g, &order), Ok(()), "seed {seed}");
+            assert_eq!(order, random_topological_order(&g, seed));
+            differs |= order != graph_order;
+        }
+        assert!(differs, "twenty seeds all gave the graph order");
+    }
+
+    #[test]
+    fn a_reversed_order_is_rejected_with_the_op_named() {
+        let g = graph();
+        let reversed: Vec<OpId> = g.ops.iter().rev().map(|o| o.id).collect();
+        let e = check_order(&g, &reversed).expect_err("reversed is invalid");
+        assert!(e.reason.contains("depends on"), "{}", e.reason);
+        let short: Vec<OpId> = g.ops.iter().skip(1).map(|o| o.id).collect();
+        assert!(check_order(&g, &short).is_err());
+    }
+}
