@@ -230,7 +230,8 @@ pub fn read_trace(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
         path: path.display().to_string(),
         message: err.to_string(),
     })?;
-    Trace::from_json_str(&text)
+    // A UTF-8 byte order mark (some editors write one) is not JSON.
+    Trace::from_json_str(text.strip_prefix('\u{feff}').unwrap_or(&text))
 }
 
 /// Writes a trace file.

@@ -96,6 +96,12 @@ struct Live {
     backing: Backing,
 }
 
+/// The most physical chunks the model tracks: 2^26 (128 TiB at 2 MiB chunks).
+/// Every chunk is a `u64` in a list, so an unlimited capacity (replaying a
+/// trace to measure what it needs) with a huge request would otherwise take
+/// tens of GB of host memory; beyond this, allocations fail as out of memory.
+pub const MAX_CHUNKS: u64 = 1 << 26;
+
 /// Virtual-address chunk-mapping allocator (see the module docs).
 #[derive(Debug, Clone)]
 pub struct VirtualChunks {
@@ -130,7 +136,7 @@ impl VirtualChunks {
             )));
         }
         Ok(VirtualChunks {
-            capacity_chunks: capacity_bytes / config.chunk_bytes,
+            capacity_chunks: (capacity_bytes / config.chunk_bytes).min(MAX_CHUNKS),
             config,
             capacity_bytes,
             created_chunks: 0,
@@ -147,7 +153,7 @@ impl VirtualChunks {
     pub fn with_defaults(capacity_bytes: u64) -> Self {
         let config = VirtualChunksConfig::default();
         VirtualChunks {
-            capacity_chunks: capacity_bytes / config.chunk_bytes,
+            capacity_chunks: (capacity_bytes / config.chunk_bytes).min(MAX_CHUNKS),
             config,
             capacity_bytes,
             created_chunks: 0,

@@ -29,6 +29,7 @@ pub enum Command {
     Export {
         #[command(flatten)]
         graph: GraphArgs,
+        /// Where to write the graph; `-` writes it to standard output.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
     },
@@ -57,7 +58,7 @@ pub enum Command {
         /// Measured per-op latencies that override the roofline model.
         #[arg(long = "latency-table")]
         latency_table: Option<PathBuf>,
-        /// Iterations to simulate (the report is the last one's).
+        /// Iterations to simulate, 1 to 1000 (the report is the last one's).
         #[arg(long, default_value_t = 2)]
         iterations: usize,
         #[arg(long)]
@@ -77,10 +78,18 @@ pub enum Command {
     },
     /// Plan (or load a plan) and execute it on a backend with real buffers.
     Run(RunArgs),
+    /// Prove a plan file safe: rebuild its graph, run `verify()`, and exit
+    /// non-zero with the first violations if it fails.
+    Verify {
+        plan: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Replay an allocation trace through an allocator.
     AllocReplay {
         trace: PathBuf,
-        /// `size-class`, `best-fit` or `virtual-chunks`.
+        /// `best-fit`, `size-class` or `virtual-chunks` (`perfect` places no
+        /// addresses, so there is nothing to replay with it).
         #[arg(long)]
         allocator: String,
         /// Device capacity (default: unlimited, to measure what the trace needs).
@@ -99,25 +108,29 @@ pub struct RunArgs {
     pub backend: String,
     #[command(flatten)]
     pub graph: GraphArgs,
-    /// Run this plan file instead of planning.
-    #[arg(long, conflicts_with_all = ["model", "graph"])]
+    /// Run this plan file instead of planning (a plan made for the cpu
+    /// backend; the plan's own budget and planner are used).
+    #[arg(long, conflicts_with_all = ["model", "graph", "budget", "planner"])]
     pub plan: Option<PathBuf>,
     /// Budget: bytes, a size like 2GiB, or NN% of the footprint (the device arena's size).
-    #[arg(long, required_unless_present = "plan")]
+    #[arg(long, required_unless_present = "plan", allow_hyphen_values = true)]
     pub budget: Option<String>,
+    /// Planner name (`outcore compare --planners all` lists them all).
     #[arg(long, required_unless_present = "plan")]
     pub planner: Option<String>,
+    /// Training iterations, 1 to 100000 (a run predicted to take over an hour is refused).
     #[arg(long, default_value_t = 10)]
     pub iters: u32,
-    /// Device-arena allocator: perfect, best-fit or virtual-chunks (default:
-    /// the plan's own, `perfect` for plans made here). Also used by the
-    /// simulator's prediction.
+    /// Device-arena allocator: perfect, best-fit, size-class or virtual-chunks
+    /// (default: the plan's own, `perfect` for plans made here). Also used by
+    /// the simulator's prediction.
     #[arg(long)]
     pub allocator: Option<String>,
-    /// Physical chunk size of `virtual-chunks`, KiB (tiny models need small
-    /// chunks such as 64); requests up to a quarter chunk share chunks.
-    #[arg(long = "chunk-kib", default_value_t = 2048)]
-    pub chunk_kib: u64,
+    /// Physical chunk size of `--allocator virtual-chunks`, KiB (default 2048;
+    /// tiny models need small chunks such as 64); requests up to a quarter
+    /// chunk share chunks.
+    #[arg(long = "chunk-kib")]
+    pub chunk_kib: Option<u64>,
     /// Throttle host<->device copies to this rate (GB/s) so overlap and stalls show.
     #[arg(long = "link-gbps")]
     pub link_gbps: Option<f64>,
@@ -153,7 +166,9 @@ pub struct GraphArgs {
     #[arg(long, conflicts_with = "graph")]
     pub model: Option<String>,
     /// Batch size for a zoo model (default: the model's).
-    #[arg(long, requires = "model")]
+    // Hyphen values reach the number parser, which names `-1` as not a whole
+    // number, instead of clap calling it an unexpected argument.
+    #[arg(long, requires = "model", allow_hyphen_values = true)]
     pub batch: Option<u64>,
     /// A graph file (`dnn-train-graph/1` or `outcore-graph/1`).
     #[arg(long)]
@@ -173,7 +188,8 @@ pub struct TargetArgs {
     #[arg(long)]
     pub device: String,
     /// Budget: bytes, a size like 12GiB / 512MiB, or NN% of the footprint.
-    #[arg(long)]
+    // Negative text reaches the budget parser, which names the accepted range.
+    #[arg(long, allow_hyphen_values = true)]
     pub budget: String,
     /// Allocator the plan uses: perfect, best-fit, size-class or virtual-chunks.
     #[arg(long, default_value = "perfect")]

@@ -56,6 +56,7 @@ pub fn run(cli: Cli) -> Result<()> {
             json,
         } => cmd_compare(&graph, &target, &planners, json),
         Command::Run(args) => cmd_run(args),
+        Command::Verify { plan, json } => cmd_verify(&plan, json),
         Command::AllocReplay {
             trace,
             allocator,
@@ -81,7 +82,27 @@ fn graph_source(args: &GraphArgs) -> Result<GraphSource> {
             knobs: outcore::parse_knobs(&args.knobs)?,
             optimizer: args.optimizer.clone(),
         },
-        (None, Some(path)) => GraphSource::File { path: path.clone() },
+        (None, Some(path)) => {
+            // A graph file fixes its batch, shapes and optimizer when exported:
+            // a zoo flag given with it would be silently ignored.
+            let knob = args
+                .knobs
+                .first()
+                .map(|k| format!("--{}", k.replace('=', " ")))
+                .unwrap_or_default();
+            let ignored = [
+                ("--batch".to_string(), args.batch.is_some()),
+                (knob, !args.knobs.is_empty()),
+                ("--optimizer".to_string(), args.optimizer.is_some()),
+            ];
+            if let Some((flag, _)) = ignored.iter().find(|(_, given)| *given) {
+                bail!(
+                    "{flag} does not apply to --graph {}: a graph file fixes its batch, shapes and optimizer when exported; drop {flag}, or use --model NAME",
+                    path.display()
+                );
+            }
+            GraphSource::File { path: path.clone() }
+        }
         _ => bail!("give a model with --model NAME or a graph file with --graph FILE"),
     })
 }
@@ -156,11 +177,13 @@ fn planner_outcome_json(o: &PlannerOutcome) -> Value {
 
 fn cmd_export(args: &GraphArgs, output: &Path) -> Result<()> {
     let loaded = load_graph(args)?;
-    std::fs::write(
-        output,
-        outcore_graph::format::native::to_string(&loaded.graph),
-    )
-    .with_context(|| format!("cannot write {}", output.display()))?;
+    let text = outcore_graph::format::native::to_string(&loaded.graph);
+    if output == Path::new("-") {
+        // The graph is the output; the summary line would corrupt it.
+        say!("{text}");
+        return Ok(());
+    }
+    std::fs::write(output, text).with_context(|| format!("cannot write {}", output.display()))?;
     say!(
         "wrote {} ({} ops, {} tensors, {})",
         output.display(),
@@ -309,6 +332,8 @@ fn cmd_simulate(
             0.0,
             out.simulate_time_s,
         );
+        // No planner ran here: a 0.0 would read as a measured time.
+        v["planner_time_s"] = Value::Null;
         v["allocator"] = json!(plan.allocator.name());
         print_json(&v)?;
     } else {
@@ -469,11 +494,40 @@ fn cmd_alloc_replay(
 }
 
 /// The allocator `outcore run --allocator NAME --chunk-kib N` names.
-fn run_allocator(name: &str, chunk_kib: u64) -> Result<outcore::AllocatorSpec> {
-    Ok(match name {
-        "virtual-chunks" => outcore::virtual_chunks_allocator(chunk_kib)?,
-        other => outcore::parse_allocator(other)?,
+fn run_allocator(name: &str, chunk_kib: Option<u64>) -> Result<outcore::AllocatorSpec> {
+    Ok(match (name, chunk_kib) {
+        ("virtual-chunks", kib) => outcore::virtual_chunks_allocator(kib.unwrap_or(2048))?,
+        (other, Some(kib)) => bail!(
+            "--chunk-kib {kib} does not apply to --allocator {other}: it is the chunk size of virtual-chunks; drop --chunk-kib or use --allocator virtual-chunks"
+        ),
+        (other, None) => outcore::parse_allocator(other)?,
     })
+}
+
+fn cmd_verify(plan_path: &Path, json_out: bool) -> Result<()> {
+    let plan = outcore::load_plan(plan_path)?;
+    let graph = outcore::graph_of_plan(&plan)?;
+    let v = outcore::verify_plan(&plan, &graph);
+    if json_out {
+        print_json(&serde_json::to_value(&v)?)?;
+    } else if v.passed {
+        say!(
+            "verified           {} ({} steps, budget {}, {} allocator)",
+            plan_path.display(),
+            plan.n_steps(),
+            fmt_bytes(plan.budget_bytes),
+            plan.allocator.name()
+        );
+    } else {
+        say!("FAILED             {} violations", v.violation_count);
+        for line in &v.violations {
+            say!("  {line}");
+        }
+    }
+    if let Some(err) = v.error() {
+        return Err(err.into());
+    }
+    Ok(())
 }
 
 fn cmd_run(a: RunArgs) -> Result<()> {
@@ -494,23 +548,37 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         trace: a.trace.is_some(),
     };
     options.validate()?;
+    if a.allocator.is_none()
+        && let Some(kib) = a.chunk_kib
+    {
+        bail!(
+            "--chunk-kib {kib} needs --allocator virtual-chunks (it is that allocator's chunk size); add it, or drop --chunk-kib"
+        );
+    }
     let allocator = a
         .allocator
         .as_deref()
         .map(|name| run_allocator(name, a.chunk_kib))
         .transpose()?;
     // The plan: loaded, or made here for the CPU device.
-    let (graph, mut plan) = if let Some(path) = &a.plan {
-        let plan = outcore::load_plan(path)?;
-        (outcore::graph_of_plan(&plan)?, plan)
+    let (graph, plan) = if let Some(path) = &a.plan {
+        let mut plan = outcore::load_plan(path)?;
+        let graph = outcore::graph_of_plan(&plan)?;
+        // The arena runs the named allocator (the plan's own otherwise).
+        if let Some(allocator) = allocator {
+            outcore::set_allocator(&mut plan, &graph, allocator);
+        }
+        (graph, plan)
     } else {
         let loaded = load_graph(&a.graph)?;
         let budget = a.budget.as_deref().unwrap_or("100%");
         let budget_bytes = outcore::parse_budget(budget, loaded.footprint_bytes())?;
+        // Planned under the allocator the arena runs (a size-class pool is
+        // sized for the plan here).
         let target = outcore::cpu_target(
             &loaded,
             budget_bytes,
-            allocator.clone().unwrap_or_default(),
+            allocator.unwrap_or_default(),
             &options,
         )?;
         let planner = a.planner.as_deref().unwrap_or("none");
@@ -521,10 +589,6 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         let made = outcore::plan(&loaded, planner, &target, &plan_options)?;
         (loaded.graph, made.plan)
     };
-    // The arena runs the named allocator (a loaded plan's own otherwise).
-    if let Some(allocator) = allocator {
-        plan.allocator = allocator;
-    }
     let out = outcore::run(&graph, plan, &options)?;
     if let (Some(path), Some(trace)) = (&a.trace, &out.trace) {
         std::fs::write(path, serde_json::to_string(trace)?)
@@ -554,13 +618,15 @@ fn print_run(out: &outcore::RunResult) {
         out.allocator
     );
     say!(
-        "iteration time     measured {:.6} s, predicted {:.6} s",
+        "iteration time     measured {:.6} s, predicted {:.6} s (simulated on device profile `{}`)",
         out.measured_iter_time_s,
-        out.predicted_iter_time_s
+        out.predicted_iter_time_s,
+        out.predicted_device
     );
     say!(
-        "peak device        {} of a {} arena",
-        fmt_bytes(out.peak_device_bytes),
+        "device memory      plan's simulated peak {}; arena high-water mark {} of a {} arena",
+        fmt_bytes(out.predicted_peak_bytes),
+        fmt_bytes(out.arena_high_water_bytes),
         fmt_bytes(out.budget_bytes)
     );
     say!(

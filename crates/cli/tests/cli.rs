@@ -40,12 +40,18 @@ fn fails_with(args: &[&str], needle: &str) {
     );
 }
 
-fn shared(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/graphs")
-        .join(name)
-        .display()
-        .to_string()
+/// A PyTorch-exported example graph kept in the repository (`crates/graph/tests/data`),
+/// so that the tests pass on a clone with nothing beside it.
+fn example_graph(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../graph/tests/data")
+        .join(name);
+    assert!(
+        path.is_file(),
+        "example graph {} is missing from the repository",
+        path.display()
+    );
+    path.display().to_string()
 }
 
 fn temp(name: &str) -> PathBuf {
@@ -131,7 +137,7 @@ fn stats_resnet50_has_its_published_parameter_count() {
 #[test]
 fn stats_of_pytorch_graphs_match_their_summaries() {
     for name in ["vgg16_b32.json", "mobilenet_v2_b64.json"] {
-        let path = shared(name);
+        let path = example_graph(name);
         let v = json_of(&["stats", "--graph", &path, "--json"]);
         let doc: Value =
             serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
@@ -329,7 +335,7 @@ fn bad_input_is_a_one_line_error() {
         "unsupported format",
     );
     // A dnn-train-graph whose op reads a tensor that does not exist.
-    let text = std::fs::read_to_string(shared("vgg16_b32.json")).expect("read");
+    let text = std::fs::read_to_string(example_graph("vgg16_b32.json")).expect("read");
     let mut doc: Value = serde_json::from_str(&text).expect("json");
     doc["ops"][0]["inputs"][0] = Value::from(999_999);
     let invalid = temp("invalid.json");

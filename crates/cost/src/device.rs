@@ -317,7 +317,8 @@ impl DeviceProfile {
                 source,
             })
         })?;
-        DeviceProfile::from_json_str(&text, &origin)
+        // A UTF-8 byte order mark (some editors write one) is not JSON.
+        DeviceProfile::from_json_str(text.strip_prefix('\u{feff}').unwrap_or(&text), &origin)
     }
 
     /// A built-in profile by name, else a profile file at that path.

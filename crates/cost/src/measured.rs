@@ -197,7 +197,8 @@ impl MeasuredTable {
                 source,
             })
         })?;
-        MeasuredTable::from_json_str(&text, &origin)
+        // A UTF-8 byte order mark (some editors write one) is not JSON.
+        MeasuredTable::from_json_str(text.strip_prefix('\u{feff}').unwrap_or(&text), &origin)
     }
 
     /// The JSON text of the table.

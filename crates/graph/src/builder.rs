@@ -15,6 +15,8 @@
 //! statistics update is a separate small op, so the normalisation stays pure and
 //! recomputable; `num_batches_tracked` is not modelled (8 bytes).
 
+use std::cell::RefCell;
+
 use crate::{
     Conv2dAttrs, DType, Graph, GraphError, GraphMeta, Op, OpId, OpKind, Phase, Pool2dAttrs, Tensor,
     TensorId, TensorKind,
@@ -117,7 +119,17 @@ pub struct GraphBuilder {
     /// Parameters with their optional-state slot, in creation order.
     params: Vec<TensorId>,
     next_seed: u64,
+    /// The first size or FLOP count that did not fit in 64 bits (what and where).
+    /// Layers keep building on saturated values so that their signatures stay
+    /// infallible; [`Self::finish`] returns the overflow as an error, so no
+    /// wrapped or saturated number ever reaches a graph.
+    overflow: RefCell<Option<String>>,
 }
+
+/// The largest tensor the builder makes: 2^60 bytes (1 EiB), far beyond any
+/// device, and small enough that a tensor's element count times the small
+/// per-element FLOP factors of the layers (at most 12) still fits in 64 bits.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 60;
 
 impl GraphBuilder {
     /// Starts a graph for `model` at `batch`, with `dtype` activations and parameters.
@@ -138,6 +150,7 @@ impl GraphBuilder {
             scope: Vec::new(),
             params: Vec::new(),
             next_seed: 0x5eed,
+            overflow: RefCell::new(None),
         }
     }
 
@@ -191,7 +204,56 @@ impl GraphBuilder {
 
     /// Number of elements of a tensor.
     pub fn numel(&self, t: TensorId) -> u64 {
-        self.tensors[t.index()].numel()
+        self.product("element count", &self.tensors[t.index()].shape)
+    }
+
+    /// The product of `factors` (a size or a FLOP count), checked: on overflow
+    /// the first one is recorded with `what` and the current scope, and the
+    /// result saturates (see [`Self::finish`], which turns it into an error).
+    pub fn product(&self, what: &str, factors: &[u64]) -> u64 {
+        factors
+            .iter()
+            .try_fold(1u64, |acc, &f| acc.checked_mul(f))
+            .unwrap_or_else(|| {
+                self.note_overflow(what);
+                u64::MAX
+            })
+    }
+
+    /// The sum of `terms`, checked like [`Self::product`].
+    fn sum(&self, what: &str, terms: &[u64]) -> u64 {
+        terms
+            .iter()
+            .try_fold(0u64, |acc, &t| acc.checked_add(t))
+            .unwrap_or_else(|| {
+                self.note_overflow(what);
+                u64::MAX
+            })
+    }
+
+    /// The first overflow recorded, as an error.
+    fn check_overflow(&self) -> Result<(), GraphError> {
+        match self.overflow.borrow().as_ref() {
+            None => Ok(()),
+            Some(what) => Err(crate::GraphErrorKind::Overflow {
+                model: self.meta.model.clone(),
+                batch: self.meta.batch,
+                what: what.clone(),
+            }
+            .into()),
+        }
+    }
+
+    fn note_overflow(&self, what: &str) {
+        let mut first = self.overflow.borrow_mut();
+        if first.is_none() {
+            let at = self.qualified("");
+            *first = Some(if at.is_empty() {
+                what.to_string()
+            } else {
+                format!("{what} at {at}")
+            });
+        }
     }
 
     /// Number of parameters created so far (elements).
@@ -208,13 +270,20 @@ impl GraphBuilder {
         requires_grad: bool,
     ) -> TensorId {
         let id = TensorId(self.tensors.len() as u32);
-        let numel: u64 = shape.iter().product();
+        let mut size_bytes = self.product(
+            "tensor size",
+            &[self.product("element count", shape), dtype.size_bytes()],
+        );
+        if size_bytes > MAX_TENSOR_BYTES {
+            self.note_overflow("tensor size over 2^60 bytes");
+            size_bytes = MAX_TENSOR_BYTES;
+        }
         self.tensors.push(Tensor {
             id,
             name,
             shape: shape.to_vec(),
             dtype,
-            size_bytes: numel * dtype.size_bytes(),
+            size_bytes,
             kind,
             producer: None,
             view_of: None,
@@ -310,16 +379,18 @@ impl GraphBuilder {
                 seen.push(t);
             }
         }
-        op.bytes_read = seen
+        let read: Vec<u64> = seen
             .iter()
             .map(|t| self.tensors[t.index()].size_bytes)
-            .sum();
-        op.bytes_written = op
+            .collect();
+        op.bytes_read = self.sum("bytes read", &read);
+        let written: Vec<u64> = op
             .outputs
             .iter()
             .filter(|t| self.tensors[t.index()].view_of.is_none())
             .map(|t| self.tensors[t.index()].size_bytes)
-            .sum();
+            .collect();
+        op.bytes_written = self.sum("bytes written", &written);
         self.ops.push(op);
     }
 
@@ -394,11 +465,11 @@ impl GraphBuilder {
             inputs.push(b);
         }
         self.pop_scope();
-        let flops = 2 * n * out_channels * ho * wo * (c / g) * kh * kw;
+        let flops = self.product("FLOPs", &[2, n, out_channels, ho, wo, c / g, kh, kw]);
         let out = self.act_out(vec![n, out_channels, ho, wo]);
         let (op, outs) = self.forward_op(OpKind::Conv2d(attrs), name, inputs, &out, flops);
         let bwd_flops = if self.requires_grad[x.index()] {
-            2 * flops
+            self.product("FLOPs", &[2, flops])
         } else {
             flops
         };
@@ -435,14 +506,14 @@ impl GraphBuilder {
         let xs = self.shape(x).to_vec();
         let in_features = *xs.last().unwrap_or(&1);
         let out_features = self.shape(w)[0];
-        let rows = xs.iter().product::<u64>() / in_features.max(1);
+        let rows = self.product("element count", &xs) / in_features.max(1);
         let mut out_shape = xs.clone();
         if let Some(last) = out_shape.last_mut() {
             *last = out_features;
         }
         let mut inputs = vec![x, w];
         inputs.extend(b);
-        let flops = 2 * rows * in_features * out_features;
+        let flops = self.product("FLOPs", &[2, rows, in_features, out_features]);
         let out = self.act_out(out_shape);
         let (op, outs) = self.forward_op(
             OpKind::Linear { bias: b.is_some() },
@@ -452,7 +523,7 @@ impl GraphBuilder {
             flops,
         );
         let bwd_flops = if self.requires_grad[x.index()] {
-            2 * flops
+            self.product("FLOPs", &[2, flops])
         } else {
             flops
         };
@@ -486,10 +557,10 @@ impl GraphBuilder {
         } else {
             bs[bs.len() - 1]
         };
-        let batch: u64 = as_[..r - 2].iter().product();
+        let batch = self.product("element count", &as_[..r - 2]);
         let mut out_shape = as_[..r - 2].to_vec();
         out_shape.extend([m, n]);
-        let flops = 2 * batch * m * k * n;
+        let flops = self.product("FLOPs", &[2, batch, m, k, n]);
         let out = self.act_out(out_shape);
         let (op, outs) = self.forward_op(
             OpKind::MatMul { transpose_b, scale },
@@ -503,7 +574,7 @@ impl GraphBuilder {
             BackwardRule::Op {
                 grad_of: vec![outs[0]],
                 saved: vec![a, b],
-                flops: 2 * flops,
+                flops: self.product("FLOPs", &[2, flops]),
             },
         );
         outs[0]
@@ -657,7 +728,7 @@ impl GraphBuilder {
         let ho = pool_out(xs[2], kernel, stride, padding, ceil_mode);
         let wo = pool_out(xs[3], kernel, stride, padding, ceil_mode);
         let shape = vec![xs[0], xs[1], ho, wo];
-        let numel_out = shape.iter().product();
+        let numel_out = self.product("element count", &shape);
         (attrs, shape, numel_out)
     }
 
@@ -821,8 +892,14 @@ impl GraphBuilder {
         let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
         let (k, s) = (kernel as u64, stride as u64);
         // PyTorch: (len - 1) * stride - 2 * padding + dilation * (k - 1) + 1.
-        let ho = (h.saturating_sub(1)) * s + k;
-        let wo = (w.saturating_sub(1)) * s + k;
+        let ho = self.sum(
+            "height",
+            &[self.product("height", &[h.saturating_sub(1), s]), k],
+        );
+        let wo = self.sum(
+            "width",
+            &[self.product("width", &[w.saturating_sub(1), s]), k],
+        );
         self.push_scope(name);
         let weight = self.parameter("weight", &[c, out_channels, k, k]);
         let mut inputs = vec![x, weight];
@@ -831,11 +908,11 @@ impl GraphBuilder {
             inputs.push(b);
         }
         self.pop_scope();
-        let flops = 2 * n * c * h * w * out_channels * k * k;
+        let flops = self.product("FLOPs", &[2, n, c, h, w, out_channels, k, k]);
         let out = self.act_out(vec![n, out_channels, ho, wo]);
         let (op, outs) = self.forward_op(OpKind::ConvTranspose2d(attrs), name, inputs, &out, flops);
         let bwd_flops = if self.requires_grad[x.index()] {
-            2 * flops
+            self.product("FLOPs", &[2, flops])
         } else {
             flops
         };
@@ -858,7 +935,7 @@ impl GraphBuilder {
         let r = shape.len();
         shape[r - 1] += (pads[0] + pads[1]) as u64;
         shape[r - 2] += (pads[2] + pads[3]) as u64;
-        let numel: u64 = shape.iter().product();
+        let numel = self.product("element count", &shape);
         let out = self.act_out(shape);
         let (op, outs) = self.forward_op(OpKind::ZeroPad2d { pads }, "pad", vec![x], &out, numel);
         self.record(
@@ -1045,8 +1122,9 @@ impl GraphBuilder {
     /// output gradient.
     pub fn concat(&mut self, parts: &[TensorId], axis: usize) -> TensorId {
         let mut shape = self.shape(parts[0]).to_vec();
-        shape[axis] = parts.iter().map(|&p| self.shape(p)[axis]).sum();
-        let numel: u64 = shape.iter().product();
+        let lengths: Vec<u64> = parts.iter().map(|&p| self.shape(p)[axis]).collect();
+        shape[axis] = self.sum("concatenated length", &lengths);
+        let numel = self.product("element count", &shape);
         let out = self.act_out(shape);
         let (op, outs) = self.forward_op(
             OpKind::Concat { axis: axis as u32 },
@@ -1073,7 +1151,7 @@ impl GraphBuilder {
     /// Flattens all axes after the first into one (a view).
     pub fn flatten(&mut self, x: TensorId) -> TensorId {
         let xs = self.shape(x).to_vec();
-        let rest: u64 = xs[1..].iter().product();
+        let rest = self.product("element count", &xs[1..]);
         self.reshape(x, &[xs[0], rest])
     }
 
@@ -1104,7 +1182,7 @@ impl GraphBuilder {
         let mut shape = self.shape(indices).to_vec();
         let dim = self.shape(table)[1];
         shape.push(dim);
-        let numel: u64 = shape.iter().product();
+        let numel = self.product("element count", &shape);
         let out = self.act_out(shape);
         let (op, outs) =
             self.forward_op(OpKind::Embedding, name, vec![indices, table], &out, numel);
@@ -1122,7 +1200,7 @@ impl GraphBuilder {
     /// A forward tensor filled with zeros (e.g. an RNN's initial state).
     pub fn zeros(&mut self, name: &str, shape: &[u64]) -> TensorId {
         let out = [("", shape.to_vec(), self.dtype)];
-        let numel: u64 = shape.iter().product();
+        let numel = self.product("element count", shape);
         let (op, outs) = self.forward_op(OpKind::Fill { value: 0.0 }, name, vec![], &out, numel);
         self.tape.push(TapeEntry {
             op,
@@ -1148,11 +1226,24 @@ impl GraphBuilder {
         let batch = self.shape(x)[0];
         let input = self.shape(x)[1];
         let hidden = self.shape(h)[1];
-        let flops = 2 * batch * 4 * hidden * (input + hidden) + 10 * batch * hidden;
+        let flops = self.sum(
+            "FLOPs",
+            &[
+                self.product(
+                    "FLOPs",
+                    &[2, batch, 4, hidden, self.sum("width", &[input, hidden])],
+                ),
+                self.product("FLOPs", &[10, batch, hidden]),
+            ],
+        );
         let outs_spec = [
             ("h", vec![batch, hidden], self.dtype),
             ("c", vec![batch, hidden], self.dtype),
-            ("gates", vec![batch, 4 * hidden], self.dtype),
+            (
+                "gates",
+                vec![batch, self.product("width", &[4, hidden])],
+                self.dtype,
+            ),
         ];
         let (op, outs) = self.forward_op(
             OpKind::LstmCell,
@@ -1166,7 +1257,7 @@ impl GraphBuilder {
             BackwardRule::Op {
                 grad_of: vec![outs[0], outs[1]],
                 saved: vec![x, h, c, w_ih, w_hh, outs[1], outs[2]],
-                flops: 2 * flops,
+                flops: self.product("FLOPs", &[2, flops]),
             },
         );
         (outs[0], outs[1])
@@ -1246,7 +1337,7 @@ impl GraphBuilder {
     /// like `x`; it saves nothing.
     pub fn expand(&mut self, x: TensorId, shape: &[u64]) -> TensorId {
         let out = self.act_out(shape.to_vec());
-        let numel: u64 = shape.iter().product();
+        let numel = self.product("element count", shape);
         let (op, outs) = self.forward_op(OpKind::Expand, "expand", vec![x], &out, 0);
         self.make_views(op, x, &outs);
         self.record(
@@ -1321,6 +1412,8 @@ impl GraphBuilder {
 
     /// Emits backward from `loss` and the optimizer's updates, then validates.
     pub fn finish(mut self, loss: TensorId, optimizer: Optimizer) -> Result<Graph, GraphError> {
+        // Before the backward pass: it would only repeat saturated numbers.
+        self.check_overflow()?;
         let mut grad: Vec<Option<TensorId>> = vec![None; self.tensors.len()];
         // Seed: d loss / d loss = 1.
         let seed = self.backward_op(
@@ -1466,6 +1559,19 @@ impl GraphBuilder {
 
         self.emit_optimizer(&grad, optimizer);
         self.meta.optimizer = optimizer.name().to_string();
+        // Every total an analysis takes (footprint, bytes and FLOPs by phase) is at
+        // most the sum over all tensors or all ops: if these fit, none wraps.
+        let sizes: Vec<u64> = self.tensors.iter().map(|t| t.size_bytes).collect();
+        self.sum("total tensor bytes", &sizes);
+        let flops: Vec<u64> = self.ops.iter().map(|o| o.flops).collect();
+        self.sum("total FLOPs", &flops);
+        let moved: Vec<u64> = self
+            .ops
+            .iter()
+            .map(|o| o.bytes_read.saturating_add(o.bytes_written))
+            .collect();
+        self.sum("total bytes moved", &moved);
+        self.check_overflow()?;
         let graph = Graph {
             meta: self.meta,
             tensors: self.tensors,

@@ -38,6 +38,16 @@ pub enum GraphErrorKind {
     UnknownModel { name: String },
     #[error("model `{model}`: {detail}")]
     BadKnob { model: String, detail: String },
+    /// A size or FLOP count of a model at the requested batch and knobs does not
+    /// fit in 64 bits (it would have wrapped).
+    #[error(
+        "model `{model}`: {what} overflows 64 bits at batch {batch}; lower --batch or the model's knobs (`outcore zoo` lists them)"
+    )]
+    Overflow {
+        model: String,
+        batch: u64,
+        what: String,
+    },
     #[error("{0}")]
     Invalid(#[from] ValidationErrors),
 }
@@ -109,6 +119,9 @@ pub enum ViolationKind {
     InputWithProducer { producer: OpId },
     /// Zero bytes.
     ZeroSize,
+    /// A size, FLOP count or total over the graph beyond what 64-bit
+    /// arithmetic on it can hold (see [`crate::builder::MAX_TENSOR_BYTES`]).
+    TooLarge { what: &'static str, limit: u64 },
     /// `size_bytes` disagrees with shape times dtype size.
     SizeMismatch { expected_bytes: u64 },
     /// A view that points at itself, loops, is larger than its owner, or also updates in place.
@@ -154,6 +167,9 @@ impl fmt::Display for ViolationKind {
                 "is a graph input kind but is produced by {producer}; set inplace_update_of if it is an update"
             ),
             ViolationKind::ZeroSize => f.write_str("has zero bytes"),
+            ViolationKind::TooLarge { what, limit } => {
+                write!(f, "{what} is out of range; accepted: at most {limit}")
+            }
             ViolationKind::SizeMismatch { expected_bytes } => write!(
                 f,
                 "size_bytes disagrees with shape x dtype ({expected_bytes} bytes)"

@@ -81,8 +81,9 @@ impl Tensor {
         self.kind.is_persistent() && self.producer.is_none() && self.allocates()
     }
 
-    /// Number of elements.
+    /// Number of elements (saturating: a validated graph's shapes never
+    /// saturate, and validation reports the overflow of an unvalidated one).
     pub fn numel(&self) -> u64 {
-        self.shape.iter().product()
+        self.shape.iter().fold(1u64, |n, &d| n.saturating_mul(d))
     }
 }

@@ -1,7 +1,12 @@
 //! Structural validation of a graph, reporting every located violation.
 
+use crate::builder::MAX_TENSOR_BYTES;
 use crate::error::{Location, ValidationErrors, Violation, ViolationKind};
 use crate::{Graph, OpId, TensorId};
+
+/// The most bytes all tensors and workspaces of a graph may add up to: live
+/// bytes are summed as signed 64-bit deltas.
+const MAX_TOTAL: u64 = i64::MAX as u64;
 
 /// Checks that `graph` is well formed: dense ids, no dangling references, one
 /// producer per tensor, every read after its producer in the given order, no
@@ -30,6 +35,45 @@ pub fn validate(graph: &Graph) -> Result<(), ValidationErrors> {
     }
     if !v.is_empty() {
         // Everything below indexes by id; stop here.
+        return Err(ValidationErrors { violations: v });
+    }
+    // The analyses sum sizes (signed, for live-byte deltas), FLOPs and bytes
+    // moved over the whole graph: if the totals fit, no partial sum wraps.
+    fn total(mut values: impl Iterator<Item = u64>) -> Option<u64> {
+        values.try_fold(0u64, |sum, x| sum.checked_add(x))
+    }
+    let memory = total(
+        graph
+            .tensors
+            .iter()
+            .map(|t| t.size_bytes)
+            .chain(graph.ops.iter().map(|o| o.workspace_bytes)),
+    );
+    if memory.is_none_or(|b| b > MAX_TOTAL) {
+        v.push(at_graph(ViolationKind::TooLarge {
+            what: "the sum of all tensors' size_bytes and ops' workspace_bytes",
+            limit: MAX_TOTAL,
+        }));
+    }
+    if total(graph.ops.iter().map(|o| o.flops)).is_none() {
+        v.push(at_graph(ViolationKind::TooLarge {
+            what: "the sum of all ops' flops",
+            limit: u64::MAX,
+        }));
+    }
+    let moved = total(
+        graph
+            .ops
+            .iter()
+            .flat_map(|o| [o.bytes_read, o.bytes_written]),
+    );
+    if moved.is_none() {
+        v.push(at_graph(ViolationKind::TooLarge {
+            what: "the sum of all ops' bytes_read and bytes_written",
+            limit: u64::MAX,
+        }));
+    }
+    if !v.is_empty() {
         return Err(ValidationErrors { violations: v });
     }
 
@@ -109,8 +153,21 @@ pub fn validate(graph: &Graph) -> Result<(), ValidationErrors> {
                 location: here,
                 kind: ViolationKind::ZeroSize,
             });
+        } else if t.size_bytes > MAX_TENSOR_BYTES {
+            v.push(Violation {
+                location: here,
+                kind: ViolationKind::TooLarge {
+                    what: "size_bytes",
+                    limit: MAX_TENSOR_BYTES,
+                },
+            });
         } else {
-            let expected_bytes = t.numel() * t.dtype.size_bytes();
+            // Checked: the shape of a file can be anything.
+            let expected_bytes = t
+                .shape
+                .iter()
+                .try_fold(t.dtype.size_bytes(), |n, &d| n.checked_mul(d))
+                .unwrap_or(u64::MAX);
             if expected_bytes != t.size_bytes {
                 v.push(Violation {
                     location: here,

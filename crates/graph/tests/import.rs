@@ -1,25 +1,33 @@
-//! The `dnn-train-graph/1` importer on the two example graphs in ../shared/graphs.
+//! The `dnn-train-graph/1` importer on the two example graphs in tests/data
+//! (exported from PyTorch; kept in the repository so that the test is self-contained).
 
 use outcore_graph::format::{load_graph_file, native};
 use outcore_graph::{Phase, stats};
 use serde_json::Value;
 use std::path::PathBuf;
 
-fn shared_graph(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/graphs")
-        .join(name)
+fn example_graph(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    // A missing file is a failure, never a skip.
+    assert!(
+        path.is_file(),
+        "example graph {} is missing from the repository",
+        path.display()
+    );
+    path
 }
 
 /// Loads the file's own `summary` object to compare against.
 fn summary(name: &str) -> Value {
-    let text = std::fs::read_to_string(shared_graph(name)).expect("example graph is readable");
+    let text = std::fs::read_to_string(example_graph(name)).expect("example graph is readable");
     let doc: Value = serde_json::from_str(&text).expect("example graph is JSON");
     doc["summary"].clone()
 }
 
 fn check_against_summary(name: &str) {
-    let graph = load_graph_file(&shared_graph(name)).expect("example graph imports and validates");
+    let graph = load_graph_file(&example_graph(name)).expect("example graph imports and validates");
     let s = stats(&graph);
     let summ = summary(name);
     let u = |k: &str| summ[k].as_u64().expect("summary field is an integer");

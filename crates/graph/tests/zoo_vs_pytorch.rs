@@ -1,6 +1,6 @@
 //! Zoo builders against real PyTorch training steps: the footprint (peak live bytes)
 //! of zoo `vgg16` at batch 32 and `mobilenet_v2` at batch 64 is within 10% of the
-//! liveness peak of the captured graphs in ../shared/graphs.
+//! liveness peak of the captured graphs in tests/data (kept in the repository).
 
 use outcore_graph::builder::Optimizer;
 use outcore_graph::{stats, zoo};
@@ -11,8 +11,13 @@ use std::path::PathBuf;
 /// The `summary` object of a captured `dnn-train-graph/1` file.
 fn summary(file: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/graphs")
+        .join("tests/data")
         .join(file);
+    assert!(
+        path.is_file(),
+        "example graph {} is missing from the repository",
+        path.display()
+    );
     let text = std::fs::read_to_string(&path).expect("example graph is readable");
     let doc: Value = serde_json::from_str(&text).expect("example graph is JSON");
     doc["summary"].clone()

@@ -136,6 +136,26 @@ pub enum ErrorKind {
     /// The plan cannot run under its allocator (see [`crate::Runnability`]).
     #[error("{reason}")]
     NotRunnable { reason: String },
+    /// `run --plan` of a plan made for another device than the backend's.
+    #[error(
+        "the plan was made for device `{device}`, but `run` executes on the cpu backend (device `{backend_device}`: an arena of exactly the budget, with its own speeds), where its memory layout and times do not hold; plan and run in one step with `outcore run --model NAME --budget B --planner P`"
+    )]
+    PlanForOtherDevice {
+        device: String,
+        backend_device: String,
+    },
+    /// The CPU backend's arena (and host buffers) would not fit in host memory.
+    #[error(
+        "the cpu backend allocates its device arena for real: a budget of {} needs about {} of host memory (arena, host copies, reference run) but {} is available; give a smaller --budget",
+        fmt_bytes(*budget_bytes),
+        fmt_bytes(*needed_bytes),
+        fmt_bytes(*available_bytes)
+    )]
+    HostMemory {
+        budget_bytes: u64,
+        needed_bytes: u64,
+        available_bytes: u64,
+    },
     /// A file could not be read or written.
     #[error("cannot {action} {path}: {source}")]
     Io {

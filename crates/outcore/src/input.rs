@@ -69,6 +69,20 @@ pub fn load_graph(source: &GraphSource) -> Result<LoadedGraph> {
         }
         GraphSource::File { path } => outcore_graph::format::load_graph_file(path)?,
     };
+    // A graph with no ops is valid as a data structure, but every number about
+    // it (ideal time, loss, throughput) would be 0 or NaN.
+    if graph.ops.is_empty() {
+        let what = match source {
+            GraphSource::Zoo { model, .. } => format!("model {model}"),
+            GraphSource::File { path } => path.display().to_string(),
+        };
+        return Err(Error::invalid(
+            "graph",
+            what,
+            "has no ops",
+            "a training step with at least one op; export the model again (tools/export_train_graph.py or `outcore export`)",
+        ));
+    }
     Ok(LoadedGraph {
         graph,
         source: source.clone(),
@@ -130,7 +144,16 @@ pub fn load_plan(path: &Path) -> Result<Plan> {
         path: path.display().to_string(),
         source,
     })?;
-    Ok(Plan::from_json(&text, &path.display().to_string())?)
+    Ok(Plan::from_json(
+        strip_bom(&text),
+        &path.display().to_string(),
+    )?)
+}
+
+/// The text without a leading UTF-8 byte order mark, which some editors write
+/// and JSON parsers reject as "expected value at line 1 column 1".
+pub fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
 }
 
 /// Writes a plan as `outcore-plan/1` JSON.
@@ -284,7 +307,10 @@ pub fn load_device(name_or_path: &str) -> Result<DeviceProfile> {
     Ok(DeviceProfile::load(name_or_path)?)
 }
 
-const ALLOCATORS: &str = "perfect, best-fit, size-class, virtual-chunks";
+/// The one allocator vocabulary of every command; where one does not apply
+/// (`perfect` places no addresses, so `alloc-replay` has nothing to replay
+/// with it) the command says so.
+pub const ALLOCATORS: &str = "perfect, best-fit, size-class, virtual-chunks";
 
 /// An allocator by its command-line name, with default parameters. A
 /// `size-class` pool is sized per plan by [`crate::plan`] from the plan's own

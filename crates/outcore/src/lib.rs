@@ -27,13 +27,13 @@ pub use error::{Error, ErrorKind, Result};
 pub use input::{
     GraphSource, LoadedGraph, check_time_limit_s, cost_model, graph_of_plan, load_device,
     load_graph, load_latency_table, load_plan, parse_allocator, parse_budget, parse_knobs,
-    parse_optimizer, parse_planner_list, parse_size, record_graph_source, virtual_chunks_allocator,
-    write_plan,
+    parse_optimizer, parse_planner_list, parse_size, record_graph_source, strip_bom,
+    virtual_chunks_allocator, write_plan,
 };
 pub use planning::{
     AllocReplayResult, Comparison, PlanOptions, PlanResult, PlannerOutcome, Runnability,
     SimulateOptions, SimulateResult, Target, Verification, alloc_replay, allocator_shortfall,
-    compare, plan, simulate_plan, size_classes_for_trace, verify_plan,
+    compare, plan, set_allocator, simulate_plan, size_classes_for_trace, verify_plan,
 };
 pub use run::{RunOptions, RunResult, cpu_target, run};
 

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{LoadedGraph, check_time_limit_s, cost_model, graph_of_plan, planner_by_name};
-use outcore_cost::{CostModel, DeviceProfile, MeasuredTable};
+use outcore_cost::{CostModel, DeviceProfile, MeasuredTable, RooflineModel};
 use outcore_graph::{Graph, OpId};
 use outcore_plan::{AllocatorSpec, Plan, PlanOutcome, PlanRequest, fmt_bytes, verify};
 use outcore_sim::{SimOom, SimOptions, SimReport, simulate};
@@ -46,6 +46,7 @@ impl Target {
             }
             .into());
         }
+        check_chunk_fits(&allocator, budget_bytes)?;
         Ok(Target {
             device,
             budget_bytes,
@@ -67,6 +68,24 @@ impl Target {
         let allocator = crate::input::parse_allocator(allocator)?;
         Target::new(graph, device, budget_bytes, allocator)
     }
+}
+
+/// A `virtual-chunks` chunk larger than the budget could hold no tensor at all.
+pub(crate) fn check_chunk_fits(allocator: &AllocatorSpec, budget_bytes: u64) -> Result<()> {
+    if let AllocatorSpec::VirtualChunks(config) = allocator
+        && config.chunk_bytes > budget_bytes
+    {
+        return Err(Error::invalid(
+            "chunk size (--chunk-kib)",
+            format!("{} KiB", config.chunk_bytes / 1024),
+            format!(
+                "larger than the {} budget (the whole arena)",
+                fmt_bytes(budget_bytes)
+            ),
+            "a chunk of at most the budget, usually far smaller: 2048 KiB (CUDA's granularity), or 64 for tiny models",
+        ));
+    }
+    Ok(())
 }
 
 /// Settings of planning that are not the target.
@@ -382,6 +401,20 @@ pub fn allocator_shortfall(allocator: &AllocatorSpec, oom: &SimOom) -> String {
     )
 }
 
+/// Makes `plan` run under `allocator`; a `size-class` pool is sized for the
+/// plan's own allocations (on its device, or unit costs without one), as
+/// `plan()` sizes it, since the default pool fits no particular plan.
+pub fn set_allocator(plan: &mut Plan, graph: &Graph, allocator: AllocatorSpec) {
+    plan.allocator = allocator;
+    if matches!(plan.allocator, AllocatorSpec::SizeClass(_)) {
+        let sized = match &plan.device {
+            Some(device) => size_class_pool_for(graph, plan, &RooflineModel::new(device.clone())),
+            None => size_class_pool_for(graph, plan, &outcore_cost::UnitCostModel),
+        };
+        plan.allocator = sized;
+    }
+}
+
 /// A size-class pool sized for `plan`: replayed first with the perfect
 /// allocator to record what it allocates.
 fn size_class_pool_for(graph: &Graph, plan: &Plan, cost: &dyn CostModel) -> AllocatorSpec {
@@ -417,6 +450,12 @@ pub struct SimulateOptions {
     pub latency_table: Option<MeasuredTable>,
 }
 
+impl SimulateOptions {
+    /// The most iterations simulated back to back: the report is the last
+    /// one's, and allocator state settles within a few, so more only takes time.
+    pub const MAX_ITERATIONS: usize = 1000;
+}
+
 impl Default for SimulateOptions {
     fn default() -> Self {
         SimulateOptions {
@@ -450,12 +489,15 @@ pub struct SimulateResult {
 /// plan's device, verifies the plan (an error if it fails) and simulates it on
 /// its own device under its own allocator.
 pub fn simulate_plan(plan: &Plan, options: &SimulateOptions) -> Result<SimulateResult> {
-    if options.iterations == 0 {
+    if !(1..=SimulateOptions::MAX_ITERATIONS).contains(&options.iterations) {
         return Err(Error::invalid(
-            "iterations",
-            "0",
+            "iterations (--iterations)",
+            options.iterations.to_string(),
             "out of range",
-            "a whole number of iterations, at least 1",
+            format!(
+                "a whole number of iterations in [1, {}]; the report is the last one's, and allocator caches settle within a few",
+                SimulateOptions::MAX_ITERATIONS
+            ),
         ));
     }
     plan.check_device("the plan")?;
@@ -509,7 +551,21 @@ pub fn alloc_replay(
     if capacity_bytes.is_some() {
         trace.capacity_bytes = capacity_bytes;
     }
-    let kind: outcore_alloc::AllocatorKind = allocator.parse()?;
+    if allocator == "perfect" {
+        return Err(Error::invalid(
+            "allocator (--allocator)",
+            allocator,
+            "does not apply to alloc-replay: the perfect allocator places no addresses, so there is nothing to replay",
+            "best-fit, size-class or virtual-chunks",
+        ));
+    }
+    let kind: outcore_alloc::AllocatorKind = allocator.parse().map_err(|_| {
+        Error::from(ErrorKind::UnknownName {
+            what: "allocator",
+            name: allocator.to_string(),
+            known: crate::input::ALLOCATORS.into(),
+        })
+    })?;
     let config = match outcore_alloc::AllocatorConfig::default_for(kind) {
         outcore_alloc::AllocatorConfig::SizeClass(_) => size_classes_for_trace(&trace)
             .config()

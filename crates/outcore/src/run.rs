@@ -47,14 +47,23 @@ impl Default for RunOptions {
 }
 
 impl RunOptions {
+    /// The most iterations of one run: measured times settle within a few, and
+    /// a run is also refused when its prediction exceeds [`Self::MAX_PREDICTED_RUN_S`].
+    pub const MAX_ITERS: u32 = 100_000;
+
+    /// The longest run accepted, by the simulator's prediction (one hour): a
+    /// tiny `--link-gbps` or `--synthetic-flops`, or a huge `--iters`, is refused
+    /// with the prediction instead of running silently for days.
+    pub const MAX_PREDICTED_RUN_S: f64 = 3600.0;
+
     /// Checks every number against its accepted range.
     pub fn validate(&self) -> Result<()> {
-        if self.iters == 0 {
+        if !(1..=Self::MAX_ITERS).contains(&self.iters) {
             return Err(Error::invalid(
-                "iterations",
-                "0",
+                "iterations (--iters)",
+                self.iters.to_string(),
                 "out of range",
-                "a whole number of iterations, at least 1",
+                format!("a whole number of iterations in [1, {}]", Self::MAX_ITERS),
             ));
         }
         if let Some(rate) = self.link_bytes_per_s
@@ -113,7 +122,13 @@ pub struct RunResult {
     pub measured_iter_time_s: f64,
     /// The simulator's iteration time for the same plan on the CPU device.
     pub predicted_iter_time_s: f64,
-    pub peak_device_bytes: u64,
+    /// The device profile the prediction is for (the CPU backend's).
+    pub predicted_device: String,
+    /// The plan's simulated peak device memory (live or reserved).
+    pub predicted_peak_bytes: u64,
+    /// The highest address the executor used in the device arena (includes the
+    /// arena's own fragmentation, so it can exceed the plan's peak).
+    pub arena_high_water_bytes: u64,
     pub budget_bytes: u64,
     pub allocator: String,
     pub swap_in_bytes: u64,
@@ -139,11 +154,27 @@ pub struct RunResult {
 /// [`ErrorKind::NotRunnable`]); its device is replaced by the CPU's.
 pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunResult> {
     options.validate()?;
+    // A plan made for another device assumed its speeds and, above all, its
+    // memory layout: run on the CPU arena, it can run out of memory or be judged
+    // on the wrong times. The CPU backend's plans embed its own profile.
+    let cpu_name = options.cpu_device(plan.budget_bytes.max(1)).name;
+    if let Some(device) = &plan.device
+        && device.name != cpu_name
+    {
+        return Err(ErrorKind::PlanForOtherDevice {
+            device: device.name.clone(),
+            backend_device: cpu_name,
+        }
+        .into());
+    }
+    check_host_memory(graph, plan.budget_bytes, options)?;
+    crate::planning::check_chunk_fits(&plan.allocator, plan.budget_bytes)?;
     plan.check_graph(graph)?;
     if let Some(err) = verify_plan(&plan, graph).error() {
         return Err(err);
     }
     let device = options.cpu_device(plan.budget_bytes);
+    let device_name = device.name.clone();
     plan.device = Some(device.clone());
     let cost = RooflineModel::new(device);
     let predicted = simulate(graph, &plan, &cost, &SimOptions::default())?.report;
@@ -152,6 +183,23 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
             reason: allocator_shortfall(&plan.allocator, oom),
         }
         .into());
+    }
+    // The reference run takes about as long again.
+    let runs = if options.reference { 2.0 } else { 1.0 };
+    let predicted_run_s = predicted.iter_time_s * f64::from(options.iters) * runs;
+    if !predicted_run_s.is_finite() || predicted_run_s > RunOptions::MAX_PREDICTED_RUN_S {
+        return Err(Error::invalid(
+            "run length (--iters, --link-gbps, --synthetic-flops)",
+            format!(
+                "{} iterations of {:.3e} s predicted = {predicted_run_s:.3e} s",
+                options.iters, predicted.iter_time_s
+            ),
+            "out of range",
+            format!(
+                "a run predicted to take at most {} s; lower --iters, or raise --link-gbps or --synthetic-flops",
+                RunOptions::MAX_PREDICTED_RUN_S
+            ),
+        ));
     }
     let exec_options = outcore_exec::ExecOptions {
         iters: options.iters,
@@ -184,7 +232,9 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
         iters: report.iters,
         measured_iter_time_s: report.measured_iter_time_s,
         predicted_iter_time_s: predicted.iter_time_s,
-        peak_device_bytes: report.peak_device_bytes,
+        predicted_device: device_name,
+        predicted_peak_bytes: predicted.peak_live_bytes.max(predicted.peak_reserved_bytes),
+        arena_high_water_bytes: report.peak_device_bytes,
         budget_bytes: plan.budget_bytes,
         allocator: plan.allocator.name().to_string(),
         swap_in_bytes: report.swap_in_bytes,
@@ -228,4 +278,41 @@ fn matches_reference(
     };
     let reference = outcore_exec::execute(graph, &reference_plan, &backend, &reference_options)?;
     Ok(reference.final_state() == report.final_state())
+}
+
+/// Host memory the run would take: the arena of the budget, host copies of
+/// what is swapped out (at most the footprint), and a reference run's arena of
+/// twice the footprint. Checked against the memory Linux reports available, so
+/// that too large a budget is an error instead of an abort.
+fn check_host_memory(graph: &Graph, budget_bytes: u64, options: &RunOptions) -> Result<()> {
+    let (footprint_bytes, _) = footprint(graph);
+    let reference_bytes = if options.reference {
+        footprint_bytes.saturating_mul(2)
+    } else {
+        0
+    };
+    let needed_bytes = budget_bytes
+        .saturating_add(footprint_bytes)
+        .saturating_add(reference_bytes);
+    let Some(available_bytes) = available_host_memory_bytes() else {
+        // Elsewhere the backend's fallible allocation reports the failure.
+        return Ok(());
+    };
+    if needed_bytes > available_bytes {
+        return Err(ErrorKind::HostMemory {
+            budget_bytes,
+            needed_bytes,
+            available_bytes,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of /proc/meminfo, where there is one.
+fn available_host_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }

@@ -1,7 +1,7 @@
 //! Conformance of every planner (`outcore_planners::all()`) on every zoo model at
 //! batch 32 (large defaults shrunk by knobs, so that activations dominate the
 //! footprint and the run stays short) and on the two example graphs in
-//! /work/shared/graphs, on v100-16gb-pcie3: at 100% of the footprint in graph
+//! crates/graph/tests/data (in the repository), on v100-16gb-pcie3: at 100% of the footprint in graph
 //! order, and at 70% and 50% in graph order and in a seeded random topological
 //! order. Each run is either a plan that verifies and simulates with a
 //! throughput against ideal in (0, 1], or an infeasibility with a message; a
@@ -84,14 +84,13 @@ fn graphs() -> Vec<(String, Graph)> {
         out.push((info.name.to_string(), g));
     }
     for file in EXAMPLE_GRAPHS {
-        let path = std::path::Path::new("/work/shared/graphs").join(file);
-        if path.exists() {
-            let g = outcore_graph::format::load_graph_file(&path)
-                .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
-            out.push((file.to_string(), g));
-        } else {
-            eprintln!("conformance_all: {} is missing, skipped", path.display());
-        }
+        // In the repository, so that a missing file is a failure, never a skip.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../graph/tests/data")
+            .join(file);
+        let g = outcore_graph::format::load_graph_file(&path)
+            .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
+        out.push((file.to_string(), g));
     }
     out
 }

@@ -58,6 +58,10 @@ pub enum SimErrorKind {
         "the plan's allocator configuration is invalid: {0}; use {{\"kind\": \"perfect\"}}, best-fit, size-class or virtual-chunks"
     )]
     BadAllocator(String),
+    #[error(
+        "the simulated time is infinite at {0}: the cost model gives it a rate of 0 or an infinite time; check the device profile's rates and the latency table"
+    )]
+    InfiniteTime(StepRef),
     #[error("the plan deadlocks at {0}: verify the plan first (`outcore plan` does)")]
     Deadlock(StepRef),
     #[error("the plan references {0}, which the graph lacks: it was made for another graph")]
@@ -533,6 +537,15 @@ pub fn simulate_program<P: Program>(
                     };
                     t_next = t_next.min(end);
                 }
+            }
+            // Something is running but never ends: a rate of 0 or an infinite
+            // op time, not a deadlock.
+            if !t_next.is_finite()
+                && let Some(r) = running.iter().flatten().next()
+            {
+                return Err(SimError {
+                    kind: SimErrorKind::InfiniteTime(steps[r.step].at),
+                });
             }
             if !t_next.is_finite() {
                 let stuck = (0..3)

@@ -306,3 +306,19 @@ fn real_allocator_reports_fragmentation_oom() {
     let out = simulate(&g, &p, &UnitCostModel, &SimOptions::default()).expect("simulates");
     assert!(out.report.oom.is_none(), "{:?}", out.report.oom);
 }
+
+/// Issue 15, row "unclear: plan with zero bandwidth": a copy at 0 bytes/s never
+/// ends; the simulator says the time is infinite instead of calling it a deadlock.
+#[test]
+fn row_unclear_zero_bandwidth_is_an_infinite_time_not_a_deadlock() {
+    let g = chain(4);
+    let mut device = UnitCostModel.device().clone();
+    device.h2d_bytes_per_s = 0.0;
+    let p = swap_t1(&g);
+    assert!(verify(&p, &g).is_empty(), "the plan itself is sound");
+    let err = simulate(&g, &p, &Custom(device), &SimOptions::default())
+        .expect_err("a copy at 0 bytes/s never ends");
+    let text = err.to_string();
+    assert!(text.contains("infinite"), "{text}");
+    assert!(!text.contains("deadlock"), "{text}");
+}

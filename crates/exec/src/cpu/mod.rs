@@ -105,6 +105,15 @@ enum Command {
     Shutdown,
 }
 
+/// `len` zero bytes, or `None` where the allocation fails: an error to report,
+/// not the process abort of `vec![0; len]`.
+fn zeroed_bytes(len: usize) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).ok()?;
+    bytes.resize(len, 0);
+    Some(bytes)
+}
+
 /// State shared by the host side and the stream workers.
 #[derive(Debug)]
 struct Shared {
@@ -471,7 +480,11 @@ impl Backend for CpuBackend {
         let len = usize::try_from(size_bytes).map_err(|_| {
             ExecError::invalid(format!("region of {size_bytes} bytes is too large"))
         })?;
-        *lock(&self.shared.arena) = vec![0u8; len];
+        *lock(&self.shared.arena) = zeroed_bytes(len).ok_or_else(|| {
+            ExecError::invalid(format!(
+                "cannot allocate a device arena of {size_bytes} bytes in host memory; give a smaller budget"
+            ))
+        })?;
         *allocated = true;
         Ok(())
     }
@@ -485,7 +498,12 @@ impl Backend for CpuBackend {
             ExecError::invalid(format!("host buffer of {size_bytes} bytes is too large"))
         })?;
         let id = self.id();
-        lock(&self.hosts).insert(id, Arc::new(Mutex::new(vec![0u8; len])));
+        let buf = zeroed_bytes(len).ok_or_else(|| {
+            ExecError::invalid(format!(
+                "cannot allocate a host buffer of {size_bytes} bytes; give a smaller graph or batch"
+            ))
+        })?;
+        lock(&self.hosts).insert(id, Arc::new(Mutex::new(buf)));
         Ok(HostBuffer(id))
     }
 

@@ -149,13 +149,16 @@ pub fn import_str(text: &str, path: &str) -> Result<Graph, GraphError> {
             inputs: fo.inputs.iter().map(|&t| TensorId(t)).collect(),
             outputs: fo.outputs.iter().map(|&t| TensorId(t)).collect(),
             flops: fo.flops,
-            bytes_read: distinct_inputs.iter().map(|&t| size_of(t)).sum(),
+            // Saturating: sizes come from the file; validation then refuses
+            // the graph for its totals (`TooLarge`) instead of a wrap.
+            bytes_read: distinct_inputs
+                .iter()
+                .fold(0u64, |sum, &t| sum.saturating_add(size_of(t))),
             bytes_written: fo
                 .outputs
                 .iter()
                 .filter(|&&t| allocates_or_updates(t))
-                .map(|&t| size_of(t))
-                .sum(),
+                .fold(0u64, |sum, &t| sum.saturating_add(size_of(t))),
             workspace_bytes: 0,
             recomputable,
             module: fo.module.clone(),

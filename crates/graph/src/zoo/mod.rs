@@ -118,8 +118,12 @@ pub fn build(
                 ),
             ));
         }
-        if v == 0 {
-            return Err(bad_knob(name, format!("knob `{k}` must be at least 1")));
+        let max = knob_max(k);
+        if !(1..=max).contains(&v) {
+            return Err(bad_knob(
+                name,
+                format!("knob `{k}` = {v} is out of range; accepted: 1 to {max}"),
+            ));
         }
         knobs.insert(k.clone(), v);
     }
@@ -127,12 +131,41 @@ pub fn build(
     if batch == 0 {
         return Err(bad_knob(name, "batch must be at least 1".into()));
     }
+    if batch > MAX_BATCH {
+        return Err(bad_knob(
+            name,
+            format!("batch {batch} is out of range; accepted: 1 to {MAX_BATCH}"),
+        ));
+    }
     let request = ModelRequest {
         batch,
         knobs,
         optimizer: optimizer.unwrap_or_else(info.default_optimizer),
     };
     (info.build)(info.name, &request)
+}
+
+/// The largest batch accepted: 2^24. Sizes and FLOPs beyond it are checked
+/// anyway (an overflow is an error), but no planning question needs more.
+pub const MAX_BATCH: u64 = 1 << 24;
+
+/// The largest value accepted for a knob. Knobs that repeat layers or unroll
+/// steps (`depth`, `layers`) bound the graph's op count, and so the
+/// memory a graph takes (GPT-2 at 1000 layers is about 150,000 ops, well under
+/// 1 GB); the others bound tensor shapes, whose products are overflow-checked by
+/// the builder. Every default is far inside its bound.
+pub fn knob_max(name: &str) -> u64 {
+    match name {
+        "depth" | "layers" => 1000,
+        "width" | "heads" => 4096,
+        // `repeats`, `scale`, `filters` and `size` have tighter, model-specific
+        // checks in their builders.
+        "seq" | "filters" | "size" => 1 << 16,
+        "hidden" => 1 << 20,
+        "vocab" => 1 << 24,
+        // A knob added without a bound of its own still gets one.
+        _ => 1 << 16,
+    }
 }
 
 /// A knob error for `model`.

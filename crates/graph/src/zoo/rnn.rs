@@ -18,7 +18,7 @@
 //! `brnn --layers 4 --hidden 8192` (batch 128); the paper gives neither the
 //! sequence length nor the vocabulary, so those stay at our defaults unless set.
 
-use super::{Knob, ModelInfo, ModelRequest};
+use super::{Knob, ModelInfo, ModelRequest, bad_knob};
 use crate::builder::{GraphBuilder, Optimizer};
 use crate::{DType, Graph, GraphError, TensorId};
 
@@ -142,6 +142,10 @@ fn lstm_sublayer(
     outputs
 }
 
+/// The most unrolled LSTM cells (layers x steps) a graph may have: about a
+/// million ops, a few hundred MB.
+const MAX_CELLS: u64 = 100_000;
+
 fn build_lm(
     name: &'static str,
     req: &ModelRequest,
@@ -152,6 +156,17 @@ fn build_lm(
     let hidden = req.knob("hidden");
     let seq = req.knob("seq");
     let vocab = req.knob("vocab");
+    // The graph is unrolled: an LSTM cell per layer and step, forward and
+    // backward, so their product bounds the op count (and memory).
+    if layers * seq > MAX_CELLS {
+        return Err(bad_knob(
+            name,
+            format!(
+                "layers x seq = {layers} x {seq} = {} unrolled cells is out of range; accepted: at most {MAX_CELLS}",
+                layers * seq
+            ),
+        ));
+    }
     let mut b = GraphBuilder::new(name, n, DType::Float32);
     b.set_source(SOURCE);
     b.set_seq(seq);
