@@ -2,12 +2,12 @@
 //!
 //! A search planner (SwapAdvisor's genetic algorithm, HOME's particle swarm,
 //! outcore's joint search) scores tens of thousands of [`Schedule`]s of one
-//! graph. Lowering each to a [`Plan`](outcore_plan::Plan), running `verify()`
+//! graph. Lowering each to a [`Plan`], running `verify()`
 //! and `simulate()` costs a graph fingerprint, one allocation per step and
 //! per-call analyses. The [`Evaluator`] splits the work the way tract splits a
 //! model from its run state:
 //! - [`Evaluator`] is immutable and `Sync`: the graph's lookup tables
-//!   ([`PreparedGraph`]), every op's time and the copy rates under the cost
+//!   ([`PreparedGraph`](outcore_plan::PreparedGraph)), every op's time and the copy rates under the cost
 //!   model, the budget and the allocator. Build it once per (graph, cost model,
 //!   budget, allocator) and share it between threads.
 //! - [`Scratch`] holds every buffer one evaluation needs (the compact program,
@@ -35,15 +35,13 @@ pub mod testing;
 use outcore_cost::CostModel;
 use outcore_graph::Graph;
 use outcore_plan::{
-    AllocatorSpec, CompactProgram, LowerScratch, MemoryBound, Plan, PlannerInfo, PreparedGraph,
-    Schedule, ScheduleError, StepRef, VerifyScratch, Violation, ViolationKind, graph_fingerprint,
-    lower_into,
+    AllocatorSpec, CompactProgram, LowerScratch, MemoryBound, Plan, PlannerInfo, Schedule,
+    ScheduleError, VerifyScratch, Violation, ViolationKind, graph_fingerprint, lower_into,
+    verify_program,
 };
 use outcore_sim::{
     SimError, SimOom, SimOptions, SimPrepared, SimReport, SimScratch, StreamBusy, simulate_program,
 };
-
-pub use outcore_plan::verify_program;
 
 /// Scores schedules of one graph under one cost model, budget and allocator.
 #[derive(Debug)]
@@ -53,7 +51,6 @@ pub struct Evaluator<'g> {
     fingerprint: String,
     budget_bytes: u64,
     allocator: AllocatorSpec,
-    iterations: usize,
 }
 
 /// Every buffer one evaluation uses; one per thread, reused between calls.
@@ -143,11 +140,6 @@ impl Evaluation {
     pub fn is_broken(&self) -> bool {
         self.schedule_error.is_some() || !self.only_over_budget || matches!(&self.sim, Some(Err(_)))
     }
-
-    /// Where the memory bound peaks: the step, when there is one.
-    pub fn peak_at(&self) -> Option<StepRef> {
-        self.bound.at
-    }
 }
 
 impl<'g> Evaluator<'g> {
@@ -165,22 +157,11 @@ impl<'g> Evaluator<'g> {
             fingerprint: graph_fingerprint(graph),
             budget_bytes,
             allocator,
-            iterations: SimOptions::default().iterations,
         }
-    }
-
-    /// Iterations simulated under a real allocator (at least 1; default 2).
-    pub fn with_iterations(mut self, iterations: usize) -> Self {
-        self.iterations = iterations.max(1);
-        self
     }
 
     pub fn graph(&self) -> &'g Graph {
         self.graph
-    }
-
-    pub fn prepared(&self) -> &PreparedGraph {
-        &self.sim.graph
     }
 
     /// Seconds of each op under the cost model, by op id.
@@ -244,7 +225,8 @@ impl<'g> Evaluator<'g> {
     fn simulate(&self, scratch: &mut Scratch) -> Result<SimSummary, String> {
         let iterations = match self.allocator {
             AllocatorSpec::Perfect => 1,
-            _ => self.iterations,
+            // Allocator caches carry over: as many iterations as `simulate` runs.
+            _ => SimOptions::default().iterations,
         };
         let options = SimOptions {
             iterations,

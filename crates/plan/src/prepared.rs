@@ -215,10 +215,4 @@ impl PreparedGraph {
     pub fn writers(&self, t: TensorId) -> &[OpId] {
         self.writers.row(t.index())
     }
-
-    /// The version of `owner` that op `op` sees in graph order: the number of
-    /// in-place writers before it.
-    pub fn version_before(&self, owner: TensorId, op: OpId) -> u32 {
-        self.writers(owner).partition_point(|w| *w < op) as u32
-    }
 }

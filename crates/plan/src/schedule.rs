@@ -211,6 +211,17 @@ impl Buckets {
 }
 
 impl LowerScratch {
+    /// The per-position lists that [`index_gaps`] fills.
+    fn gap_buckets(&mut self) -> [&mut Buckets; 5] {
+        [
+            &mut self.starts_after,
+            &mut self.recompute_before,
+            &mut self.swap_in_before,
+            &mut self.reclaim_at,
+            &mut self.trigger_after,
+        ]
+    }
+
     fn uses(&self, t: TensorId) -> &[u32] {
         &self.use_items[self.use_start[t.index()] as usize..self.use_start[t.index() + 1] as usize]
     }
@@ -337,13 +348,7 @@ fn check_gap(
 /// Indexes the gaps by the positions where they act (see [`LowerScratch`]).
 fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], scratch: &mut LowerScratch, n: usize) {
     let s = scratch;
-    for b in [
-        &mut s.starts_after,
-        &mut s.recompute_before,
-        &mut s.swap_in_before,
-        &mut s.reclaim_at,
-        &mut s.trigger_after,
-    ] {
+    for b in s.gap_buckets() {
         b.clear();
     }
     s.from_start.clear();
@@ -376,13 +381,7 @@ fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], scratch: &mut LowerScratch
             s.reclaim_at.push(r, 0, gi_rank);
         }
     }
-    for b in [
-        &mut s.starts_after,
-        &mut s.recompute_before,
-        &mut s.swap_in_before,
-        &mut s.reclaim_at,
-        &mut s.trigger_after,
-    ] {
+    for b in s.gap_buckets() {
         b.finish(n);
     }
 }

@@ -716,40 +716,16 @@ fn check_tensor(
                 expected,
                 by_recompute,
             } => {
-                if !present {
-                    let kind = if by_recompute {
-                        ViolationKind::RecomputeInputMissing { tensor: t_id }
-                    } else {
-                        ViolationKind::ReadNotResident { tensor: t_id }
-                    };
-                    v.push(Violation { at, kind });
-                } else if dev_version != expected {
-                    v.push(Violation {
-                        at,
-                        kind: ViolationKind::StaleVersion {
-                            tensor: t_id,
-                            expected,
-                            found: dev_version,
-                        },
-                    });
-                }
+                let missing = if by_recompute {
+                    ViolationKind::RecomputeInputMissing { tensor: t_id }
+                } else {
+                    ViolationKind::ReadNotResident { tensor: t_id }
+                };
+                check_access(t_id, (present, dev_version, expected), missing, at, v);
             }
             EventKind::Write { expected } => {
-                if !present {
-                    v.push(Violation {
-                        at,
-                        kind: ViolationKind::ReadNotResident { tensor: t_id },
-                    });
-                } else if dev_version != expected {
-                    v.push(Violation {
-                        at,
-                        kind: ViolationKind::StaleVersion {
-                            tensor: t_id,
-                            expected,
-                            found: dev_version,
-                        },
-                    });
-                }
+                let missing = ViolationKind::ReadNotResident { tensor: t_id };
+                check_access(t_id, (present, dev_version, expected), missing, at, v);
                 dev_version = expected + 1;
             }
             EventKind::SwapOut => {
@@ -812,6 +788,29 @@ fn check_tensor(
         host_version,
         v,
     );
+}
+
+/// A kernel's access (read or in-place write) of `tensor` needs it resident
+/// (`missing` otherwise) at the version graph order implies.
+fn check_access(
+    tensor: TensorId,
+    (present, dev_version, expected): (bool, u32, u32),
+    missing: ViolationKind,
+    at: Option<StepRef>,
+    v: &mut Vec<Violation>,
+) {
+    let kind = if !present {
+        missing
+    } else if dev_version != expected {
+        ViolationKind::StaleVersion {
+            tensor,
+            expected,
+            found: dev_version,
+        }
+    } else {
+        return;
+    };
+    v.push(Violation { at, kind });
 }
 
 /// The residency at the end of the iteration must equal the start's.
