@@ -332,7 +332,8 @@ fn row_unclear_budget_inf_nan_and_negative_batch() {
 
 #[test]
 fn row_hang_refused_with_the_prediction() {
-    let started = std::time::Instant::now();
+    // Each is refused with the bound it breaks, before anything runs (the
+    // messages name the prediction or the flag's range, not a run's outcome).
     refused_owned(
         &tiny_run(&[
             "--planner",
@@ -368,8 +369,6 @@ fn row_hang_refused_with_the_prediction() {
         ],
         &["--iterations", "100000000", "[1, 1000]"],
     );
-    // Refused up front, not after running for a while.
-    assert!(started.elapsed().as_secs() < 120, "{:?}", started.elapsed());
 }
 
 #[test]
