@@ -184,7 +184,9 @@ pub struct GraphArgs {
 /// Device, budget and search settings shared by `plan` and `compare`.
 #[derive(Debug, Args, Clone)]
 pub struct TargetArgs {
-    /// Device profile name (e.g. v100-16gb-pcie3) or a profile JSON file.
+    /// Device profile name (e.g. v100-16gb-pcie3), a profile JSON file, or
+    /// `cpu-reference` (the CPU backend of `outcore run`: a plan for it runs with
+    /// `outcore run --plan`).
     #[arg(long)]
     pub device: String,
     /// Budget: bytes, a size like 12GiB / 512MiB, or NN% of the footprint.

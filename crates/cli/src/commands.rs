@@ -3,6 +3,7 @@
 //! logic lives here.
 
 use crate::args::{Cli, Command, GraphArgs, RunArgs, TargetArgs};
+use crate::progress::{self, StopFlag};
 use anyhow::{Context, Result, bail};
 use outcore::{
     Comparison, GraphSource, LoadedGraph, PlanOptions, PlannerOutcome, Runnability, SimReport,
@@ -23,7 +24,7 @@ macro_rules! say {
     }};
 }
 
-pub fn run(cli: Cli) -> Result<()> {
+pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
     match cli.command {
         Command::Zoo { json } => cmd_zoo(json),
         Command::Stats { graph, json } => cmd_stats(&graph, json),
@@ -54,8 +55,8 @@ pub fn run(cli: Cli) -> Result<()> {
             target,
             planners,
             json,
-        } => cmd_compare(&graph, &target, &planners, json),
-        Command::Run(args) => cmd_run(args),
+        } => cmd_compare(&graph, &target, &planners, json, stop),
+        Command::Run(args) => cmd_run(args, stop),
         Command::Verify { plan, json } => cmd_verify(&plan, json),
         Command::AllocReplay {
             trace,
@@ -120,6 +121,7 @@ fn plan_options(args: &TargetArgs) -> Result<PlanOptions> {
             .as_deref()
             .map(outcore::load_latency_table)
             .transpose()?,
+        on_progress: None,
     })
 }
 
@@ -381,11 +383,14 @@ fn cmd_compare(
     target_args: &TargetArgs,
     planners: &str,
     json_out: bool,
+    stop: &StopFlag,
 ) -> Result<()> {
     let loaded = load_graph(args)?;
     let target = target(&loaded, target_args)?;
-    let options = plan_options(target_args)?;
+    let mut options = plan_options(target_args)?;
     let planners = outcore::parse_planner_list(planners)?;
+    let bar = progress::bar("planners", planners.len() as u64);
+    options.on_progress = Some(progress::iteration_hook(bar, stop.clone()));
     let c = outcore::compare(&loaded, &planners, &target, &options)?;
     if json_out {
         let results: Vec<Value> = c.results.iter().map(planner_outcome_json).collect();
@@ -530,7 +535,7 @@ fn cmd_verify(plan_path: &Path, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-fn cmd_run(a: RunArgs) -> Result<()> {
+fn cmd_run(a: RunArgs, stop: &StopFlag) -> Result<()> {
     if a.backend != "cpu" {
         bail!(
             "backend `{}` is not available in this build; use --backend cpu (the CUDA backend is a separate crate built with its feature)",
@@ -546,6 +551,10 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         synthetic_kernels: a.synthetic,
         synthetic_flops_per_s: a.synthetic_flops_per_s,
         trace: a.trace.is_some(),
+        on_iteration: Some(progress::iteration_hook(
+            progress::bar("iterations", u64::from(a.iters)),
+            stop.clone(),
+        )),
     };
     options.validate()?;
     if a.allocator.is_none()
