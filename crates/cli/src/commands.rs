@@ -393,7 +393,15 @@ fn cmd_compare(
     options.on_progress = Some(progress::iteration_hook(bar, stop.clone()));
     let c = outcore::compare(&loaded, &planners, &target, &options)?;
     if json_out {
-        let results: Vec<Value> = c.results.iter().map(planner_outcome_json).collect();
+        let results: Vec<Value> = c
+            .results
+            .iter()
+            .map(|o| {
+                let mut v = planner_outcome_json(o);
+                v["gap_to_bound"] = json!(c.gap_to_bound(o));
+                v
+            })
+            .collect();
         print_json(&json!({
             "model": c.model,
             "batch": c.batch,
@@ -402,6 +410,7 @@ fn cmd_compare(
             "footprint_bytes": c.footprint_bytes,
             "allocator": c.allocator,
             "ideal_time_s": c.ideal_time_s,
+            "lower_bound": c.lower_bound,
             "results": results,
         }))?;
     } else {
@@ -430,12 +439,33 @@ fn print_comparison(c: &Comparison) {
         c.allocator,
         c.ideal_time_s
     );
+    match &c.lower_bound {
+        outcore::Bound::Time(b) => say!(
+            "lower bound {:.4} s/iteration ({:.1}% of ideal throughput at most){}",
+            b.time_s,
+            100.0 * c.ideal_time_s / b.time_s.max(f64::MIN_POSITIVE),
+            b.cut.as_ref().map_or(String::new(), |cut| format!(
+                ": {} must be off the device after `{}`",
+                fmt_bytes(cut.absent_bytes),
+                cut.op
+            ))
+        ),
+        outcore::Bound::NoPlan {
+            op,
+            working_set_bytes,
+            ..
+        } => say!(
+            "lower bound: no plan exists: op `{op}` needs {} at once",
+            fmt_bytes(*working_set_bytes)
+        ),
+    }
     say!(
-        "{:<16} {:>9} {:>10} {:>9} {:>11} {:>11} {:>10} {:>9}",
+        "{:<16} {:>9} {:>10} {:>9} {:>8} {:>11} {:>11} {:>10} {:>9}",
         "planner",
         "verified",
         "iter s",
         "vs ideal",
+        "gap",
         "peak",
         "swapped in",
         "recompute",
@@ -445,11 +475,13 @@ fn print_comparison(c: &Comparison) {
         let reason = o.reason.as_deref().unwrap_or("");
         match (o.status, &o.report) {
             (Runnability::Feasible, Some(r)) => say!(
-                "{:<16} {:>9} {:>10.4} {:>8.1}% {:>11} {:>11} {:>9.4}s {:>9.3}",
+                "{:<16} {:>9} {:>10.4} {:>8.1}% {:>8} {:>11} {:>11} {:>9.4}s {:>9.3}",
                 o.planner,
                 "yes",
                 r.iter_time_s,
                 r.throughput_vs_ideal * 100.0,
+                c.gap_to_bound(o)
+                    .map_or("-".to_string(), |g| format!("{:.1}%", g * 100.0)),
                 fmt_bytes(r.peak_live_bytes.max(r.peak_reserved_bytes)),
                 fmt_bytes(r.swap_in_bytes),
                 r.recompute_time_s,

@@ -45,6 +45,7 @@ pub use run::{RunOptions, RunResult, cpu_target, run};
 pub use outcore_exec::IterationHook as ProgressHook;
 
 // The types results are made of, so that callers need no other crate.
+pub use outcore_bound::Bound;
 pub use outcore_cost::{DeviceProfile, MeasuredTable};
 pub use outcore_graph::Graph;
 pub use outcore_plan::{AllocatorSpec, Plan};

@@ -226,10 +226,28 @@ pub struct Comparison {
     pub allocator: String,
     /// The sum of every op's time: the iteration time with unlimited memory.
     pub ideal_time_s: f64,
+    /// The lower bound on any plan's iteration time under this budget
+    /// (`outcore_bound`), or the op that rules every plan out.
+    pub lower_bound: outcore_bound::Bound,
     pub results: Vec<PlannerOutcome>,
 }
 
 impl Comparison {
+    /// A feasible outcome's iteration time over the lower bound, minus one
+    /// (0.05: 5% slower than any plan could be); `None` for plans not held
+    /// to the budget (`ideal`).
+    pub fn gap_to_bound(&self, outcome: &PlannerOutcome) -> Option<f64> {
+        let bound_s = self.lower_bound.time_s()?;
+        let report = outcome.report.as_ref()?;
+        // `ideal` plans with unlimited memory: the bound is not about it.
+        let within_budget = outcome
+            .plan
+            .as_ref()
+            .is_some_and(|p| p.budget_bytes <= self.budget_bytes);
+        (outcome.is_feasible() && within_budget && bound_s > 0.0)
+            .then(|| report.iter_time_s / bound_s - 1.0)
+    }
+
     /// The outcomes whose plans fail verification or cannot be simulated.
     pub fn not_runnable(&self) -> impl Iterator<Item = &PlannerOutcome> {
         self.results
@@ -333,6 +351,7 @@ pub fn compare(
         footprint_bytes: target.footprint_bytes,
         allocator: target.allocator.name().to_string(),
         ideal_time_s,
+        lower_bound: outcore_bound::lower_bound(g, cost.as_ref(), target.budget_bytes),
         results,
     })
 }
