@@ -57,6 +57,12 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             json,
         } => cmd_compare(&graph, &target, &planners, json, stop),
         Command::Run(args) => cmd_run(args, stop),
+        Command::BenchSuite {
+            planners,
+            seconds,
+            only,
+            json,
+        } => cmd_bench_suite(&planners, seconds, only.as_deref(), json, stop),
         Command::Verify { plan, json } => cmd_verify(&plan, json),
         Command::AllocReplay {
             trace,
@@ -423,6 +429,48 @@ fn cmd_compare(
             "not runnable: the plans of {} fail verification or simulation (see their rows)",
             broken.join(", ")
         );
+    }
+    Ok(())
+}
+
+fn cmd_bench_suite(
+    planners: &str,
+    seconds: f64,
+    only: Option<&str>,
+    json_out: bool,
+    stop: &StopFlag,
+) -> Result<()> {
+    let planners = outcore::parse_planner_list(planners)?;
+    let mut suite = outcore::standard_suite(planners.clone(), &outcore::default_repo_root());
+    if let Some(only) = only {
+        let wanted: Vec<&str> = only.split(',').map(str::trim).collect();
+        suite.graphs.retain(|g| {
+            wanted
+                .iter()
+                .any(|w| g.label.split_whitespace().next() == Some(*w))
+        });
+        if suite.graphs.is_empty() {
+            bail!(
+                "--only {only} matches no graph of the suite; its graphs are: resnet50, inception_v3, densenet121, mobilenet_v2, vgg16, bert-base, gpt2, vit_b_16 (and the PyTorch exports of resnet50, gpt2, vgg16, mobilenet_v2)"
+            );
+        }
+    }
+    let cases = suite.graphs.len() * suite.devices.len() * suite.budget_percents.len();
+    let options = PlanOptions {
+        time_limit_s: outcore::check_time_limit_s(seconds)?,
+        on_progress: Some(progress::iteration_hook(
+            progress::bar("cases", cases as u64),
+            stop.clone(),
+        )),
+        ..PlanOptions::default()
+    };
+    let result = outcore::run_suite(&suite, &options)?;
+    if json_out {
+        return print_json(&serde_json::to_value(&result)?);
+    }
+    say!("{}", result.to_markdown(&planners));
+    for (label, why) in &result.skipped {
+        say!("skipped {label}: {why}");
     }
     Ok(())
 }

@@ -22,6 +22,7 @@ mod error;
 mod input;
 mod planning;
 mod run;
+mod suite;
 
 pub use error::{Error, ErrorKind, Result};
 pub use input::{
@@ -37,6 +38,10 @@ pub use planning::{
     verify_plan,
 };
 pub use run::{RunOptions, RunResult, cpu_target, run};
+pub use suite::{
+    Suite, SuiteCase, SuiteGraph, SuiteResult, SuiteRow, default_repo_root, run_suite,
+    standard_suite,
+};
 
 /// A progress hook: told (units done, units asked for) after each iteration of
 /// [`run`] or planner of [`compare`]; returning `false` stops the operation
