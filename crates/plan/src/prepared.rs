@@ -28,6 +28,9 @@ pub struct PreparedGraph {
     /// Per op: its outputs that own storage (what running it allocates), in
     /// output order. Kept here so that hot loops never touch the `Op` structs.
     op_allocated: Csr<TensorId>,
+    /// Per op: `op_reads`, then `op_allocated`, then `op_writes`, as one list:
+    /// the events of a `Compute` step in the order `verify()` checks them.
+    op_accesses: Csr<(TensorId, Access)>,
     /// Per op: scratch bytes it holds while it runs.
     pub workspace_bytes: Vec<u64>,
     /// Per op: may be re-executed to rematerialise its outputs.
@@ -47,6 +50,21 @@ pub struct PreparedGraph {
     pub producer: Vec<Option<OpId>>,
     /// Persistent tensors, ascending.
     pub persistent_ids: Vec<TensorId>,
+}
+
+/// How a step touches a storage owner: the events `verify()` checks (a
+/// `Compute` step's are listed in [`PreparedGraph::op_accesses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// A kernel reads it and needs this version (graph order implies it).
+    Read(u32),
+    /// A kernel allocates it: the producing op or a recomputation.
+    Produce,
+    /// A kernel updates it in place, expecting this version before the write.
+    Write(u32),
+    SwapIn,
+    SwapOut,
+    Free,
 }
 
 /// Compressed rows: row `i` is `items[start[i]..start[i + 1]]`.
@@ -141,8 +159,15 @@ impl PreparedGraph {
                 .collect::<Vec<_>>()
                 .into_iter()
         }));
+        let op_accesses = Csr::from_rows((0..graph.ops.len()).map(|i| {
+            let reads = op_reads.row(i).iter().map(|&(t, v)| (t, Access::Read(v)));
+            let produces = op_allocated.row(i).iter().map(|&t| (t, Access::Produce));
+            let writes = op_writes.row(i).iter().map(|&(t, v)| (t, Access::Write(v)));
+            reads.chain(produces).chain(writes)
+        }));
         PreparedGraph {
             op_allocated,
+            op_accesses,
             workspace_bytes: graph.ops.iter().map(|o| o.workspace_bytes).collect(),
             recomputable: graph.ops.iter().map(|o| o.recomputable).collect(),
             op_owners,
@@ -188,6 +213,13 @@ impl PreparedGraph {
     #[inline]
     pub fn op_allocated(&self, op: OpId) -> &[TensorId] {
         self.op_allocated.row(op.index())
+    }
+
+    /// The events of a `Compute` step of `op`: its reads, allocations and
+    /// in-place writes, in that order.
+    #[inline]
+    pub(crate) fn op_accesses(&self, op: OpId) -> &[(TensorId, Access)] {
+        self.op_accesses.row(op.index())
     }
 
     /// The storage owners op `op` updates in place.
