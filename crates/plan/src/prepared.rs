@@ -50,6 +50,14 @@ pub struct PreparedGraph {
     pub producer: Vec<Option<OpId>>,
     /// Persistent tensors, ascending.
     pub persistent_ids: Vec<TensorId>,
+    /// Per tensor: a non-persistent storage owner that some op uses and that
+    /// is not a step output's storage: the lowering frees it after its last
+    /// use (or after the recomputations it was brought back for).
+    pub(crate) freed_after_use: Vec<bool>,
+    /// The non-persistent storage owners freed at the end of the iteration
+    /// whatever the schedule: step outputs' storage and owners no op uses.
+    /// Ascending.
+    pub(crate) freed_at_end: Vec<TensorId>,
 }
 
 /// How a step touches a storage owner: the events `verify()` checks (a
@@ -165,7 +173,26 @@ impl PreparedGraph {
             let writes = op_writes.row(i).iter().map(|&(t, v)| (t, Access::Write(v)));
             reads.chain(produces).chain(writes)
         }));
+        let mut used = vec![false; n_t];
+        for &o in &op_owners.items {
+            used[o.index()] = true;
+        }
+        let output_storage = graph.output_storage();
+        let transient = |t: &outcore_graph::Tensor| t.allocates() && !persistent[t.id.index()];
+        let freed_after_use: Vec<bool> = graph
+            .tensors
+            .iter()
+            .map(|t| transient(t) && used[t.id.index()] && !output_storage[t.id.index()])
+            .collect();
+        let freed_at_end = graph
+            .tensors
+            .iter()
+            .filter(|t| transient(t) && !freed_after_use[t.id.index()])
+            .map(|t| t.id)
+            .collect();
         PreparedGraph {
+            freed_after_use,
+            freed_at_end,
             op_allocated,
             op_accesses,
             workspace_bytes: graph.ops.iter().map(|o| o.workspace_bytes).collect(),
@@ -181,7 +208,7 @@ impl PreparedGraph {
                 .iter()
                 .map(|t| t.producer.is_none() && !t.is_persistent())
                 .collect(),
-            output_storage: graph.output_storage(),
+            output_storage,
             size_bytes: graph.tensors.iter().map(|t| t.size_bytes).collect(),
             producer: graph.tensors.iter().map(|t| t.producer).collect(),
             persistent_ids: graph
