@@ -58,6 +58,8 @@ pub struct PreparedGraph {
     /// whatever the schedule: step outputs' storage and owners no op uses.
     /// Ascending.
     pub(crate) freed_at_end: Vec<TensorId>,
+    /// Every tensor's state at the start of `verify()`'s walk.
+    pub(crate) verify_start: Vec<crate::verify::TensorState>,
 }
 
 /// How a step touches a storage owner: the events `verify()` checks (a
@@ -190,7 +192,8 @@ impl PreparedGraph {
             .filter(|t| transient(t) && !freed_after_use[t.id.index()])
             .map(|t| t.id)
             .collect();
-        PreparedGraph {
+        let mut prepared = PreparedGraph {
+            verify_start: Vec::new(),
             freed_after_use,
             freed_at_end,
             op_allocated,
@@ -219,7 +222,9 @@ impl PreparedGraph {
                 .collect(),
             persistent,
             owner,
-        }
+        };
+        prepared.verify_start = crate::verify::initial_states(&prepared);
+        prepared
     }
 
     pub fn n_tensors(&self) -> usize {

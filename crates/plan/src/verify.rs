@@ -174,21 +174,32 @@ impl Layout {
         self.offset[2] + self.len[2]
     }
 
-    fn id(&self, r: StepRef) -> usize {
-        self.offset[r.stream.index()] + r.index as usize
-    }
-
     fn valid(&self, r: StepRef) -> bool {
         (r.index as usize) < self.len[r.stream.index()]
     }
+
+    /// The step with global id `id`.
+    fn step_ref(&self, id: usize) -> StepRef {
+        let k = if id < self.offset[1] {
+            0
+        } else if id < self.offset[2] {
+            1
+        } else {
+            2
+        };
+        StepRef {
+            stream: Stream::ALL[k],
+            index: (id - self.offset[k]) as u32,
+        }
+    }
 }
 
-/// "No step" in the per-tensor state and the buffer records.
+/// "No step", "no read" in the per-tensor state and the buffer records.
 const NONE: u32 = u32::MAX;
 
 /// Where a per-tensor violation goes in verify's list: by tensor, then by
-/// event (the event's place in the walk; 0 before the first event,
-/// `u64::MAX` at the end of the iteration).
+/// event (events are numbered from 1 in walk order; 0 is before the first,
+/// `u64::MAX` the end of the iteration).
 type TensorKey = (u32, u64);
 
 /// Reusable buffers of [`verify_program`]: a search verifies many programs of
@@ -196,8 +207,6 @@ type TensorKey = (u32, u64);
 #[derive(Debug, Clone, Default)]
 pub struct VerifyScratch {
     layout: Layout,
-    /// The stream and index of every step, by global id.
-    refs: Vec<StepRef>,
     /// `vc[id][s]`: highest index on stream `s` that completes before step `id`
     /// starts (-1: none). Written when the walk reaches the step; entries of
     /// steps it never reaches (a deadlock) are stale and never read.
@@ -206,13 +215,12 @@ pub struct VerifyScratch {
     visited: usize,
     /// Per op: how many `Compute` steps run it.
     computed: Vec<u32>,
-    /// Per tensor: the initial residency the program gives.
-    given: Vec<Option<Residency>>,
     /// Per tensor: where its state machine stands.
     tensors: Vec<TensorState>,
-    /// Every event in walk order as (tensor, step, is a read): read back only
-    /// to name the read a step races with.
-    log: Vec<(u32, u32, bool)>,
+    /// Every read as (step, the previous read of its tensor since that
+    /// tensor's last non-read, or `NONE`): read back only to name the read a
+    /// step races with.
+    reads: Vec<(u32, u32)>,
     /// Violations of single steps (malformed, not recomputable), in walk order.
     step_violations: Vec<Violation>,
     /// Violations of the per-tensor checks; a stable sort by key lists them
@@ -244,20 +252,34 @@ impl Access {
     }
 }
 
-/// A device buffer's allocation and free steps (global ids), for the memory bound.
+/// A device buffer's allocation and free, for the memory bound.
 #[derive(Debug, Clone, Copy)]
 struct Buffer {
     size_bytes: u64,
-    /// `NONE`: resident from the start.
+    /// Global id of the allocating step (`NONE`: resident from the start).
     alloc: u32,
-    /// `NONE`: resident to the end.
-    free: u32,
+    /// Stream and index of the freeing step (index `NONE`: resident to the end).
+    free_stream: u8,
+    free_index: u32,
 }
 
 /// One storage owner's state during the walk: residency, versions, host copy,
-/// and what its next event must be ordered after.
+/// and what its next event must be ordered after. The first four fields are
+/// facts of the graph; [`initial_states`] computes the rest's start once per
+/// graph.
 #[derive(Debug, Clone, Copy)]
-struct TensorState {
+pub(crate) struct TensorState {
+    /// Owns storage (only owners have events and are checked).
+    owner: bool,
+    persistent: bool,
+    /// The version after every in-place update of the iteration.
+    final_version: u32,
+    /// Bytes.
+    size_bytes: u64,
+    /// The program gave it an initial residency.
+    given: bool,
+    /// Where it starts (and must end) the iteration.
+    residency: Residency,
     present: bool,
     /// Resident since the start, never freed yet.
     resident_from_start: bool,
@@ -265,10 +287,13 @@ struct TensorState {
     host_version: Option<u32>,
     /// The step that materialised the current device copy (`NONE`: none).
     alloc_at: u32,
-    /// The last event that is not a read (`NONE`: none).
-    last_nonread: u32,
-    /// Per stream: the highest index of a read since `last_nonread` (-1: none).
+    /// The last event that is not a read: stream and index (-1: none).
+    nonread_stream: u8,
+    nonread_index: i32,
+    /// Per stream: the highest index of a read since the last non-read (-1: none).
     read_max: [i32; 3],
+    /// The latest read since the last non-read, in `VerifyScratch::reads`.
+    last_read: u32,
     /// A free without a current host copy (`NONE`: none) and its key. It is a
     /// violation if the tensor is needed later: the next event other than a
     /// free is a swap-in, or (persistent) there is none.
@@ -276,20 +301,15 @@ struct TensorState {
     pending_key: u64,
 }
 
-/// Where storage owner `ti` starts (and must end) the iteration.
-fn start_residency(prepared: &PreparedGraph, ti: usize, given: Option<Residency>) -> Residency {
-    if prepared.persistent[ti] {
-        given.unwrap_or(Residency::Device)
-    } else {
-        Residency::Host
-    }
-}
-
 impl TensorState {
     /// The state at the iteration start, with the initial residency the program gives.
     fn start(prepared: &PreparedGraph, ti: usize, given: Option<Residency>) -> TensorState {
         let persistent = prepared.persistent[ti];
-        let residency = start_residency(prepared, ti, given);
+        let residency = if persistent {
+            given.unwrap_or(Residency::Device)
+        } else {
+            Residency::Host
+        };
         // Inputs and labels arrive on the device with the batch (and exist on the host).
         let arrives_with_batch = prepared.batch_input[ti];
         let present = match residency {
@@ -302,17 +322,33 @@ impl TensorState {
             _ => None,
         };
         TensorState {
+            owner: prepared.allocates[ti],
+            persistent,
+            final_version: prepared.writers(TensorId(ti as u32)).len() as u32,
+            size_bytes: prepared.size_bytes[ti],
+            given: given.is_some(),
+            residency,
             present,
             resident_from_start: present,
             dev_version: 0,
             host_version,
             alloc_at: NONE,
-            last_nonread: NONE,
+            nonread_stream: 0,
+            nonread_index: -1,
             read_max: [-1; 3],
+            last_read: NONE,
             pending_free: NONE,
             pending_key: 0,
         }
     }
+}
+
+/// Every tensor's state at the iteration start when the program gives no
+/// initial residency: computed once per graph (see [`PreparedGraph`]).
+pub(crate) fn initial_states(prepared: &PreparedGraph) -> Vec<TensorState> {
+    (0..prepared.n_tensors())
+        .map(|ti| TensorState::start(prepared, ti, None))
+        .collect()
 }
 
 /// Verifies `plan` against `graph`; an empty list means the plan is safe.
@@ -342,8 +378,11 @@ pub fn verify_program<P: Program>(
     v: &mut Vec<Violation>,
 ) -> MemoryBound {
     let foreign_residency = start_tensors(prepared, program, s);
-    walk(graph, prepared, program, s, v);
+    let bad_waits = walk(graph, prepared, program, s);
     let total = s.layout.total();
+    if bad_waits || s.visited < total {
+        report_bad_waits(program, &s.layout, v);
+    }
     if s.visited < total {
         v.push(Violation {
             at: None,
@@ -358,30 +397,17 @@ pub fn verify_program<P: Program>(
         return MemoryBound::default();
     }
     for (i, &count) in s.computed.iter().enumerate() {
-        let op = OpId(i as u32);
-        if count == 0 {
-            v.push(Violation {
-                at: None,
-                kind: ViolationKind::MissingCompute { op },
-            });
-        } else if count > 1 {
-            v.push(Violation {
-                at: None,
-                kind: ViolationKind::DuplicateCompute { op },
-            });
+        if count != 1 {
+            let op = OpId(i as u32);
+            let kind = if count == 0 {
+                ViolationKind::MissingCompute { op }
+            } else {
+                ViolationKind::DuplicateCompute { op }
+            };
+            v.push(Violation { at: None, kind });
         }
     }
-    for ti in 0..prepared.n_tensors() {
-        let st = &s.tensors[ti];
-        // Most tensors are freed and owe nothing: skip them quickly.
-        let quiet = !st.present
-            && st.pending_free == NONE
-            && !prepared.persistent[ti]
-            && s.given[ti].is_none();
-        if prepared.allocates[ti] && !quiet {
-            finish_tensor(prepared, ti, s);
-        }
-    }
+    finish_tensors(s);
     // Stable: violations with one key stay in the order they were found.
     s.tensor_violations.sort_by_key(|e| e.0);
     v.extend(s.tensor_violations.drain(..).map(|e| e.1));
@@ -403,24 +429,23 @@ fn start_tensors<P: Program>(
     program: &P,
     s: &mut VerifyScratch,
 ) -> Vec<TensorId> {
-    let n_t = prepared.n_tensors();
-    s.given.clear();
-    s.given.resize(n_t, None);
+    s.tensors.clear();
+    s.tensors.extend_from_slice(&prepared.verify_start);
     let mut foreign = Vec::new();
     for &(t, r) in program.initial_residency() {
-        match s.given.get_mut(t.index()) {
-            Some(slot) => *slot = Some(r),
-            None => foreign.push(t),
+        let Some(st) = s.tensors.get_mut(t.index()) else {
+            foreign.push(t);
+            continue;
+        };
+        if !st.persistent || (r == Residency::Device && st.residency == Residency::Device) {
+            // The start state is the default one (a later entry overrides an
+            // earlier one, so compare with where it stands now).
+            st.given = true;
+        } else {
+            *st = TensorState::start(prepared, t.index(), Some(r));
         }
     }
-    s.tensors.clear();
-    s.tensors.extend(
-        s.given
-            .iter()
-            .enumerate()
-            .map(|(ti, &given)| TensorState::start(prepared, ti, given)),
-    );
-    s.log.clear();
+    s.reads.clear();
     s.tensor_violations.clear();
     s.step_violations.clear();
     s.buffers.clear();
@@ -428,28 +453,8 @@ fn start_tensors<P: Program>(
     foreign
 }
 
-/// Walks the steps in a topological order of happens-before, computing each
-/// step's vector clock and checking its events as it is reached: the three
-/// streams advance in turn, each as far as its next step's waits are done (a
-/// step's predecessors are the previous step of its stream and its waits). A
-/// pass in which no stream advances leaves the remaining steps in a cycle of
-/// waits: a deadlock.
-fn walk<P: Program>(
-    graph: &Graph,
-    prepared: &PreparedGraph,
-    program: &P,
-    s: &mut VerifyScratch,
-    v: &mut Vec<Violation>,
-) {
-    let layout = Layout::of(program);
-    s.layout = layout;
-    let total = layout.total();
-    s.refs.clear();
-    for st in Stream::ALL {
-        s.refs
-            .extend((0..layout.len[st.index()] as u32).map(|index| StepRef { stream: st, index }));
-    }
-    // Waits on steps that do not exist are reported (in stream order) and ignored.
+/// Reports the waits on steps that do not exist, in stream order.
+fn report_bad_waits<P: Program>(program: &P, layout: &Layout, v: &mut Vec<Violation>) {
     for st in Stream::ALL {
         for i in 0..layout.len[st.index()] {
             for &w in program.waits(st, i) {
@@ -465,17 +470,32 @@ fn walk<P: Program>(
             }
         }
     }
+}
+
+/// Walks the steps in a topological order of happens-before, computing each
+/// step's vector clock and checking its events as it is reached: the three
+/// streams advance in turn, each as far as its next step's waits are done (a
+/// step's predecessors are the previous step of its stream and its waits). A
+/// pass in which no stream advances leaves the remaining steps in a cycle of
+/// waits: a deadlock. Waits on steps that do not exist are ignored; returns
+/// whether a visited step had one.
+fn walk<P: Program>(
+    graph: &Graph,
+    prepared: &PreparedGraph,
+    program: &P,
+    s: &mut VerifyScratch,
+) -> bool {
+    let layout = Layout::of(program);
+    s.layout = layout;
     s.computed.clear();
     s.computed.resize(graph.ops.len(), 0);
     // Every entry is written before it is read (see the field docs).
-    s.vc.resize(total, [-1i32; 3]);
+    s.vc.resize(layout.total(), [-1i32; 3]);
     let VerifyScratch {
-        refs,
         vc,
-        visited,
         computed,
         tensors,
-        log,
+        reads,
         step_violations,
         tensor_violations,
         buffers,
@@ -484,58 +504,61 @@ fn walk<P: Program>(
     } = s;
     let mut checker = Checker {
         prepared,
-        refs,
+        layout,
         computed,
         tensors,
-        log,
+        reads,
         step_violations,
         found: tensor_violations,
         buffers,
         resident_bytes,
+        events: 0,
     };
-    *visited = 0;
+    let mut visited = 0;
+    let mut bad_waits = false;
     let mut next = [0usize; 3];
     loop {
         let mut progressed = false;
-        for st in Stream::ALL {
-            let k = st.index();
+        for (k, st) in Stream::ALL.into_iter().enumerate() {
             while next[k] < layout.len[k] {
                 let i = next[k];
-                let waits = program.waits(st, i);
-                let blocked = waits
-                    .iter()
-                    .any(|w| layout.valid(*w) && w.index as usize >= next[w.stream.index()]);
+                let id = layout.offset[k] + i;
+                let mut clock = if i > 0 { vc[id - 1] } else { [-1i32; 3] };
+                clock[k] = clock[k].max(i as i32 - 1);
+                let mut blocked = false;
+                for w in program.waits(st, i) {
+                    let wk = w.stream.index();
+                    let wi = w.index as usize;
+                    if wi >= layout.len[wk] {
+                        bad_waits = true;
+                    } else if wi >= next[wk] {
+                        blocked = true;
+                        break;
+                    } else {
+                        let wc = vc[layout.offset[wk] + wi];
+                        for (c, wc) in clock.iter_mut().zip(wc) {
+                            *c = (*c).max(wc);
+                        }
+                        clock[wk] = clock[wk].max(wi as i32);
+                    }
+                }
                 if blocked {
                     break;
                 }
-                let id = layout.offset[k] + i;
-                let mut clock = if i > 0 {
-                    let mut c = vc[id - 1];
-                    c[k] = c[k].max(i as i32 - 1);
-                    c
-                } else {
-                    [-1i32; 3]
-                };
-                for w in waits.iter().filter(|w| layout.valid(**w)) {
-                    for (c, wc) in clock.iter_mut().zip(vc[layout.id(*w)]) {
-                        *c = (*c).max(wc);
-                    }
-                    let wk = w.stream.index();
-                    clock[wk] = clock[wk].max(w.index as i32);
-                }
                 vc[id] = clock;
+                let mut cover = clock;
+                cover[k] = i as i32;
                 let here = Here {
                     id: id as u32,
                     at: StepRef {
                         stream: st,
                         index: i as u32,
                     },
-                    clock,
-                    vc,
+                    cover,
                     recompute: false,
                 };
                 checker.visit_step(program.instr(st, i), &here);
-                *visited += 1;
+                visited += 1;
                 next[k] += 1;
                 progressed = true;
             }
@@ -544,16 +567,18 @@ fn walk<P: Program>(
             break;
         }
     }
+    s.visited = visited;
+    bad_waits
 }
 
 /// The step the walk is at.
-struct Here<'v> {
+struct Here {
     id: u32,
     at: StepRef,
-    /// `vc[id]`.
-    clock: [i32; 3],
-    /// The clocks of every step visited so far.
-    vc: &'v [[i32; 3]],
+    /// Per stream, the highest index that is this step or completes before it
+    /// starts: its vector clock with its own index on its own stream. An event
+    /// at step `e` is ordered before this one iff `cover[e.stream] >= e.index`.
+    cover: [i32; 3],
     /// A recomputation: its reads of missing inputs are reported as such.
     recompute: bool,
 }
@@ -561,14 +586,16 @@ struct Here<'v> {
 /// The checks of the walk, over the parts of the scratch they update.
 struct Checker<'s> {
     prepared: &'s PreparedGraph,
-    refs: &'s [StepRef],
+    layout: Layout,
     computed: &'s mut [u32],
     tensors: &'s mut [TensorState],
-    log: &'s mut Vec<(u32, u32, bool)>,
+    reads: &'s mut Vec<(u32, u32)>,
     step_violations: &'s mut Vec<Violation>,
     found: &'s mut Vec<(TensorKey, Violation)>,
     buffers: &'s mut Vec<Buffer>,
     resident_bytes: &'s mut i128,
+    /// Events seen so far.
+    events: u64,
 }
 
 /// What went wrong in one event, before it is described as a violation.
@@ -588,7 +615,7 @@ enum Problem {
 impl Checker<'_> {
     /// The per-step checks (stream, existence, recomputability), then the
     /// step's events on each tensor.
-    fn visit_step(&mut self, instr: StepInstr<'_>, h: &Here<'_>) {
+    fn visit_step(&mut self, instr: StepInstr<'_>, h: &Here) {
         let prepared = self.prepared;
         if let Some(required) = instr.required_stream()
             && required != h.at.stream
@@ -641,7 +668,9 @@ impl Checker<'_> {
         for &(t, access) in accesses {
             self.event(t, access, h);
         }
-        self.push_buffer(workspace_bytes, h.id, h.id);
+        if workspace_bytes > 0 {
+            self.push_buffer(workspace_bytes, h.id, h.at);
+        }
     }
 
     #[cold]
@@ -654,7 +683,7 @@ impl Checker<'_> {
 
     /// The checks and events of a recomputation of `op` (which exists).
     #[inline(never)]
-    fn recompute(&mut self, op: OpId, outputs: &[TensorId], h: &Here<'_>) {
+    fn recompute(&mut self, op: OpId, outputs: &[TensorId], h: &Here) {
         let prepared = self.prepared;
         let h = &Here {
             recompute: true,
@@ -667,14 +696,14 @@ impl Checker<'_> {
             });
         }
         for &(owner, expected) in prepared.op_reads(op) {
-            self.event(owner, Access::Read(expected), h);
+            self.event_outlined(owner, Access::Read(expected), h);
         }
         // Outputs not asked for are rematerialised into scratch for the step only.
         let allocated = prepared.op_allocated(op);
         let mut scratch_bytes = prepared.workspace_bytes[op.index()];
         for &o in allocated {
             if outputs.contains(&o) {
-                self.event(o, Access::Produce, h);
+                self.event_outlined(o, Access::Produce, h);
             } else {
                 scratch_bytes += prepared.size_bytes[o.index()];
             }
@@ -684,13 +713,20 @@ impl Checker<'_> {
                 self.malformed(h.at, format!("{o} is not a storage-owning output of {op}"));
             }
         }
-        self.push_buffer(scratch_bytes, h.id, h.id);
+        if scratch_bytes > 0 {
+            self.push_buffer(scratch_bytes, h.id, h.at);
+        }
     }
 
-    /// Records a device buffer for the memory bound (empty ones add nothing).
-    #[inline]
-    fn push_buffer(&mut self, size_bytes: u64, alloc: u32, free: u32) {
+    /// A device buffer allocated at step `alloc` (global id, `NONE`: from the
+    /// start) and freed at `free` (index `NONE`: at the end).
+    fn push_buffer(&mut self, size_bytes: u64, alloc: u32, free: StepRef) {
         push_buffer(self.buffers, self.resident_bytes, size_bytes, alloc, free);
+    }
+
+    #[inline(never)]
+    fn event_outlined(&mut self, t: TensorId, access: Access, h: &Here) {
+        self.event(t, access, h);
     }
 
     /// One event on storage owner `t` at step `h`: its ordering against the
@@ -702,37 +738,45 @@ impl Checker<'_> {
     /// non-read and, per stream, the latest read since it are kept: along one
     /// stream happens-before is monotone, so a step after a stream's latest
     /// read is after every earlier one.
-    #[inline]
-    fn event(&mut self, t: TensorId, access: Access, h: &Here<'_>) {
-        let ti = t.index();
-        let pos = self.log.len();
-        let is_read = access.is_read();
-        self.log.push((t.0, h.id, is_read));
-        let st = &mut self.tensors[ti];
-        let prev = st.last_nonread;
-        if prev != NONE && prev != h.id {
-            let other = self.refs[prev as usize];
-            if h.clock[other.stream.index()] < other.index as i32 {
-                let kind = ViolationKind::Unordered { tensor: t, other };
-                report(self.found, (t.0, pos as u64 + 1), h.at, kind);
-            }
+    #[inline(always)]
+    fn event(&mut self, t: TensorId, access: Access, h: &Here) {
+        self.events += 1;
+        let key = (t.0, self.events);
+        let found = &mut *self.found;
+        let st = &mut self.tensors[t.index()];
+        let c = &h.cover;
+        let nonread_stream = st.nonread_stream as usize % 3;
+        if c[nonread_stream] < st.nonread_index {
+            let other = StepRef {
+                stream: Stream::ALL[nonread_stream],
+                index: st.nonread_index as u32,
+            };
+            report(
+                found,
+                key,
+                h.at,
+                ViolationKind::Unordered { tensor: t, other },
+            );
         }
         let k = h.at.stream.index();
-        if is_read {
+        if access.is_read() {
             // Steps are visited in stream order: this is the stream's latest read.
             st.read_max[k] = h.at.index as i32;
+            self.reads.push((h.id, st.last_read));
+            st.last_read = (self.reads.len() - 1) as u32;
         } else {
-            // Reads on this step's own stream precede it (or are this step).
-            let races = (0..3).any(|j| j != k && st.read_max[j] > h.clock[j]);
-            st.read_max = [-1; 3];
-            st.last_nonread = h.id;
-            if races {
-                report_race(self.found, self.log, self.refs, h);
+            let m = &st.read_max;
+            if (m[0] > c[0]) | (m[1] > c[1]) | (m[2] > c[2]) {
+                report_race(found, self.reads, st.last_read, &self.layout, t, key, h);
             }
+            st.read_max = [-1; 3];
+            st.last_read = NONE;
+            st.nonread_stream = k as u8;
+            st.nonread_index = h.at.index as i32;
         }
         if st.pending_free != NONE && access != Access::Free {
             if access == Access::SwapIn {
-                report_pending_free(self.found, self.refs, t, st);
+                report_pending_free(found, &self.layout, t, st);
             }
             st.pending_free = NONE;
         }
@@ -758,7 +802,7 @@ impl Checker<'_> {
                         // A violation only if the tensor is needed later: decided
                         // by its next event other than a free (see `TensorState`).
                         st.pending_free = h.id;
-                        st.pending_key = pos as u64 + 1;
+                        st.pending_key = key.1;
                     }
                     let alloc = if st.resident_from_start {
                         NONE
@@ -767,8 +811,13 @@ impl Checker<'_> {
                     };
                     st.resident_from_start = false;
                     st.present = false;
-                    let size_bytes = self.prepared.size_bytes[ti];
-                    push_buffer(self.buffers, self.resident_bytes, size_bytes, alloc, h.id);
+                    push_buffer(
+                        self.buffers,
+                        self.resident_bytes,
+                        st.size_bytes,
+                        alloc,
+                        h.at,
+                    );
                     None
                 } else {
                     Some(Problem::NotResident)
@@ -776,7 +825,7 @@ impl Checker<'_> {
             }
         };
         if let Some(problem) = problem {
-            report_problem(self.found, (t.0, pos as u64 + 1), t, problem, h);
+            report_problem(found, key, t, problem, h);
         }
     }
 }
@@ -800,7 +849,7 @@ fn report_problem(
     key: TensorKey,
     tensor: TensorId,
     problem: Problem,
-    h: &Here<'_>,
+    h: &Here,
 ) {
     let kind = match problem {
         Problem::AlreadyResident => ViolationKind::AlreadyResident { tensor },
@@ -817,20 +866,32 @@ fn report_problem(
     report(found, key, h.at, kind);
 }
 
-/// Records a race of the current non-read (the last event logged) with a read.
+/// Records a race of a non-read of `tensor` at `h` with a read since the
+/// tensor's last non-read: the first such read in walk order that is not
+/// ordered before `h`. The reads are chained from `latest` back.
 #[cold]
 #[inline(never)]
 fn report_race(
     found: &mut Vec<(TensorKey, Violation)>,
-    log: &[(u32, u32, bool)],
-    refs: &[StepRef],
-    h: &Here<'_>,
+    reads: &[(u32, u32)],
+    latest: u32,
+    layout: &Layout,
+    tensor: TensorId,
+    key: TensorKey,
+    h: &Here,
 ) {
-    let pos = log.len() - 1;
-    let tensor = TensorId(log[pos].0);
-    let other = first_unordered_read(log, refs, h);
-    let kind = ViolationKind::Unordered { tensor, other };
-    report(found, (tensor.0, pos as u64 + 1), h.at, kind);
+    let mut first = None;
+    let mut read = latest;
+    while let Some(&(step, previous)) = reads.get(read as usize) {
+        let r = layout.step_ref(step as usize);
+        if h.cover[r.stream.index()] < r.index as i32 {
+            first = Some(r);
+        }
+        read = previous;
+    }
+    // The caller saw such a read; `h.at` is never reported.
+    let other = first.unwrap_or(h.at);
+    report(found, key, h.at, ViolationKind::Unordered { tensor, other });
 }
 
 /// Records the pending free of `t` as a free while needed later.
@@ -838,34 +899,32 @@ fn report_race(
 #[inline(never)]
 fn report_pending_free(
     found: &mut Vec<(TensorKey, Violation)>,
-    refs: &[StepRef],
+    layout: &Layout,
     t: TensorId,
     st: &TensorState,
 ) {
-    let at = refs[st.pending_free as usize];
+    let at = layout.step_ref(st.pending_free as usize);
     let kind = ViolationKind::FreedWithoutHostCopy { tensor: t };
     report(found, (t.0, st.pending_key), at, kind);
 }
 
-/// Records a device buffer for the memory bound (empty ones add nothing).
+/// Records a device buffer for the memory bound (see `Checker::push_buffer`).
 #[inline]
 fn push_buffer(
     buffers: &mut Vec<Buffer>,
     resident_bytes: &mut i128,
     size_bytes: u64,
     alloc: u32,
-    free: u32,
+    free: StepRef,
 ) {
-    if size_bytes == 0 {
-        return;
-    }
-    if alloc == NONE && free == NONE {
+    if alloc == NONE && free.index == NONE {
         *resident_bytes += size_bytes as i128;
     } else {
         buffers.push(Buffer {
             size_bytes,
             alloc,
-            free,
+            free_stream: free.stream.index() as u8,
+            free_index: free.index,
         });
     }
 }
@@ -906,37 +965,55 @@ fn check_access(st: &TensorState, expected: u32) -> Option<Problem> {
     }
 }
 
-/// The first read of the current event's tensor since its last non-read, in
-/// walk order, that is not ordered before step `h` (whose event is the last
-/// one logged).
-#[cold]
-fn first_unordered_read(log: &[(u32, u32, bool)], refs: &[StepRef], h: &Here<'_>) -> StepRef {
-    let (t, _, _) = log[log.len() - 1];
-    let mut first = None;
-    for &(tensor, step, is_read) in log[..log.len() - 1].iter().rev() {
-        if tensor != t {
+/// The end of the iteration for every storage owner: a pending free, the
+/// buffer still resident, and the residency the next iteration starts from.
+fn finish_tensors(s: &mut VerifyScratch) {
+    /// "Resident to the end".
+    const END: StepRef = StepRef {
+        stream: Stream::Compute,
+        index: NONE,
+    };
+    for ti in 0..s.tensors.len() {
+        let st = s.tensors[ti];
+        if !st.owner {
             continue;
         }
-        if !is_read {
-            break;
+        // Most tensors are freed and owe nothing; most persistent ones stay
+        // on the device at their final version.
+        let quiet = !st.present && st.pending_free == NONE && !st.persistent && !st.given;
+        let stays = st.persistent
+            && st.present
+            && st.residency == Residency::Device
+            && st.dev_version == st.final_version
+            && st.pending_free == NONE;
+        if quiet {
+            continue;
         }
-        let r = refs[step as usize];
-        if step != h.id && h.vc[h.id as usize][r.stream.index()] < r.index as i32 {
-            first = Some(r);
+        if stays {
+            let alloc = if st.resident_from_start {
+                NONE
+            } else {
+                st.alloc_at
+            };
+            push_buffer(
+                &mut s.buffers,
+                &mut s.resident_bytes,
+                st.size_bytes,
+                alloc,
+                END,
+            );
+            continue;
         }
+        finish_tensor(ti, s);
     }
-    // The caller saw a read on another stream after this step's clock.
-    first.unwrap_or(h.at)
 }
 
-/// The end of the iteration for storage owner `ti`: a pending free, the buffer
-/// still resident, and the residency the next iteration starts from.
-fn finish_tensor(prepared: &PreparedGraph, ti: usize, s: &mut VerifyScratch) {
+/// [`finish_tensors`] for one owner, in full.
+#[inline(never)]
+fn finish_tensor(ti: usize, s: &mut VerifyScratch) {
     let st = s.tensors[ti];
     let t = TensorId(ti as u32);
-    let persistent = prepared.persistent[ti];
-    let given = s.given[ti];
-    if !persistent && given.is_some() {
+    if !st.persistent && st.given {
         s.tensor_violations.push((
             (t.0, 0),
             Violation {
@@ -947,10 +1024,8 @@ fn finish_tensor(prepared: &PreparedGraph, ti: usize, s: &mut VerifyScratch) {
             },
         ));
     }
-    if st.pending_free != NONE && persistent {
-        let at = s.refs[st.pending_free as usize];
-        let kind = ViolationKind::FreedWithoutHostCopy { tensor: t };
-        report(&mut s.tensor_violations, (t.0, st.pending_key), at, kind);
+    if st.pending_free != NONE && st.persistent {
+        report_pending_free(&mut s.tensor_violations, &s.layout, t, &st);
     }
     if st.present {
         let alloc = if st.resident_from_start {
@@ -958,40 +1033,36 @@ fn finish_tensor(prepared: &PreparedGraph, ti: usize, s: &mut VerifyScratch) {
         } else {
             st.alloc_at
         };
-        let size_bytes = prepared.size_bytes[ti];
+        let end = StepRef {
+            stream: Stream::Compute,
+            index: NONE,
+        };
         push_buffer(
             &mut s.buffers,
             &mut s.resident_bytes,
-            size_bytes,
+            st.size_bytes,
             alloc,
-            NONE,
+            end,
         );
     }
-    let residency = start_residency(prepared, ti, given);
-    if let Some(kind) = check_end(prepared, t, persistent, residency, &st) {
+    if let Some(kind) = check_end(t, &st) {
         s.tensor_violations
             .push(((t.0, u64::MAX), Violation { at: None, kind }));
     }
 }
 
 /// The residency at the end of the iteration must equal the start's.
-fn check_end(
-    prepared: &PreparedGraph,
-    t: TensorId,
-    persistent: bool,
-    residency: Residency,
-    st: &TensorState,
-) -> Option<ViolationKind> {
+fn check_end(t: TensorId, st: &TensorState) -> Option<ViolationKind> {
     let (present, host_version) = (st.present, st.host_version);
-    if !persistent {
+    if !st.persistent {
         return present.then(|| ViolationKind::EndResidency {
             tensor: t,
             expected: "freed".into(),
             found: "still on the device".into(),
         });
     }
-    let final_version = prepared.writers(t).len() as u32;
-    let ok = match residency {
+    let final_version = st.final_version;
+    let ok = match st.residency {
         Residency::Device => present && st.dev_version == final_version,
         Residency::DeviceAndHost => {
             present && st.dev_version == final_version && host_version == Some(final_version)
@@ -1001,7 +1072,7 @@ fn check_end(
     if ok {
         return None;
     }
-    let expected = match residency {
+    let expected = match st.residency {
         Residency::Device => "on the device",
         Residency::DeviceAndHost => "on the device and host",
         Residency::Host => "on the host",
@@ -1044,24 +1115,8 @@ fn check_budget<P: Program>(
         if !(0..n).any(allocates) {
             continue;
         }
-        let base = layout.offset[k];
-        // For each other stream `col` and step `j` on it: the first step on `st`
-        // that `j` happens before. Vector clocks only grow along a stream, so
-        // one merge-like sweep per stream pair replaces a binary search per buffer.
-        for col in 0..3 {
-            let table = &mut s.first_after[col];
-            table.clear();
-            if col == k {
-                continue;
-            }
-            let mut i = 0;
-            for j in 0..layout.len[col] {
-                while i < n && s.vc[base + i][col] < j as i32 {
-                    i += 1;
-                }
-                table.push(i as u32);
-            }
-        }
+        let clocks = &s.vc[layout.offset[k]..layout.offset[k] + n];
+        first_after(&layout, k, clocks, &mut s.first_after);
         s.delta.clear();
         s.delta.resize(n + 1, 0);
         for b in &s.buffers {
@@ -1073,15 +1128,12 @@ fn check_budget<P: Program>(
                 (s.vc[b.alloc as usize][k] + 1) as usize
             };
             // Steps with `free hb step_i` form a suffix.
-            let hi = if b.free == NONE {
+            let hi = if b.free_index == NONE {
                 n
+            } else if b.free_stream as usize == k {
+                b.free_index as usize + 1
             } else {
-                let rf = s.refs[b.free as usize];
-                if rf.stream == st {
-                    rf.index as usize + 1
-                } else {
-                    s.first_after[rf.stream.index()][rf.index as usize] as usize
-                }
+                s.first_after[b.free_stream as usize % 3][b.free_index as usize] as usize
             };
             if lo < hi {
                 s.delta[lo] += b.size_bytes as i128;
@@ -1090,21 +1142,20 @@ fn check_budget<P: Program>(
         }
         let mut cur: i128 = s.resident_bytes;
         let mut worst: Option<(usize, u64)> = None;
-        for i in 0..n {
-            cur += s.delta[i];
+        for (i, &d) in s.delta[..n].iter().enumerate() {
+            cur += d;
             if !allocates(i) {
                 continue;
             }
             let bytes = cur.clamp(0, u64::MAX as i128) as u64;
-            let here = StepRef {
-                stream: st,
-                index: i as u32,
-            };
             // The first step (compute, then h2d, then d2h) with the largest bound.
             if bound.at.is_none() || bytes > bound.peak_bytes {
                 bound = MemoryBound {
                     peak_bytes: bytes,
-                    at: Some(here),
+                    at: Some(StepRef {
+                        stream: st,
+                        index: i as u32,
+                    }),
                 };
             }
             if cur > budget_bytes as i128 && worst.is_none_or(|(_, w)| cur as u64 > w) {
@@ -1125,4 +1176,28 @@ fn check_budget<P: Program>(
         }
     }
     bound
+}
+
+/// For each stream `col` other than `k` and each step `j` on it: the first
+/// step on stream `k` that `j` happens before (`clocks` are stream `k`'s
+/// vector clocks, which only grow along the stream), so one sweep fills them.
+fn first_after(layout: &Layout, k: usize, clocks: &[[i32; 3]], tables: &mut [Vec<u32>; 3]) {
+    let n = clocks.len();
+    let mut filled = [0usize; 3];
+    for (col, table) in tables.iter_mut().enumerate() {
+        table.clear();
+        if col != k {
+            table.resize(layout.len[col], n as u32);
+        }
+    }
+    for (i, clock) in clocks.iter().enumerate() {
+        for col in (0..3).filter(|&c| c != k) {
+            // Steps of `col` up to clock[col] complete before step i starts.
+            let upto = (clock[col] + 1) as usize;
+            if upto > filled[col] {
+                tables[col][filled[col]..upto].fill(i as u32);
+                filled[col] = upto;
+            }
+        }
+    }
 }

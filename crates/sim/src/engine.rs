@@ -397,6 +397,11 @@ struct Iteration {
     start_s: f64,
     next: [usize; 3],
     running: [Option<Running>; 3],
+    /// Per stream: a wait of its next step known not to be done yet (a
+    /// global id, `usize::MAX`: none known), checked first when it polls.
+    blocker: [usize; 3],
+    /// Steps finished so far.
+    done: usize,
     busy: StreamBusy,
     recompute_s: f64,
     /// The last iteration: the one traced and reported.
@@ -493,13 +498,15 @@ impl<'a, P: Program> Run<'a, P> {
                 start_s: 0.0,
                 next: [0; 3],
                 running: [None; 3],
+                blocker: [usize::MAX; 3],
+                done: 0,
                 busy: StreamBusy::default(),
                 recompute_s: 0.0,
                 last: iter + 1 == iterations,
             };
             loop {
                 self.start_ready(&mut it, &mut sim, done_at, &mut rec);
-                if (0..3).all(|s| it.next[s] >= self.len[s] && it.running[s].is_none()) {
+                if it.done == self.total() {
                     break;
                 }
                 self.advance(&mut it, &mut sim, done_at, &mut rec)?;
@@ -560,15 +567,23 @@ impl<'a, P: Program> Run<'a, P> {
                 if it.running[s].is_some() || it.next[s] >= self.len[s] {
                     continue;
                 }
-                let st = Stream::ALL[s];
-                let i = it.next[s];
-                let ready =
-                    self.program.waits(st, i).iter().all(|w| {
-                        done_at[self.offset[w.stream.index()] + w.index as usize] <= it.now
-                    });
-                if !ready {
+                let blocker = it.blocker[s];
+                if blocker != usize::MAX && done_at[blocker] > it.now {
                     continue;
                 }
+                let st = Stream::ALL[s];
+                let i = it.next[s];
+                let pending = self
+                    .program
+                    .waits(st, i)
+                    .iter()
+                    .map(|w| self.offset[w.stream.index()] + w.index as usize)
+                    .find(|&w| done_at[w] > it.now);
+                if let Some(w) = pending {
+                    it.blocker[s] = w;
+                    continue;
+                }
+                it.blocker[s] = usize::MAX;
                 let at = StepRef {
                     stream: st,
                     index: i as u32,
@@ -593,6 +608,7 @@ impl<'a, P: Program> Run<'a, P> {
                         }
                         done_at[id] = it.now;
                         it.next[s] += 1;
+                        it.done += 1;
                         progressed = true;
                         continue;
                     }
@@ -681,14 +697,15 @@ impl<'a, P: Program> Run<'a, P> {
             }
         };
         let mut t_next = f64::INFINITY;
+        let mut ends = [f64::INFINITY; 3];
         for (s, slot) in it.running.iter().enumerate() {
             if let Some(r) = slot {
-                let end = if s == 0 {
+                ends[s] = if s == 0 {
                     r.end_s
                 } else {
                     now + r.latency_left_s + r.bytes_left / rate(s)
                 };
-                t_next = t_next.min(end);
+                t_next = t_next.min(ends[s]);
             }
         }
         if !t_next.is_finite() {
@@ -696,22 +713,23 @@ impl<'a, P: Program> Run<'a, P> {
         }
         let dt = t_next - now;
         for s in 0..3 {
-            let Some(mut r) = it.running[s] else { continue };
+            let Some(r) = &mut it.running[s] else {
+                continue;
+            };
             let finished = if s == 0 {
                 r.end_s <= t_next
             } else {
                 // Decide completion from the end time computed before advancing,
                 // so rounding in the remaining bytes cannot end a copy early or late.
-                let end = now + r.latency_left_s + r.bytes_left / rate(s);
                 let lat = r.latency_left_s.min(dt);
                 r.latency_left_s -= lat;
                 r.bytes_left = (r.bytes_left - (dt - lat) * rate(s)).max(0.0);
-                end <= t_next + 1e-12 * t_next.abs().max(1.0)
+                ends[s] <= t_next + 1e-12 * t_next.abs().max(1.0)
             };
             if !finished {
-                it.running[s] = Some(r);
                 continue;
             }
+            let r = *r;
             let dur = t_next - r.started_s;
             match s {
                 0 => {
@@ -739,6 +757,7 @@ impl<'a, P: Program> Run<'a, P> {
             }
             done_at[r.step] = t_next;
             it.next[s] += 1;
+            it.done += 1;
             it.running[s] = None;
         }
         it.now = t_next;
