@@ -712,7 +712,7 @@ impl<'a, P: Program> Run<'a, P> {
             return Err(self.stuck(it));
         }
         let dt = t_next - now;
-        for s in 0..3 {
+        for (s, &end) in ends.iter().enumerate() {
             let Some(r) = &mut it.running[s] else {
                 continue;
             };
@@ -724,7 +724,7 @@ impl<'a, P: Program> Run<'a, P> {
                 let lat = r.latency_left_s.min(dt);
                 r.latency_left_s -= lat;
                 r.bytes_left = (r.bytes_left - (dt - lat) * rate(s)).max(0.0);
-                ends[s] <= t_next + 1e-12 * t_next.abs().max(1.0)
+                end <= t_next + 1e-12 * t_next.abs().max(1.0)
             };
             if !finished {
                 continue;
