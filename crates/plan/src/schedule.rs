@@ -131,11 +131,15 @@ pub struct LowerScratch {
     /// Use positions of the gapped tensors, as compressed rows by gap index.
     use_pairs: Vec<(u32, u32)>,
     use_start: Vec<u32>,
+    use_fill: Vec<u32>,
     use_items: Vec<u32>,
+    /// (position, tensor): the non-persistent owners used for the last time
+    /// at a position, in descending position.
+    last_uses: Vec<(u32, TensorId)>,
     /// Gap indices sorted by (tensor, start); a gap's place here is its rank.
     sorted: Vec<u32>,
-    /// (tensor, start, index) of every gap, to sort.
-    gap_keys: Vec<(u32, u64, u32)>,
+    /// (tensor, start, index) of every gap, packed, to sort.
+    gap_keys: Vec<u128>,
     /// What happens at each position (see [`Action`]), as pushed, then
     /// grouped by position.
     actions: Vec<Action>,
@@ -218,27 +222,36 @@ impl LowerScratch {
         }
     }
 
-    /// One pass over `order`: the last use of every storage owner, and every
-    /// use position of the gapped ones.
+    /// One backward pass over `order`: the last use of every storage owner
+    /// (the first met), the tensors each position may free after its op, and
+    /// every use position of the gapped tensors.
     fn index_uses(&mut self, prepared: &PreparedGraph, order: &[OpId]) {
         self.last_use.clear();
         self.last_use.resize(prepared.n_tensors(), NONE);
         self.use_pairs.clear();
-        for (pos, &op) in order.iter().enumerate() {
+        self.last_uses.clear();
+        for (pos, &op) in order.iter().enumerate().rev() {
             for &o in prepared.op_owners(op) {
-                self.last_use[o.index()] = pos as u32;
+                let last = &mut self.last_use[o.index()];
+                if *last == NONE {
+                    *last = pos as u32;
+                    if prepared.freed_after_use[o.index()] {
+                        self.last_uses.push((pos as u32, o));
+                    }
+                }
                 let g = self.gap_index[o.index()];
                 if g != NONE {
                     self.use_pairs.push((g, pos as u32));
                 }
             }
         }
-        // Group by gapped tensor (a counting sort keeps positions ascending).
+        // Group by gapped tensor; pairs come in descending position, so each
+        // group is filled from its end.
         let n_g = self.gapped.len();
         self.use_start.clear();
-        self.use_start.resize(n_g + 2, 0);
+        self.use_start.resize(n_g + 1, 0);
         for &(g, _) in &self.use_pairs {
-            self.use_start[g as usize + 2] += 1;
+            self.use_start[g as usize + 1] += 1;
         }
         let mut sum = 0;
         for c in &mut self.use_start[1..] {
@@ -247,12 +260,13 @@ impl LowerScratch {
         }
         self.use_items.clear();
         self.use_items.resize(self.use_pairs.len(), 0);
+        self.use_fill.clear();
+        self.use_fill.extend_from_slice(&self.use_start[1..]);
         for &(g, pos) in &self.use_pairs {
-            let slot = &mut self.use_start[g as usize + 1];
+            let slot = &mut self.use_fill[g as usize];
+            *slot -= 1;
             self.use_items[*slot as usize] = pos;
-            *slot += 1;
         }
-        self.use_start.truncate(n_g + 1);
     }
 
     fn act(&mut self, position: usize, phase: Phase, key: u32, value: u32) {
@@ -488,15 +502,19 @@ pub fn lower_into<S: ProgramSink>(
     scratch.index_uses(prepared, &schedule.order);
 
     // Validate gaps in (tensor, start) order.
+    // (tensor, start, index) packed in one integer: cheap to compare.
     scratch.gap_keys.clear();
-    scratch.gap_keys.extend(
-        gaps.iter()
-            .enumerate()
-            .map(|(i, g)| (g.tensor.0, g.after.map_or(0, |a| a as u64 + 1), i as u32)),
-    );
+    scratch
+        .gap_keys
+        .extend(gaps.iter().enumerate().map(|(i, g)| {
+            let start = g.after.map_or(0, |a| a as u64 + 1);
+            ((g.tensor.0 as u128) << 96) | ((start as u128) << 32) | i as u128
+        }));
     scratch.gap_keys.sort_unstable();
     scratch.sorted.clear();
-    scratch.sorted.extend(scratch.gap_keys.iter().map(|k| k.2));
+    scratch
+        .sorted
+        .extend(scratch.gap_keys.iter().map(|&k| k as u32));
     for i in 0..gaps.len() {
         check_gap(prepared, scratch, gaps, i, n)?;
     }
@@ -589,7 +607,7 @@ fn emit<S: ProgramSink>(
         for &w in prepared.op_written(op) {
             s.host_current[w.index()] = false;
         }
-        final_frees(prepared, s, pos, op);
+        final_frees(s, pos);
         for &t in &s.frees {
             sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
         }
@@ -624,15 +642,16 @@ fn emit<S: ProgramSink>(
     Ok(())
 }
 
-/// The tensors freed right after the op at `pos`, ascending: its operands
-/// used there for the last time, unless a gap keeps them off the device to the
-/// end or they come back after it only to feed recomputations.
-fn final_frees(prepared: &PreparedGraph, s: &mut LowerScratch, pos: usize, op: OpId) {
+/// The tensors freed right after the op at `pos`, ascending: the owners used
+/// there for the last time (taken from the end of `last_uses`), unless a gap
+/// keeps them off the device to the end or they come back after it only to
+/// feed recomputations.
+fn final_frees(s: &mut LowerScratch, pos: usize) {
     s.frees.clear();
-    for &o in prepared.op_owners(op) {
-        if s.last_use[o.index()] != pos as u32 || !prepared.freed_after_use[o.index()] {
-            continue;
-        }
+    while let Some(&(p, o)) = s.last_uses.last()
+        && p as usize == pos
+    {
+        s.last_uses.pop();
         let g = s.gap_index[o.index()];
         let end = if g == NONE {
             NO_GAP

@@ -197,10 +197,16 @@ impl Layout {
 /// "No step", "no read" in the per-tensor state and the buffer records.
 const NONE: u32 = u32::MAX;
 
-/// Where a per-tensor violation goes in verify's list: by tensor, then by
-/// event (events are numbered from 1 in walk order; 0 is before the first,
-/// `u64::MAX` the end of the iteration).
-type TensorKey = (u32, u64);
+/// Where a per-tensor violation goes in verify's list: by tensor (high 32
+/// bits), then by event (events are numbered from 1 in walk order, saturating;
+/// 0 is before the first, `u32::MAX` the end of the iteration). Violations
+/// are found in walk order, so a stable sort by this key lists them tensor by
+/// tensor, event by event.
+type TensorKey = u64;
+
+fn tensor_key(t: TensorId, event: u32) -> TensorKey {
+    ((t.0 as u64) << 32) | event as u64
+}
 
 /// Reusable buffers of [`verify_program`]: a search verifies many programs of
 /// one graph; keeping these avoids allocating per step and per tensor.
@@ -213,6 +219,10 @@ pub struct VerifyScratch {
     vc: Vec<[i32; 3]>,
     /// Steps the walk reached (all of them unless the waits deadlock).
     visited: usize,
+    /// Per step: it allocates (compute, recompute, swap-in), so the memory
+    /// bound is checked there; per stream, how many do.
+    allocating: Vec<bool>,
+    allocating_steps: [usize; 3],
     /// Per op: how many `Compute` steps run it.
     computed: Vec<u32>,
     /// Per tensor: where its state machine stands.
@@ -264,18 +274,10 @@ struct Buffer {
 }
 
 /// One storage owner's state during the walk: residency, versions, host copy,
-/// and what its next event must be ordered after. The first four fields are
-/// facts of the graph; [`initial_states`] computes the rest's start once per
-/// graph.
+/// and what its next event must be ordered after. [`initial_states`] computes
+/// every tensor's start once per graph (kept small: it is copied per program).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TensorState {
-    /// Owns storage (only owners have events and are checked).
-    owner: bool,
-    persistent: bool,
-    /// The version after every in-place update of the iteration.
-    final_version: u32,
-    /// Bytes.
-    size_bytes: u64,
     /// The program gave it an initial residency.
     given: bool,
     /// Where it starts (and must end) the iteration.
@@ -298,7 +300,7 @@ pub(crate) struct TensorState {
     /// violation if the tensor is needed later: the next event other than a
     /// free is a swap-in, or (persistent) there is none.
     pending_free: u32,
-    pending_key: u64,
+    pending_event: u32,
 }
 
 impl TensorState {
@@ -322,10 +324,6 @@ impl TensorState {
             _ => None,
         };
         TensorState {
-            owner: prepared.allocates[ti],
-            persistent,
-            final_version: prepared.writers(TensorId(ti as u32)).len() as u32,
-            size_bytes: prepared.size_bytes[ti],
             given: given.is_some(),
             residency,
             present,
@@ -338,7 +336,7 @@ impl TensorState {
             read_max: [-1; 3],
             last_read: NONE,
             pending_free: NONE,
-            pending_key: 0,
+            pending_event: 0,
         }
     }
 }
@@ -407,7 +405,7 @@ pub fn verify_program<P: Program>(
             v.push(Violation { at: None, kind });
         }
     }
-    finish_tensors(s);
+    finish_tensors(prepared, s);
     // Stable: violations with one key stay in the order they were found.
     s.tensor_violations.sort_by_key(|e| e.0);
     v.extend(s.tensor_violations.drain(..).map(|e| e.1));
@@ -437,7 +435,8 @@ fn start_tensors<P: Program>(
             foreign.push(t);
             continue;
         };
-        if !st.persistent || (r == Residency::Device && st.residency == Residency::Device) {
+        let persistent = prepared.persistent[t.index()];
+        if !persistent || (r == Residency::Device && st.residency == Residency::Device) {
             // The start state is the default one (a later entry overrides an
             // earlier one, so compare with where it stands now).
             st.given = true;
@@ -491,8 +490,11 @@ fn walk<P: Program>(
     s.computed.resize(graph.ops.len(), 0);
     // Every entry is written before it is read (see the field docs).
     s.vc.resize(layout.total(), [-1i32; 3]);
+    s.allocating.resize(layout.total(), false);
+    let mut allocating_steps = [0usize; 3];
     let VerifyScratch {
         vc,
+        allocating,
         computed,
         tensors,
         reads,
@@ -557,7 +559,14 @@ fn walk<P: Program>(
                     cover,
                     recompute: false,
                 };
-                checker.visit_step(program.instr(st, i), &here);
+                let instr = program.instr(st, i);
+                let allocates = matches!(
+                    instr,
+                    StepInstr::Compute(_) | StepInstr::Recompute { .. } | StepInstr::SwapIn(_)
+                );
+                allocating[id] = allocates;
+                allocating_steps[k] += allocates as usize;
+                checker.visit_step(instr, &here);
                 visited += 1;
                 next[k] += 1;
                 progressed = true;
@@ -568,6 +577,7 @@ fn walk<P: Program>(
         }
     }
     s.visited = visited;
+    s.allocating_steps = allocating_steps;
     bad_waits
 }
 
@@ -594,8 +604,8 @@ struct Checker<'s> {
     found: &'s mut Vec<(TensorKey, Violation)>,
     buffers: &'s mut Vec<Buffer>,
     resident_bytes: &'s mut i128,
-    /// Events seen so far.
-    events: u64,
+    /// Events seen so far (saturating).
+    events: u32,
 }
 
 /// What went wrong in one event, before it is described as a violation.
@@ -740,8 +750,8 @@ impl Checker<'_> {
     /// read is after every earlier one.
     #[inline(always)]
     fn event(&mut self, t: TensorId, access: Access, h: &Here) {
-        self.events += 1;
-        let key = (t.0, self.events);
+        self.events = self.events.saturating_add(1);
+        let key = tensor_key(t, self.events);
         let found = &mut *self.found;
         let st = &mut self.tensors[t.index()];
         let c = &h.cover;
@@ -802,7 +812,7 @@ impl Checker<'_> {
                         // A violation only if the tensor is needed later: decided
                         // by its next event other than a free (see `TensorState`).
                         st.pending_free = h.id;
-                        st.pending_key = key.1;
+                        st.pending_event = self.events;
                     }
                     let alloc = if st.resident_from_start {
                         NONE
@@ -814,7 +824,7 @@ impl Checker<'_> {
                     push_buffer(
                         self.buffers,
                         self.resident_bytes,
-                        st.size_bytes,
+                        self.prepared.size_bytes[t.index()],
                         alloc,
                         h.at,
                     );
@@ -905,7 +915,7 @@ fn report_pending_free(
 ) {
     let at = layout.step_ref(st.pending_free as usize);
     let kind = ViolationKind::FreedWithoutHostCopy { tensor: t };
-    report(found, (t.0, st.pending_key), at, kind);
+    report(found, tensor_key(t, st.pending_event), at, kind);
 }
 
 /// Records a device buffer for the memory bound (see `Checker::push_buffer`).
@@ -965,67 +975,83 @@ fn check_access(st: &TensorState, expected: u32) -> Option<Problem> {
     }
 }
 
+/// "Resident to the end" as a buffer's free.
+const END: StepRef = StepRef {
+    stream: Stream::Compute,
+    index: NONE,
+};
+
 /// The end of the iteration for every storage owner: a pending free, the
 /// buffer still resident, and the residency the next iteration starts from.
-fn finish_tensors(s: &mut VerifyScratch) {
-    /// "Resident to the end".
-    const END: StepRef = StepRef {
-        stream: Stream::Compute,
-        index: NONE,
-    };
-    for ti in 0..s.tensors.len() {
-        let st = s.tensors[ti];
-        if !st.owner {
+fn finish_tensors(prepared: &PreparedGraph, s: &mut VerifyScratch) {
+    for (ti, st) in s.tensors.iter().enumerate() {
+        if !prepared.allocates[ti] {
             continue;
         }
+        let persistent = prepared.persistent[ti];
         // Most tensors are freed and owe nothing; most persistent ones stay
         // on the device at their final version.
-        let quiet = !st.present && st.pending_free == NONE && !st.persistent && !st.given;
-        let stays = st.persistent
-            && st.present
+        if !persistent {
+            if !st.present && st.pending_free == NONE && !st.given {
+                continue;
+            }
+        } else if st.present
             && st.residency == Residency::Device
-            && st.dev_version == st.final_version
-            && st.pending_free == NONE;
-        if quiet {
-            continue;
-        }
-        if stays {
+            && st.pending_free == NONE
+            && st.dev_version == prepared.writers(TensorId(ti as u32)).len() as u32
+        {
             let alloc = if st.resident_from_start {
                 NONE
             } else {
                 st.alloc_at
             };
+            let size_bytes = prepared.size_bytes[ti];
             push_buffer(
                 &mut s.buffers,
                 &mut s.resident_bytes,
-                st.size_bytes,
+                size_bytes,
                 alloc,
                 END,
             );
             continue;
         }
-        finish_tensor(ti, s);
+        finish_tensor(
+            prepared,
+            ti,
+            st,
+            &s.layout,
+            &mut s.tensor_violations,
+            &mut s.buffers,
+            &mut s.resident_bytes,
+        );
     }
 }
 
 /// [`finish_tensors`] for one owner, in full.
 #[inline(never)]
-fn finish_tensor(ti: usize, s: &mut VerifyScratch) {
-    let st = s.tensors[ti];
+fn finish_tensor(
+    prepared: &PreparedGraph,
+    ti: usize,
+    st: &TensorState,
+    layout: &Layout,
+    found: &mut Vec<(TensorKey, Violation)>,
+    buffers: &mut Vec<Buffer>,
+    resident_bytes: &mut i128,
+) {
     let t = TensorId(ti as u32);
-    if !st.persistent && st.given {
-        s.tensor_violations.push((
-            (t.0, 0),
+    let persistent = prepared.persistent[ti];
+    if !persistent && st.given {
+        let reason = format!("initial residency given for {t}, which is not persistent");
+        found.push((
+            tensor_key(t, 0),
             Violation {
                 at: None,
-                kind: ViolationKind::Malformed {
-                    reason: format!("initial residency given for {t}, which is not persistent"),
-                },
+                kind: ViolationKind::Malformed { reason },
             },
         ));
     }
-    if st.pending_free != NONE && st.persistent {
-        report_pending_free(&mut s.tensor_violations, &s.layout, t, &st);
+    if st.pending_free != NONE && persistent {
+        report_pending_free(found, layout, t, st);
     }
     if st.present {
         let alloc = if st.resident_from_start {
@@ -1033,35 +1059,29 @@ fn finish_tensor(ti: usize, s: &mut VerifyScratch) {
         } else {
             st.alloc_at
         };
-        let end = StepRef {
-            stream: Stream::Compute,
-            index: NONE,
-        };
-        push_buffer(
-            &mut s.buffers,
-            &mut s.resident_bytes,
-            st.size_bytes,
-            alloc,
-            end,
-        );
+        push_buffer(buffers, resident_bytes, prepared.size_bytes[ti], alloc, END);
     }
-    if let Some(kind) = check_end(t, &st) {
-        s.tensor_violations
-            .push(((t.0, u64::MAX), Violation { at: None, kind }));
+    let final_version = prepared.writers(t).len() as u32;
+    if let Some(kind) = check_end(t, persistent, final_version, st) {
+        found.push((tensor_key(t, u32::MAX), Violation { at: None, kind }));
     }
 }
 
 /// The residency at the end of the iteration must equal the start's.
-fn check_end(t: TensorId, st: &TensorState) -> Option<ViolationKind> {
+fn check_end(
+    t: TensorId,
+    persistent: bool,
+    final_version: u32,
+    st: &TensorState,
+) -> Option<ViolationKind> {
     let (present, host_version) = (st.present, st.host_version);
-    if !st.persistent {
+    if !persistent {
         return present.then(|| ViolationKind::EndResidency {
             tensor: t,
             expected: "freed".into(),
             found: "still on the device".into(),
         });
     }
-    let final_version = st.final_version;
     let ok = match st.residency {
         Residency::Device => present && st.dev_version == final_version,
         Residency::DeviceAndHost => {
@@ -1104,18 +1124,13 @@ fn check_budget<P: Program>(
     for st in Stream::ALL {
         let k = st.index();
         let n = layout.len[k];
-        let allocates = |i: usize| {
-            matches!(
-                program.instr(st, i),
-                StepInstr::Compute(_) | StepInstr::Recompute { .. } | StepInstr::SwapIn(_)
-            )
-        };
         // The bound is checked at allocating steps only (a well-formed d2h
         // stream has none).
-        if !(0..n).any(allocates) {
+        if s.allocating_steps[k] == 0 {
             continue;
         }
-        let clocks = &s.vc[layout.offset[k]..layout.offset[k] + n];
+        let steps = layout.offset[k]..layout.offset[k] + n;
+        let clocks = &s.vc[steps.clone()];
         first_after(&layout, k, clocks, &mut s.first_after);
         s.delta.clear();
         s.delta.resize(n + 1, 0);
@@ -1142,9 +1157,10 @@ fn check_budget<P: Program>(
         }
         let mut cur: i128 = s.resident_bytes;
         let mut worst: Option<(usize, u64)> = None;
-        for (i, &d) in s.delta[..n].iter().enumerate() {
+        let allocating = &s.allocating[steps];
+        for (i, (&d, &allocates)) in s.delta[..n].iter().zip(allocating).enumerate() {
             cur += d;
-            if !allocates(i) {
+            if !allocates {
                 continue;
             }
             let bytes = cur.clamp(0, u64::MAX as i128) as u64;

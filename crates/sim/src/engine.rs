@@ -82,8 +82,9 @@ pub enum SimErrorKind {
 enum Work {
     /// Fixed duration on the compute stream.
     Kernel { time_s: f64, recompute: bool },
-    /// A copy: fixed latency, then bytes at a rate that depends on the other direction.
-    Copy { bytes: u64 },
+    /// A copy (a swap-in, or else a swap-out): fixed latency, then bytes at a
+    /// rate that depends on the other direction.
+    Copy { bytes: u64, swap_in: bool },
     /// No duration: a free.
     Instant(TensorId),
 }
@@ -281,6 +282,7 @@ pub fn simulate(
 
 /// Checks that every wait, op and tensor a program names exists (stream by
 /// stream, step by step); returns the swapped-in and swapped-out bytes.
+#[cold]
 fn check_program<P: Program>(
     graph: &Graph,
     prepared: &SimPrepared,
@@ -352,22 +354,34 @@ pub fn simulate_program<P: Program>(
     options: &SimOptions,
     scratch: &mut SimScratch,
 ) -> Result<SimOutput, SimError> {
-    let swapped = check_program(graph, prepared, program)?;
     let run = Run::new(graph, prepared, program, options);
-    match allocator.config() {
-        None => run.simulate(Perfect::default(), swapped, scratch),
-        Some(config) => {
-            let budget_bytes = program.budget_bytes();
-            let alloc = outcore_alloc::build(&config, budget_bytes).map_err(|e| SimError {
+    let result = match allocator.config() {
+        None => run.simulate(Perfect::default(), scratch),
+        Some(config) => match outcore_alloc::build(&config, program.budget_bytes()) {
+            Ok(alloc) => {
+                let memory = Real {
+                    alloc,
+                    oom: None,
+                    scratch_id_base: prepared.graph.n_tensors() as u64,
+                };
+                run.simulate(memory, scratch)
+            }
+            Err(e) => Err(SimError {
                 kind: SimErrorKind::BadAllocator(e.to_string()),
-            })?;
-            let memory = Real {
-                alloc,
-                oom: None,
-                scratch_id_base: prepared.graph.n_tensors() as u64,
-            };
-            run.simulate(memory, swapped, scratch)
-        }
+            }),
+        },
+    };
+    // The run checks each reference as it meets it, so a program that runs
+    // through has none bad. When it fails, a bad reference (the first in
+    // stream order) is the error, whatever the run ran into first.
+    result.map_err(|e| check_program(graph, prepared, program).err().unwrap_or(e))
+}
+
+/// A reference the run met that the graph or program lacks; reported as
+/// `check_program` words it.
+fn bad_reference(what: String) -> SimError {
+    SimError {
+        kind: SimErrorKind::BadReference(what),
     }
 }
 
@@ -387,6 +401,9 @@ struct Recorder {
     peak_live: u64,
     tracer: TraceBuilder,
     start_order: Option<Vec<StepRef>>,
+    /// Bytes the last iteration copies in and out.
+    swap_in_bytes: u64,
+    swap_out_bytes: u64,
 }
 
 /// The event loop's state within one iteration.
@@ -441,7 +458,6 @@ impl<'a, P: Program> Run<'a, P> {
     fn simulate<M: Memory>(
         &self,
         memory: M,
-        (swap_in_bytes, swap_out_bytes): (u64, u64),
         scratch: &mut SimScratch,
     ) -> Result<SimOutput, SimError> {
         let pg = &self.prepared.graph;
@@ -483,6 +499,8 @@ impl<'a, P: Program> Run<'a, P> {
             peak_live: 0,
             tracer: TraceBuilder::new(),
             start_order: self.options.record_start_order.then(Vec::new),
+            swap_in_bytes: 0,
+            swap_out_bytes: 0,
         };
         let mut per_iteration = Vec::with_capacity(iterations);
         let mut busy = StreamBusy::default();
@@ -505,7 +523,7 @@ impl<'a, P: Program> Run<'a, P> {
                 last: iter + 1 == iterations,
             };
             loop {
-                self.start_ready(&mut it, &mut sim, done_at, &mut rec);
+                self.start_ready(&mut it, &mut sim, done_at, &mut rec)?;
                 if it.done == self.total() {
                     break;
                 }
@@ -530,8 +548,8 @@ impl<'a, P: Program> Run<'a, P> {
             peak_live_bytes: peak_live_bytes.max(rec.peak_live),
             peak_reserved_bytes: peak_reserved,
             fragmentation,
-            swap_in_bytes,
-            swap_out_bytes,
+            swap_in_bytes: rec.swap_in_bytes,
+            swap_out_bytes: rec.swap_out_bytes,
             recompute_time_s,
             stall_time_s: (iter_time_s - busy.compute_s).max(0.0),
             busy,
@@ -559,7 +577,7 @@ impl<'a, P: Program> Run<'a, P> {
         sim: &mut Sim<M>,
         done_at: &mut [f64],
         rec: &mut Recorder,
-    ) {
+    ) -> Result<(), SimError> {
         let mut progressed = true;
         while progressed {
             progressed = false;
@@ -573,12 +591,18 @@ impl<'a, P: Program> Run<'a, P> {
                 }
                 let st = Stream::ALL[s];
                 let i = it.next[s];
-                let pending = self
-                    .program
-                    .waits(st, i)
-                    .iter()
-                    .map(|w| self.offset[w.stream.index()] + w.index as usize)
-                    .find(|&w| done_at[w] > it.now);
+                let mut pending = None;
+                for w in self.program.waits(st, i) {
+                    let ws = w.stream.index();
+                    if w.index as usize >= self.len[ws] {
+                        return Err(bad_reference(format!("step {w}")));
+                    }
+                    let w = self.offset[ws] + w.index as usize;
+                    if done_at[w] > it.now {
+                        pending = Some(w);
+                        break;
+                    }
+                }
                 if let Some(w) = pending {
                     it.blocker[s] = w;
                     continue;
@@ -594,7 +618,7 @@ impl<'a, P: Program> Run<'a, P> {
                 {
                     order.push(at);
                 }
-                let (work, scratch_bytes) = self.allocate_step(sim, at, id);
+                let (work, scratch_bytes) = self.allocate_step(sim, at, id)?;
                 let record_trace = it.last && self.options.record_trace;
                 rec.peak_live = rec.peak_live.max(sim.memory.live());
                 if record_trace {
@@ -613,12 +637,16 @@ impl<'a, P: Program> Run<'a, P> {
                         continue;
                     }
                     Work::Kernel { time_s, recompute } => (it.now + time_s, 0.0, 0.0, recompute),
-                    Work::Copy { bytes } => (
-                        f64::INFINITY,
-                        self.prepared.copy.latency_s,
-                        bytes as f64,
-                        false,
-                    ),
+                    Work::Copy { bytes, swap_in } => {
+                        if it.last {
+                            match swap_in {
+                                true => rec.swap_in_bytes += bytes,
+                                false => rec.swap_out_bytes += bytes,
+                            }
+                        }
+                        let latency_s = self.prepared.copy.latency_s;
+                        (f64::INFINITY, latency_s, bytes as f64, false)
+                    }
                 };
                 it.running[s] = Some(Running {
                     step: id,
@@ -631,16 +659,30 @@ impl<'a, P: Program> Run<'a, P> {
                 });
             }
         }
+        Ok(())
     }
 
     /// Makes the allocations of step `at` (global id `id`) as it starts;
-    /// returns its work and the scratch bytes it holds while it runs.
-    fn allocate_step<M: Memory>(&self, sim: &mut Sim<M>, at: StepRef, id: usize) -> (Work, u64) {
+    /// returns its work and the scratch bytes it holds while it runs. A
+    /// reference to an op or tensor the graph lacks is an error.
+    fn allocate_step<M: Memory>(
+        &self,
+        sim: &mut Sim<M>,
+        at: StepRef,
+        id: usize,
+    ) -> Result<(Work, u64), SimError> {
         let pg = &self.prepared.graph;
         let instr = self.program.instr(at.stream, at.index as usize);
+        let size = |t: TensorId| match pg.size_bytes.get(t.index()) {
+            Some(&size) if t.index() < pg.n_tensors() => Ok(size),
+            _ => Err(bad_reference(format!("tensor {t}"))),
+        };
         let mut scratch_bytes = 0;
         let work = match instr {
             StepInstr::Compute(op) | StepInstr::Recompute { op, .. } => {
+                if op.index() >= self.graph.ops.len() {
+                    return Err(bad_reference(format!("op {op}")));
+                }
                 let kept = match instr {
                     StepInstr::Recompute { outputs, .. } => Some(outputs),
                     _ => None,
@@ -661,20 +703,27 @@ impl<'a, P: Program> Run<'a, P> {
                 }
             }
             StepInstr::SwapIn(t) => {
-                let size = pg.size_bytes[t.index()];
+                let size = size(t)?;
                 sim.allocate(t.0 as u64, size, Some(at));
-                Work::Copy { bytes: size }
+                Work::Copy {
+                    bytes: size,
+                    swap_in: true,
+                }
             }
             StepInstr::SwapOut(t) => Work::Copy {
-                bytes: pg.size_bytes[t.index()],
+                bytes: size(t)?,
+                swap_in: false,
             },
-            StepInstr::Free(t) => Work::Instant(t),
+            StepInstr::Free(t) => {
+                size(t)?;
+                Work::Instant(t)
+            }
         };
         if scratch_bytes > 0 {
             let scratch_id = pg.n_tensors() as u64 + id as u64;
             sim.allocate(scratch_id, scratch_bytes, Some(at));
         }
-        (work, scratch_bytes)
+        Ok((work, scratch_bytes))
     }
 
     /// Advances the clock to the next completion and finishes every step that
