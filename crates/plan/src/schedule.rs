@@ -93,7 +93,8 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// `Recompute` of the producer just before the op at `before` (several at one
 /// position run in producer order, so a chain such as Chen et al.'s segment
 /// recomputation works when every dropped tensor of the chain has the same
-/// `before`). A gap may end before the tensor's next use. A tensor brought back
+/// `before`; the gaps of one producer at one position share one step, so the
+/// op runs once for all of them). A gap may end before the tensor's next use. A tensor brought back
 /// only to feed recomputations (no use at or after `before`) is freed right after
 /// the recomputations at `before`. Every other residency period ends with a free
 /// after its last use; step outputs are freed at the end.
@@ -143,6 +144,8 @@ pub struct LowerScratch {
     free_step: Vec<Option<StepRef>>,
     swap_in_step: Vec<Option<StepRef>>,
     waits: Vec<StepRef>,
+    /// Outputs of the recomputation step being written.
+    recompute_outputs: Vec<TensorId>,
 }
 
 /// Items grouped by position: `(position, key, value)` sorted, with an index of
@@ -518,16 +521,35 @@ fn emit<S: ProgramSink>(
                 s.waits.push(step);
             }
         }
+        // Gaps of one producer ending here are adjacent (producer order) and
+        // share one step: the op runs once for all the outputs it brings back.
+        let mut outputs = std::mem::take(&mut s.recompute_outputs);
+        outputs.clear();
+        let mut current: Option<OpId> = None;
         for rank in s.recompute_before.at(pos) {
             let g = &gaps[s.sorted[rank as usize] as usize];
             let producer = prepared.producer[g.tensor.index()].unwrap_or(OpId(0));
+            if let Some(op) = current.filter(|&c| c != producer) {
+                let instr = StepInstr::Recompute {
+                    op,
+                    outputs: &outputs,
+                };
+                sink.push_step(Stream::Compute, instr, &s.waits);
+                s.waits.clear();
+                outputs.clear();
+            }
+            current = Some(producer);
+            outputs.push(g.tensor);
+        }
+        if let Some(op) = current {
             let instr = StepInstr::Recompute {
-                op: producer,
-                outputs: std::slice::from_ref(&g.tensor),
+                op,
+                outputs: &outputs,
             };
             sink.push_step(Stream::Compute, instr, &s.waits);
             s.waits.clear();
         }
+        s.recompute_outputs = outputs;
         for t in s.free_after_recomputes.at(pos) {
             sink.push_step(Stream::Compute, StepInstr::Free(TensorId(t)), &s.waits);
             s.waits.clear();
