@@ -13,6 +13,14 @@ use outcore_plan::{PlanOutcome, PlanRequest, verify};
 use outcore_sim::{SimOptions, simulate};
 use std::collections::BTreeMap;
 
+/// (label, zoo name, batch, knobs).
+type Model = (
+    &'static str,
+    &'static str,
+    u64,
+    &'static [(&'static str, u64)],
+);
+
 fn model(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Result<Graph, String> {
     let knobs: BTreeMap<String, u64> = knobs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     zoo::build(name, Some(batch), &knobs, None).map_err(|e| e.to_string())
@@ -93,7 +101,7 @@ fn main() -> Result<(), String> {
         .collect();
     let cost =
         RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").map_err(|e| e.to_string())?);
-    let models: [(&str, &str, u64, &[(&str, u64)]); 6] = [
+    let models: [Model; 6] = [
         ("ResNet-50 b32", "resnet50", 32, &[]),
         ("Inception-v3 b32", "inception_v3", 32, &[]),
         ("DenseNet-121 b32", "densenet121", 32, &[]),
