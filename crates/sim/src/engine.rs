@@ -20,6 +20,9 @@ pub struct SimOptions {
     pub record_trace: bool,
     /// Record every allocate / free as an allocation trace.
     pub record_alloc_trace: bool,
+    /// Record the order in which the last iteration's steps start (see
+    /// [`SimOutput::start_order`]).
+    pub record_start_order: bool,
 }
 
 impl Default for SimOptions {
@@ -28,6 +31,7 @@ impl Default for SimOptions {
             iterations: 2,
             record_trace: false,
             record_alloc_trace: false,
+            record_start_order: false,
         }
     }
 }
@@ -40,6 +44,11 @@ pub struct SimOutput {
     pub trace: Option<serde_json::Value>,
     /// Allocation trace, when asked for.
     pub alloc_trace: Option<Trace>,
+    /// The last iteration's steps in the order they started (ties in the order
+    /// the event loop took them), when asked for. An executor that issues steps
+    /// in this order hands its allocator the simulated sequence of allocations
+    /// and frees, which is what a real allocator's feasibility was checked on.
+    pub start_order: Option<Vec<StepRef>>,
 }
 
 /// An error that stops a simulation before it can report (not an out-of-memory,
@@ -437,6 +446,7 @@ pub fn simulate_program<P: Program>(
     let mut recompute_time_s = 0.0;
     let mut peak_live = 0u64;
     let mut tracer = TraceBuilder::new();
+    let mut start_order = options.record_start_order.then(Vec::new);
     let len = [
         program.stream_len(Stream::Compute),
         program.stream_len(Stream::H2d),
@@ -470,6 +480,9 @@ pub fn simulate_program<P: Program>(
                     let step = &steps[id];
                     if waits[step.waits.clone()].iter().any(|&w| done_at[w] > now) {
                         continue;
+                    }
+                    if last && let Some(order) = start_order.as_mut() {
+                        order.push(step.at);
                     }
                     for &(tid, size) in &allocs[step.allocs.clone()] {
                         sim.allocate(tid, size, Some(step.at));
@@ -647,5 +660,6 @@ pub fn simulate_program<P: Program>(
             .record_trace
             .then(|| tracer.finish(&graph.meta.model)),
         alloc_trace: sim.alloc_trace,
+        start_order,
     })
 }
