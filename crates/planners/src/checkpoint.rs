@@ -44,13 +44,15 @@
 //! - Several segmentations are tried (sqrt: `k` = sqrt(n), the paper's default,
 //!   and 2, 3, 4, 6, 8, sqrt(n)/2, 2 sqrt(n); greedy: `B` = the candidates'
 //!   total over 2..64, and sqrt(x y) with x the bytes the finest segmentation
-//!   keeps and y the total, the paper's balance point); the fastest feasible
-//!   plan wins (ties: the earlier segmentation).
+//!   keeps and y the total, the paper's balance point), each with segments
+//!   ending at the first cut past the threshold (the paper) and at the
+//!   cheapest cut a little further ([`CutChoice`]); the fastest feasible plan
+//!   wins (ties: the earlier segmentation).
 
 mod segments;
 
 pub use segments::{
-    Cut, Rule, Segment, Segmentation, cuts, max_recomputations_per_op, recompute_order,
+    Cut, CutChoice, Rule, Segment, Segmentation, cuts, max_recomputations_per_op, recompute_order,
     segment_gaps,
 };
 
@@ -98,7 +100,7 @@ fn sqrt_len(n: usize) -> usize {
 /// The `B` values Algorithm 2 is run with (module docs).
 fn greedy_budgets(ctx: &Ctx<'_>, cuts: &[Cut], candidates: &[TensorId]) -> Vec<u64> {
     let total: u64 = candidates.iter().map(|&t| ctx.size(t)).sum();
-    let finest = Segmentation::greedy(ctx, cuts, candidates, 0);
+    let finest = Segmentation::greedy(ctx, cuts, candidates, 0, CutChoice::First);
     let x: u64 = finest.kept.iter().map(|&t| ctx.size(t)).sum();
     let balance = ((x as f64) * (total as f64)).sqrt() as u64;
     let mut out = vec![balance];
@@ -129,14 +131,16 @@ impl Checkpoint {
         let cuts = cuts(ctx);
         let candidates = Self::candidates(ctx);
         let mut out: Vec<Segmentation> = Vec::new();
-        if self.segments != Segments::Greedy {
-            for len in sqrt_lens(candidates.len()) {
-                out.push(Segmentation::sqrt(ctx, &cuts, &candidates, len));
+        for choice in [CutChoice::First, CutChoice::CheapestAhead] {
+            if self.segments != Segments::Greedy {
+                for len in sqrt_lens(candidates.len()) {
+                    out.push(Segmentation::sqrt(ctx, &cuts, &candidates, len, choice));
+                }
             }
-        }
-        if self.segments != Segments::Sqrt {
-            for b in greedy_budgets(ctx, &cuts, &candidates) {
-                out.push(Segmentation::greedy(ctx, &cuts, &candidates, b));
+            if self.segments != Segments::Sqrt {
+                for b in greedy_budgets(ctx, &cuts, &candidates) {
+                    out.push(Segmentation::greedy(ctx, &cuts, &candidates, b, choice));
+                }
             }
         }
         let mut distinct: Vec<Segmentation> = Vec::new();
@@ -156,13 +160,20 @@ impl Checkpoint {
         selected: &[usize],
         m: &crate::framework::Materialised,
     ) -> Value {
-        let (rule, param) = match seg.rule {
-            Rule::Sqrt { len } => ("sqrt", json!({ "segment_len": len })),
-            Rule::Greedy { budget_bytes } => ("greedy", json!({ "budget_bytes": budget_bytes })),
+        let (rule, param, choice) = match seg.rule {
+            Rule::Sqrt { len, choice } => ("sqrt", json!({ "segment_len": len }), choice),
+            Rule::Greedy {
+                budget_bytes,
+                choice,
+            } => ("greedy", json!({ "budget_bytes": budget_bytes }), choice),
         };
         json!({
             "segmentation": rule,
             "rule": param,
+            "segment_end": match choice {
+                CutChoice::First => "first cut past the threshold",
+                CutChoice::CheapestAhead => "cheapest cut before twice the threshold",
+            },
             "segments": seg.segments.len(),
             "boundaries": seg.boundaries.len(),
             "kept_at_boundaries": seg.kept.len(),

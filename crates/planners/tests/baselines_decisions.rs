@@ -9,7 +9,7 @@ use outcore_graph::{DType, Graph, OpClass, OpId, Phase, TensorId, footprint};
 use outcore_plan::{
     Instr, PlanOutcome, PlanRequest, Planner, Restore, Stream, random_topological_order, verify,
 };
-use outcore_planners::checkpoint::{self, Segmentation};
+use outcore_planners::checkpoint::{self, CutChoice, Segmentation};
 use outcore_planners::framework::{Ctx, graph_order};
 use outcore_planners::{Checkpoint, Lms, LmsKnobs, SuperNeurons, Vdnn, VdnnScope, is_cheap};
 
@@ -158,7 +158,7 @@ fn checkpoint_sqrt_on(g: &Graph, cost: &RooflineModel, order: &[OpId], layers: u
     let cuts = checkpoint::cuts(&ctx);
     assert!(cuts.iter().all(|c| c.members.len() == 1));
     let len = (sqrt_n.round() as usize).max(2);
-    let seg = Segmentation::sqrt(&ctx, &cuts, &candidates, len);
+    let seg = Segmentation::sqrt(&ctx, &cuts, &candidates, len, CutChoice::First);
     assert!(
         (seg.boundaries.len() as f64 - sqrt_n).abs() <= 1.5,
         "{} boundaries for n = {n}",

@@ -88,12 +88,29 @@ pub fn cuts(ctx: &Ctx<'_>) -> Vec<Cut> {
 /// How a segmentation was chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Rule {
-    /// Chen et al. Sec. 4.2: a segment ends at the first cut once it holds
-    /// `len` recompute candidates (`len` about sqrt(n) gives sqrt(n) segments).
-    Sqrt { len: usize },
-    /// Chen et al. Algorithm 2: a segment ends at the first cut once the
-    /// candidates it holds exceed `budget_bytes`.
-    Greedy { budget_bytes: u64 },
+    /// Chen et al. Sec. 4.2: a segment ends at a cut once it holds `len`
+    /// recompute candidates (`len` about sqrt(n) gives sqrt(n) segments).
+    Sqrt { len: usize, choice: CutChoice },
+    /// Chen et al. Algorithm 2: a segment ends at a cut once the candidates it
+    /// holds exceed `budget_bytes`.
+    Greedy {
+        budget_bytes: u64,
+        choice: CutChoice,
+    },
+}
+
+/// Which cut ends a segment once its threshold is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutChoice {
+    /// The first one (Chen et al.).
+    First,
+    /// The one with the fewest member bytes (the earliest on ties) among those
+    /// reached before the segment holds twice the threshold: fewer bytes kept
+    /// at each checkpoint (in a transformer, the residual stream between
+    /// sublayers instead of a cut through an attention block) for segments up
+    /// to twice as long, which recompute more at once (worse where the first
+    /// layers are the largest, as in VGG).
+    CheapestAhead,
 }
 
 /// One segment: forward positions `first..=last`.
@@ -126,17 +143,33 @@ pub struct Segmentation {
 impl Segmentation {
     /// Chen et al.'s `sqrt(n)` rule (see [`Rule::Sqrt`]) over `candidates`
     /// (recompute candidates in production order).
-    pub fn sqrt(ctx: &Ctx<'_>, cuts: &[Cut], candidates: &[TensorId], len: usize) -> Self {
+    pub fn sqrt(
+        ctx: &Ctx<'_>,
+        cuts: &[Cut],
+        candidates: &[TensorId],
+        len: usize,
+        choice: CutChoice,
+    ) -> Self {
         let held = accumulated(ctx, cuts, candidates, |_| 1);
-        let chosen = choose_cuts(cuts, &held, len.max(1) as u64, false);
-        Self::build(ctx, Rule::Sqrt { len }, &chosen, candidates)
+        let chosen = choose_cuts(cuts, &held, len.max(1) as u64, false, choice);
+        Self::build(ctx, Rule::Sqrt { len, choice }, &chosen, candidates)
     }
 
     /// Chen et al.'s Algorithm 2 (see [`Rule::Greedy`]).
-    pub fn greedy(ctx: &Ctx<'_>, cuts: &[Cut], candidates: &[TensorId], budget_bytes: u64) -> Self {
+    pub fn greedy(
+        ctx: &Ctx<'_>,
+        cuts: &[Cut],
+        candidates: &[TensorId],
+        budget_bytes: u64,
+        choice: CutChoice,
+    ) -> Self {
         let held = accumulated(ctx, cuts, candidates, |t| ctx.size(t));
-        let chosen = choose_cuts(cuts, &held, budget_bytes, true);
-        Self::build(ctx, Rule::Greedy { budget_bytes }, &chosen, candidates)
+        let chosen = choose_cuts(cuts, &held, budget_bytes, true, choice);
+        let rule = Rule::Greedy {
+            budget_bytes,
+            choice,
+        };
+        Self::build(ctx, rule, &chosen, candidates)
     }
 
     fn build(ctx: &Ctx<'_>, rule: Rule, chosen: &[&Cut], candidates: &[TensorId]) -> Self {
@@ -198,14 +231,14 @@ fn accumulated(
 }
 
 /// Segment ends: once the weight held since the last end reaches `threshold`
-/// (exceeds it, when `strict`), the next segment ends at the cheapest cut
-/// (fewest member bytes; the earliest on ties) among those reached before the
-/// held weight doubles. Chen et al. end a segment at the first splitting point
-/// past the threshold; looking a little further for a cheaper one keeps fewer
-/// bytes at each checkpoint (in a transformer, the residual stream between
-/// sublayers instead of a cut through an attention block), at the price of
-/// segments up to twice as long.
-fn choose_cuts<'c>(cuts: &'c [Cut], held: &[u64], threshold: u64, strict: bool) -> Vec<&'c Cut> {
+/// (exceeds it, when `strict`), the segment ends at the cut `choice` picks.
+fn choose_cuts<'c>(
+    cuts: &'c [Cut],
+    held: &[u64],
+    threshold: u64,
+    strict: bool,
+    choice: CutChoice,
+) -> Vec<&'c Cut> {
     let reached = |w: u64| {
         if strict {
             w > threshold
@@ -221,14 +254,16 @@ fn choose_cuts<'c>(cuts: &'c [Cut], held: &[u64], threshold: u64, strict: bool) 
             i += 1;
             continue;
         }
-        let limit = (held[i] - base).max(threshold.saturating_mul(2));
         let mut best = i;
-        let mut j = i + 1;
-        while j < cuts.len() && held[j] - base <= limit {
-            if cuts[j].bytes < cuts[best].bytes {
-                best = j;
+        if choice == CutChoice::CheapestAhead {
+            let limit = (held[i] - base).max(threshold.saturating_mul(2));
+            let mut j = i + 1;
+            while j < cuts.len() && held[j] - base <= limit {
+                if cuts[j].bytes < cuts[best].bytes {
+                    best = j;
+                }
+                j += 1;
             }
-            j += 1;
         }
         chosen.push(&cuts[best]);
         base = held[best];
