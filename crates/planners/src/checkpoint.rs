@@ -216,7 +216,7 @@ impl Checkpoint {
         scratch: &mut Scratch,
     ) -> Result<Scored, PlannerError> {
         let budget = search.request.budget_bytes as i128;
-        let prefixes: Vec<Vec<usize>> = if self.segments == Segments::All {
+        let mut prefixes: Vec<Vec<usize>> = if self.segments == Segments::All {
             vec![seg.droppable()]
         } else {
             let (order, peaks) = recompute_order(search.ctx, seg);
@@ -227,6 +227,11 @@ impl Checkpoint {
                 .map(|j| order[..j].to_vec())
                 .collect()
         };
+        if prefixes.is_empty() {
+            // No segment lowers the modelled peak: score them all, for an
+            // infeasibility that says how much memory that still needs.
+            prefixes.push(seg.droppable());
+        }
         let mut closest: Option<Scored> = None;
         for selected in prefixes {
             let Some(scored) = self.score_selection(search, seg, &selected, scratch)? else {
