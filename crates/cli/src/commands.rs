@@ -272,6 +272,17 @@ fn cmd_stats(args: &GraphArgs, json_out: bool) -> Result<()> {
         "saved for backward    {}",
         fmt_bytes(s.saved_for_backward_bytes)
     );
+    let blocked: Vec<String> = s
+        .not_recomputable_by_reason
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect();
+    say!(
+        "not recomputable      {} ({})",
+        s.not_recomputable_by_reason.values().sum::<usize>(),
+        blocked.join(", ")
+    );
     for (phase, flops) in &s.flops_by_phase {
         say!(
             "{:<21} {:.3} TFLOP",

@@ -151,6 +151,23 @@ fn stats_of_pytorch_graphs_match_their_summaries() {
 }
 
 #[test]
+fn stats_count_non_recomputable_ops_by_reason() {
+    let path = example_graph("mobilenet_v2_b64.json");
+    let v = json_of(&["stats", "--graph", &path, "--json"]);
+    let reasons = &v["not_recomputable_by_reason"];
+    // One dropout mask draw; 52 split-off batch-norm statistics updates and 52
+    // `num_batches_tracked` increments; every backward and optimizer op.
+    assert_eq!(reasons["random"], 1, "{reasons}");
+    assert_eq!(reasons["updates_persistent_state"], 104, "{reasons}");
+    assert_eq!(reasons["writes_in_place"], 0, "{reasons}");
+    assert_eq!(
+        reasons["not_forward"].as_u64().expect("count") as usize,
+        v["n_ops_by_phase"]["backward"].as_u64().expect("n") as usize
+            + v["n_ops_by_phase"]["optimizer"].as_u64().expect("n") as usize
+    );
+}
+
+#[test]
 fn knob_flags_reach_the_model() {
     let a = json_of(&["stats", "--model", "wide-resnet", "--batch", "1", "--json"]);
     let b = json_of(&[

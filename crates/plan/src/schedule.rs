@@ -93,7 +93,8 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// `Recompute` of the producer just before the op at `before` (several at one
 /// position run in producer order, so a chain such as Chen et al.'s segment
 /// recomputation works when every dropped tensor of the chain has the same
-/// `before`). A gap may end before the tensor's next use. A tensor brought back
+/// `before`; the gaps of one producer at one position share one step, so the
+/// op runs once for all of them). A gap may end before the tensor's next use. A tensor brought back
 /// only to feed recomputations (no use at or after `before`) is freed right after
 /// the recomputations at `before`. Every other residency period ends with a free
 /// after its last use; step outputs are freed at the end.
@@ -153,6 +154,8 @@ pub struct LowerScratch {
     swap_in_step: Vec<Option<StepRef>>,
     waits: Vec<StepRef>,
     frees: Vec<TensorId>,
+    /// Outputs of the recomputation step being written.
+    recompute_outputs: Vec<TensorId>,
 }
 
 /// `LowerScratch::gapped`: no gap indexed yet.
@@ -587,14 +590,27 @@ fn emit<S: ProgramSink>(
                     }
                 }
                 Phase::Recompute => {
-                    let g = &gaps[s.sorted[a.value as usize] as usize];
-                    let producer = prepared.producer[g.tensor.index()].unwrap_or(OpId(0));
+                    // Gaps of one producer ending here are adjacent (keyed by
+                    // producer) and share one step: the op runs once for all
+                    // the outputs it brings back.
+                    let mut outputs = std::mem::take(&mut s.recompute_outputs);
+                    outputs.clear();
+                    outputs.push(gaps[s.sorted[a.value as usize] as usize].tensor);
+                    while k < end
+                        && s.grouped[k].phase == Phase::Recompute
+                        && s.grouped[k].key == a.key
+                    {
+                        outputs.push(gaps[s.sorted[s.grouped[k].value as usize] as usize].tensor);
+                        k += 1;
+                    }
+                    let producer = prepared.producer[outputs[0].index()].unwrap_or(OpId(0));
                     let instr = StepInstr::Recompute {
                         op: producer,
-                        outputs: std::slice::from_ref(&g.tensor),
+                        outputs: &outputs,
                     };
                     sink.push_step(Stream::Compute, instr, &s.waits);
                     s.waits.clear();
+                    s.recompute_outputs = outputs;
                 }
                 _ => {
                     let t = TensorId(a.value);
