@@ -399,12 +399,11 @@ def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False) ->
                 e.timed_copies.append((tid, "h2d"))
         elif isinstance(instr, dict) and "free" in instr:
             tid = int(instr["free"])
-            if tid in returned:
-                continue  # the step returns it: the caller owns it now
             if s == 0:
                 if waits:
                     L.append(f"_wait_c({', '.join(waits)})")
-                L.append(f"_free({e.owner_var(tid)})")
+                if tid not in returned:  # a returned tensor belongs to the caller
+                    L.append(f"_free({e.owner_var(tid)})")
             else:
                 # the event marks the free; the storage is released where a
                 # compute step is ordered after it (see `deferred`), through a
@@ -412,9 +411,10 @@ def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False) ->
                 if waits:
                     L.append(f"_wait_s({s}, {', '.join(waits)})")
                 L.append(f"{ev(s, i)} = _rec({s})")
-                L.append(f"_pf_{s}_{i} = {e.owner_var(tid)}")
-                pending[(s, i)] = tid
-            continue
+                if tid not in returned:
+                    L.append(f"_pf_{s}_{i} = {e.owner_var(tid)}")
+                    pending[(s, i)] = tid
+                continue
         else:
             raise PlanError(f"unknown plan instruction {instr!r}")
         if (s, i) in needs_event and s == 0:

@@ -718,7 +718,10 @@ def _finish_ops(b: _Builder, cap: Captured, ops: list[OpInfo]) -> None:
 
 def _set_recomputable(conv: Converted, b: _Builder, storage_of_node) -> None:
     det = torch.are_deterministic_algorithms_enabled()
-    mutated = b.kept_inplace_owners
+    # Persistent tensors written by the optimizer are versioned by outcore
+    # itself (verify refuses a recomputation that would read a stale version);
+    # only activations and gradients written in place need this rule.
+    mutated = {o for o in b.kept_inplace_owners if conv.tensors[o].placeholder is None}
     for op in conv.ops:
         why = None
         if op.phase != "forward":

@@ -288,6 +288,7 @@ class StepFunction:
         self._cache: dict[tuple, Compiled] = {}
         self._current: Compiled | None = None
         self._host_resident: dict[int, bool] = {}
+        self._budget_bytes: int | None = None
         self.stats: dict[str, Any] = {}
         self._tmp = tempfile.TemporaryDirectory(prefix="outcore-torch-")
 
@@ -306,8 +307,13 @@ class StepFunction:
         graph = outcore.load_graph(path=path)
         profile = self.device_profile or _device_profile_for(cap.device)
         memory = _device_memory_bytes(cap.device, profile)
-        budget_bytes = parse_budget(self.budget, footprint_bytes=graph.footprint_bytes + conv.pinned_bytes,
-                                    device_memory_bytes=memory)
+        if self._budget_bytes is None:
+            # Resolved once, on the first graph: later graphs of the same step
+            # (after the optimizer created its state) keep the same bytes.
+            self._budget_bytes = parse_budget(
+                self.budget, footprint_bytes=graph.footprint_bytes + conv.pinned_bytes, device_memory_bytes=memory
+            )
+        budget_bytes = self._budget_bytes
         headroom = (int(self.headroom * budget_bytes) if isinstance(self.headroom, float) else int(self.headroom))
         planner_budget = budget_bytes - conv.pinned_bytes - headroom
         need, op_name = _largest_working_set(conv)
@@ -389,6 +395,9 @@ class StepFunction:
             self._host_resident[tid] = False
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Trains one step and returns the loss.  The batch is consumed: the
+        plan releases the device storage of ``x`` and ``y`` after their last
+        use (pass clones to keep them)."""
         self.materialize()  # a new signature may plan other residencies
         c = self.compile((x, y))
         cuda = c.captured.device.type == "cuda"
@@ -439,7 +448,7 @@ class StepFunction:
     def measure(self, x: torch.Tensor, y: torch.Tensor, iterations: int = 10, warmup: int = 2) -> dict[str, Any]:
         """Median measured iteration time beside the simulated one, and peaks."""
         for _ in range(warmup):
-            self(x, y)
+            self(x.clone(), y.clone())
         c = self.compiled
         cuda = c.captured.device.type == "cuda"
         times = []
@@ -447,8 +456,9 @@ class StepFunction:
         for _ in range(iterations):
             if cuda:
                 torch.cuda.synchronize(c.captured.device)
+            xi, yi = x.clone(), y.clone()
             t0 = time.perf_counter()
-            self(x, y)
+            self(xi, yi)
             if cuda:
                 torch.cuda.synchronize(c.captured.device)
             times.append(time.perf_counter() - t0)
@@ -472,7 +482,7 @@ class StepFunction:
     def profile(self, x: torch.Tensor, y: torch.Tensor, iterations: int = 5) -> dict[str, Any]:
         """Runs the step ``iterations`` times with every op and copy timed and
         returns an ``outcore-latency-table/1`` document (medians)."""
-        self(x, y)
+        self(x.clone(), y.clone())
         c = self.compiled
         if c.profile_fn is None:
             gen = generate(c.converted, c.plan_json, profile=True)
@@ -487,7 +497,7 @@ class StepFunction:
         for _ in range(iterations):
             self._enter_residency(c)
             with torch.no_grad():
-                outs = c.profile_fn(x, y)
+                outs = c.profile_fn(x.clone(), y.clone())
             self._install_new_state(c, outs)
         ops, copies = rt.resolve_times()
         entries = [
