@@ -92,7 +92,9 @@ def _assert_identical(eager, ours, opt_e, opt_o, losses):
 
 
 def _sgd(m):
-    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    # foreach=False: one update op per parameter, which planners can place
+    # one by one (the CUDA default, foreach, merges every update into one op)
+    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4, foreach=False)
 
 
 def test_resnet18_three_steps_with_swaps_and_recomputation_match_eager(tmp_path):
@@ -217,9 +219,9 @@ def test_bad_budget_spellings_name_the_value():
 
 def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
     torch.manual_seed(0)
-    m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8, p=0.0)
+    m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8, p=0.0).to(DEVICE)
     o = _sgd(m)
-    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
+    x, y = torch.randint(0, 32, (2, 8), device=DEVICE), torch.randint(0, 32, (2, 8), device=DEVICE)
     # 300% of the first step's graph: the steady-state graph adds momentum buffers
     step = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="300%", planner="none", allocator="perfect")
     step(x.clone(), y.clone())

@@ -106,7 +106,12 @@ impl Graph {
     }
     /// Op names, in graph order.
     fn op_names(&self) -> Vec<String> {
-        self.loaded.graph.ops.iter().map(|o| o.name.clone()).collect()
+        self.loaded
+            .graph
+            .ops
+            .iter()
+            .map(|o| o.name.clone())
+            .collect()
     }
     fn __repr__(&self) -> String {
         let g = &self.loaded.graph;
@@ -245,9 +250,7 @@ fn load_graph(
             )));
         }
     };
-    let loaded = py
-        .detach(|| outcore::load_graph(&source))
-        .map_err(to_py)?;
+    let loaded = py.detach(|| outcore::load_graph(&source)).map_err(to_py)?;
     Ok(Graph { loaded })
 }
 
@@ -259,11 +262,7 @@ fn load_plan(path: PathBuf) -> PyRes<PyPlan> {
     })
 }
 
-fn options(
-    seed: u64,
-    time_limit_s: f64,
-    latency_table: Option<PathBuf>,
-) -> PyRes<PlanOptions> {
+fn options(seed: u64, time_limit_s: f64, latency_table: Option<PathBuf>) -> PyRes<PlanOptions> {
     let latency_table = latency_table
         .map(|p| outcore::load_latency_table(&p))
         .transpose()

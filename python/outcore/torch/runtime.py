@@ -213,6 +213,18 @@ class Compiled:
     profile_runtime: _Runtime | None = None
 
 
+def available_host_bytes() -> int | None:
+    """Host memory available now (``MemAvailable``), or ``None`` if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def _device_profile_for(device: torch.device) -> str:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device).lower()
@@ -359,6 +371,14 @@ class StepFunction:
 
     def _alloc_host(self, c: Compiled) -> None:
         pin = c.captured.device.type == "cuda"
+        need = sum(c.generated.host_buffers.values())
+        avail = available_host_bytes()
+        if avail is not None and need > 0.8 * avail:
+            raise InfeasibleError(
+                f"the plan keeps {need} B on the host (pinned buffers of swapped tensors) but only "
+                f"{avail} B of host memory is available (at most 80% is used); give a larger device "
+                "budget, a smaller batch, or a planner that recomputes more"
+            )
         for tid, nbytes in c.generated.host_buffers.items():
             c.host[tid] = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
 
