@@ -114,8 +114,7 @@ def _resolve_foreach(optimizer: torch.optim.Optimizer) -> list[Any]:
     for g in optimizer.param_groups:
         old.append(g.get("foreach", None))
         if "foreach" in g and g["foreach"] is None and _default_to_fused_or_foreach is not None:
-            params = [p for p in g["params"] if p.grad is not None or True]
-            _, foreach = _default_to_fused_or_foreach(params, g.get("differentiable", False), use_fused=False)
+            _, foreach = _default_to_fused_or_foreach(list(g["params"]), g.get("differentiable", False), use_fused=False)
             g["foreach"] = bool(foreach)
         if g.get("fused"):
             raise CaptureError(

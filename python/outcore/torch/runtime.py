@@ -418,7 +418,8 @@ class StepFunction:
         """Trains one step and returns the loss.  The batch is consumed: the
         plan releases the device storage of ``x`` and ``y`` after their last
         use (pass clones to keep them)."""
-        self.materialize()  # a new signature may plan other residencies
+        if self._cache.get(step_signature(self.model, self.optimizer, (x, y))) is not self._current:
+            self.materialize()  # another graph: its plan may keep other tensors on the host
         c = self.compile((x, y))
         cuda = c.captured.device.type == "cuda"
         if cuda:
