@@ -21,7 +21,8 @@
 //!   repeated exactly by asking for the generations it completed.
 //! - The convergence history records, per generation, the best, mean and
 //!   worst time of the feasible individuals alive (Fig. 9), how many are
-//!   feasible, the evaluations so far and the elapsed time.
+//!   feasible, the best time scored so far, the evaluations so far and the
+//!   elapsed time.
 
 use super::encoding::{self, AllocGene, SizeDemand};
 use super::schedule_ops::{self, Dag};
@@ -165,6 +166,9 @@ pub struct GenerationStats {
     pub worst_s: Option<f64>,
     pub feasible: usize,
     pub alive: usize,
+    /// The best time scored so far (alive or not; a penalty when nothing
+    /// feasible was scored yet).
+    pub best_ever_s: f64,
 }
 
 /// What the search ends with.
@@ -250,7 +254,7 @@ pub fn run<S: Send, E: Send>(
         }
     }
     let mut best = (population[best_i].clone(), fitness[best_i]);
-    let mut history = vec![stats(0, evaluations, started, &fitness)];
+    let mut history = vec![stats(0, evaluations, started, &fitness, best.1.time_s)];
     let mut generation = 0u64;
     let pairs = (np / 4).max(1);
     let cut_by_time = loop {
@@ -300,7 +304,13 @@ pub fn run<S: Send, E: Send>(
         population = keep.iter().filter_map(|&i| slots[i].take()).collect();
         fitness = keep.iter().map(|&i| fitness[i]).collect();
         generation += 1;
-        history.push(stats(generation, evaluations, started, &fitness));
+        history.push(stats(
+            generation,
+            evaluations,
+            started,
+            &fitness,
+            best.1.time_s,
+        ));
     };
     Ok(Outcome {
         best: best.0,
@@ -317,6 +327,7 @@ fn stats(
     evaluations: u64,
     started: Instant,
     fitness: &[Fitness],
+    best_ever_s: f64,
 ) -> GenerationStats {
     let feasible: Vec<f64> = fitness
         .iter()
@@ -341,6 +352,7 @@ fn stats(
         worst_s,
         feasible: feasible.len(),
         alive: fitness.len(),
+        best_ever_s,
     }
 }
 

@@ -456,7 +456,7 @@ impl<'a, 'g> Env<'a, 'g> {
                 kind: InfeasibleKind::OverBudget,
                 needed_bytes: Some(pool_bytes),
                 message: format!(
-                    "the smallest pool that lets every op run needs {} of the {} budget",
+                    "the pool reserves {} but the budget is {} (its classes cannot shrink below what single ops need)",
                     fmt_bytes(pool_bytes),
                     fmt_bytes(budget)
                 ),
