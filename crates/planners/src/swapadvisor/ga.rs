@@ -227,7 +227,8 @@ pub fn softmax_survivors(times: &[f64], best: f64, keep: usize, rng: &mut impl R
 }
 
 /// Runs the search from `initial` (scored first); `eval` scores one
-/// individual with a per-thread scratch.
+/// individual with a per-thread scratch; `on_generation` sees each
+/// generation's statistics as they are recorded.
 pub fn run<S: Send, E: Send>(
     breeder: &Breeder<'_>,
     initial: Vec<Individual>,
@@ -235,6 +236,7 @@ pub fn run<S: Send, E: Send>(
     limits: Limits,
     make_scratch: impl Fn() -> S + Sync + Send,
     eval: impl Fn(&Individual, &mut S) -> Result<Fitness, E> + Sync + Send,
+    on_generation: impl Fn(&GenerationStats),
 ) -> Result<Outcome, E> {
     let started = Instant::now();
     let np = initial.len().max(2);
@@ -255,6 +257,7 @@ pub fn run<S: Send, E: Send>(
     }
     let mut best = (population[best_i].clone(), fitness[best_i]);
     let mut history = vec![stats(0, evaluations, started, &fitness, best.1.time_s)];
+    on_generation(&history[0]);
     let mut generation = 0u64;
     let pairs = (np / 4).max(1);
     let cut_by_time = loop {
@@ -304,13 +307,9 @@ pub fn run<S: Send, E: Send>(
         population = keep.iter().filter_map(|&i| slots[i].take()).collect();
         fitness = keep.iter().map(|&i| fitness[i]).collect();
         generation += 1;
-        history.push(stats(
-            generation,
-            evaluations,
-            started,
-            &fitness,
-            best.1.time_s,
-        ));
+        let entry = stats(generation, evaluations, started, &fitness, best.1.time_s);
+        on_generation(&entry);
+        history.push(entry);
     };
     Ok(Outcome {
         best: best.0,

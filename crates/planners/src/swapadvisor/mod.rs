@@ -41,6 +41,9 @@
 //!   order of an unrolled RNN interleaves layers (Sec. 6.2), which a short
 //!   search does not undo; one seed costs one of `Np` slots. [`Seeding::Random`]
 //!   is the paper's.
+//! - On a terminal, standard error shows one progress line per generation
+//!   (best and mean time, evaluations per second), cleared at the end; nothing
+//!   is written when standard error is not a terminal.
 //! - Ablations (Sec. 6.4): `swapadvisor-order-only` keeps the seed's pool and
 //!   searches the schedule; `swapadvisor-alloc-only` keeps the seed's
 //!   schedule and searches the pool.
@@ -69,6 +72,7 @@ use outcore_plan::{
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 /// How the first generation is made (module doc).
@@ -561,6 +565,7 @@ impl<'a, 'g> Env<'a, 'g> {
             max_generations: self.planner.max_generations,
             max_evaluations: self.planner.max_evaluations,
         };
+        let progress = Progress::new(self.planner.name(), self.ideal_s);
         let outcome = ga::run(
             &breeder,
             initial,
@@ -568,7 +573,10 @@ impl<'a, 'g> Env<'a, 'g> {
             limits,
             Scratch::default,
             |ind, scratch| self.fitness(ind, scratch),
-        )?;
+            |h| progress.show(h),
+        );
+        progress.clear();
+        let outcome = outcome?;
         let judged = self.judge(&outcome.best, &mut Scratch::default())?;
         if outcome.best_fitness.feasible != matches!(judged, Judged::Feasible { .. }) {
             return Err(self.error(
@@ -639,6 +647,55 @@ impl<'a, 'g> Env<'a, 'g> {
                     outcome.evaluations
                 ),
             })),
+        }
+    }
+}
+
+/// The progress line on a terminal: generation, best and mean simulated time,
+/// evaluations per second, rewritten in place on standard error; nothing when
+/// standard error is not a terminal (pipes, files, tests).
+struct Progress {
+    name: &'static str,
+    ideal_s: f64,
+    terminal: bool,
+}
+
+impl Progress {
+    fn new(name: &'static str, ideal_s: f64) -> Self {
+        Progress {
+            name,
+            ideal_s,
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&self, h: &GenerationStats) {
+        if !self.terminal {
+            return;
+        }
+        let best = h.best_s.map_or_else(
+            || "none feasible yet".to_string(),
+            |b| format!("best {b:.4} s ({:.1}% of ideal)", 100.0 * self.ideal_s / b),
+        );
+        let mean = h
+            .mean_s
+            .map_or_else(String::new, |m| format!(", mean {m:.4} s"));
+        let rate = h.evaluations as f64 / h.elapsed_s.max(1e-9);
+        let mut err = std::io::stderr().lock();
+        // Progress is a courtesy: a failed write to the terminal is ignored.
+        let _ = write!(
+            err,
+            "\r\x1b[2K{}: generation {}, {best}{mean}, {rate:.0} evaluations/s",
+            self.name, h.generation
+        );
+        let _ = err.flush();
+    }
+
+    fn clear(&self) {
+        if self.terminal {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
         }
     }
 }
