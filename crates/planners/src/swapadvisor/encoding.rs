@@ -371,6 +371,113 @@ impl SizeDemand {
     }
 }
 
+impl SizeDemand {
+    /// A `CLS` for the seed: from one class per size, adjacent classes merge,
+    /// the merge that saves the most bytes of the soft pool (see [`Bounds`])
+    /// first (a merged class holds its larger size, and as many objects as
+    /// two consecutive ops hold of both at once), until the soft pool is at
+    /// most `target_bytes` or no merge saves anything.
+    pub fn coarsen(&self, ts: &[u64], order: &[OpId], target_bytes: u64) -> Vec<u32> {
+        let mut cls: Vec<u32> = (0..ts.len() as u32).collect();
+        loop {
+            let k = n_classes(&cls);
+            if k < 2 {
+                return cls;
+            }
+            let sizes: Vec<u64> = class_sizes(ts, &cls).iter().map(|&s| rounded(s)).collect();
+            let soft = self.bounds(&cls, order).soft;
+            if pool_bytes(&sizes, &soft) <= target_bytes {
+                return cls;
+            }
+            let merged = self.adjacent_pair_soft(&cls, order);
+            let best = (0..k - 1)
+                .map(|c| {
+                    let before = soft[c] as u128 * sizes[c] as u128
+                        + soft[c + 1] as u128 * sizes[c + 1] as u128;
+                    let after = merged[c] as u128 * sizes[c + 1] as u128;
+                    (before.saturating_sub(after), c)
+                })
+                .filter(|&(saved, _)| saved > 0)
+                .max_by_key(|&(saved, c)| (saved, std::cmp::Reverse(c)));
+            let Some((_, c)) = best else {
+                return cls;
+            };
+            let first = cls[0];
+            for x in cls.iter_mut() {
+                if *x - first > c as u32 {
+                    *x -= 1;
+                }
+            }
+        }
+    }
+
+    /// For each class `c` of `cls`, the soft floor classes `c` and `c + 1`
+    /// would have merged: the most buffers of both that one op, or two
+    /// consecutive ops of `order` (the first's buffers and the second's
+    /// inputs), hold at once, plus the pinned buffers of both.
+    fn adjacent_pair_soft(&self, cls: &[u32], order: &[OpId]) -> Vec<u64> {
+        let class_of = class_of_sizes(cls);
+        let k = n_classes(cls);
+        let class = |buffer: u32| match self.ts_of[buffer as usize] {
+            ZERO => 0,
+            i => class_of[i as usize],
+        };
+        let mut pinned = vec![0u64; k];
+        for (i, &c) in class_of.iter().enumerate() {
+            pinned[c] += self.pinned[i];
+        }
+        let mut most = vec![1u64; k];
+        let mut here = vec![0u64; k];
+        let mut stamp = vec![u32::MAX; self.ts_of.len()];
+        let note = |here: &[u64], touched: &mut dyn Iterator<Item = usize>, most: &mut [u64]| {
+            for c in touched {
+                let next = here.get(c + 1).copied().unwrap_or(0);
+                most[c] = most[c].max(here[c] + next);
+                if c > 0 {
+                    most[c - 1] = most[c - 1].max(here[c - 1] + here[c]);
+                }
+            }
+        };
+        for (pos, &op) in order.iter().enumerate() {
+            // One op's buffers.
+            for &b in self.items(op) {
+                here[class(b)] += 1;
+            }
+            note(
+                &here,
+                &mut self.items(op).iter().map(|&b| class(b)),
+                &mut most,
+            );
+            for &b in self.items(op) {
+                here[class(b)] = 0;
+            }
+            // The previous op's buffers with this op's inputs.
+            let prev: &[u32] = if pos > 0 {
+                self.items(order[pos - 1])
+            } else {
+                &[]
+            };
+            for &b in prev {
+                stamp[b as usize] = pos as u32;
+                here[class(b)] += 1;
+            }
+            for &b in self.old_items(op) {
+                if stamp[b as usize] != pos as u32 {
+                    here[class(b)] += 1;
+                }
+            }
+            let both = || prev.iter().chain(self.old_items(op)).map(|&b| class(b));
+            note(&here, &mut both(), &mut most);
+            for c in both() {
+                here[c] = 0;
+            }
+        }
+        (0..k)
+            .map(|c| most[c] + pinned[c] + pinned.get(c + 1).copied().unwrap_or(0))
+            .collect()
+    }
+}
+
 /// The count repair (module doc): counts clamped to `[min, max]`, then the
 /// excess over `budget_bytes` taken off the classes still above their minimum,
 /// each in inverse proportion to its object size. Returns whether the pool
@@ -474,12 +581,16 @@ pub fn mutate_alloc(gene: &mut AllocGene, p: f64, rng: &mut impl Rng) {
     mutate_cnt(&mut gene.cnt, p, rng);
 }
 
-/// A random `CLS` (each step 0 or 1 with equal chance, from 0).
+/// A random `CLS` from 0: each step is 1 with a probability drawn once per
+/// list, uniformly in [0, 1], so that pools from one class to one class per
+/// size are all drawn (with a fixed one half, nearly every list would have
+/// about `n / 2` classes).
 pub fn random_cls(n: usize, rng: &mut impl Rng) -> Vec<u32> {
     let mut cls = Vec::with_capacity(n);
     let mut c = 0u32;
+    let step = rng.random::<f64>();
     for i in 0..n {
-        if i > 0 && rng.random_bool(0.5) {
+        if i > 0 && rng.random_bool(step) {
             c += 1;
         }
         cls.push(c);

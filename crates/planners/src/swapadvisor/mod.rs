@@ -32,15 +32,21 @@
 //! - A plan that fits the budget with nothing swapped (under the allocator
 //!   asked for) is returned as it is, as every planner does first.
 //! - Seeding. The paper's first generation is random. [`Seeding::Seeded`] (the
-//!   default) replaces one random individual with the request's order (the
-//!   graph's by default) and a greedy pool: one class per size, each grown
-//!   from its minimum while the swap planner runs short of it on that order,
-//!   then the spare budget shared by how many buffers of each size are live at
-//!   once with nothing swapped. Why the default: the paper searches for 30
-//!   minutes on 72 cores, outcore for tens of seconds on a few, and a random
-//!   order of an unrolled RNN interleaves layers (Sec. 6.2), which a short
-//!   search does not undo; one seed costs one of `Np` slots. [`Seeding::Random`]
-//!   is the paper's.
+//!   default) replaces up to five random individuals with the request's
+//!   order (the graph's by default) and greedy pools: one class per size,
+//!   as is or with adjacent classes merged while the pool of soft floors
+//!   (what two consecutive ops hold at once) takes more than a quarter, a
+//!   half, three quarters or all of the budget (one seed each; the merge
+//!   saving most first), each class grown from its minimum while the swap planner runs
+//!   short of it on that order, then the spare budget shared by how many
+//!   buffers of each class are at once in use or between two uses at most
+//!   [`HOT_OPS`] ops apart, then by how many are live at once, with nothing
+//!   swapped. `swapadvisor-order-only` keeps the fastest of these pools. Why
+//!   the default: the paper searches for 30 minutes on 72 cores, outcore for
+//!   tens of seconds on a few; a random order of an unrolled RNN interleaves
+//!   layers (Sec. 6.2), which a short search does not undo, and a random pool
+//!   of a model with many sizes rarely lets every op run. The seeds cost at
+//!   most five of `Np` slots. [`Seeding::Random`] is the paper's.
 //! - On a terminal, standard error shows one progress line per generation
 //!   (best and mean time, evaluations per second), cleared at the end; nothing
 //!   is written when standard error is not a terminal.
@@ -74,6 +80,12 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
+
+/// Ops between two uses of a buffer within which the seed's pool counts it
+/// as needed throughout (evicting it would bring it straight back): an
+/// unrolled LSTM's weights and gradient accumulators come back every three or
+/// four ops.
+pub const HOT_OPS: usize = 8;
 
 /// How the first generation is made (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,16 +296,18 @@ impl<'a, 'g> Env<'a, 'g> {
         }
     }
 
-    /// The greedy pool of the seed (module doc): one class per size, each at
-    /// its minimum; while the swap planner runs short of objects on the seed
-    /// order, the class it ran short in gains one (within the budget). Then
-    /// the rest of the budget goes to the sizes with more buffers live at once
-    /// with nothing swapped, in proportion, if the seed order still plans.
-    fn greedy_alloc(&self, breeder: &Breeder<'_>) -> AllocGene {
+    /// A greedy pool of the seed (module doc): classes merged until the soft
+    /// pool takes at most `target_bytes`, each at its minimum; while the swap
+    /// planner runs short of objects on the seed order, the class it ran short
+    /// in gains one (within the budget). Then the rest of the budget goes to
+    /// the classes short of their hot buffers, then of their live ones (see
+    /// [`Env::live_counts`]), in proportion, if the seed order still plans.
+    fn greedy_alloc(&self, breeder: &Breeder<'_>, target_bytes: u64) -> AllocGene {
         let ctx = self.ctx;
         let budget = self.request.budget_bytes;
-        let cls: Vec<u32> = (0..self.ts.len() as u32).collect();
+        let cls = self.demand.coarsen(&self.ts, &ctx.order, target_bytes);
         let bounds = self.demand.bounds(&cls, &ctx.order);
+        let sizes = encoding::class_sizes(&self.ts, &cls);
         let plans = |cnt: &[u64]| -> Result<(), Option<u64>> {
             let gene = AllocGene {
                 cls: cls.clone(),
@@ -317,12 +331,12 @@ impl<'a, 'g> Env<'a, 'g> {
                     break;
                 }
                 Err(Some(class_bytes)) => {
-                    // The largest size of the (rounded, merged) class.
-                    let grow = (0..self.ts.len()).rev().find(|&i| {
-                        encoding::rounded(self.ts[i]) == class_bytes && cnt[i] < bounds.max[i]
+                    // The largest class of that (rounded, merged) object size.
+                    let grow = (0..sizes.len()).rev().find(|&c| {
+                        encoding::rounded(sizes[c]) == class_bytes && cnt[c] < bounds.max[c]
                     });
                     match grow {
-                        Some(i) => cnt[i] += 1,
+                        Some(c) => cnt[c] += 1,
                         None => break,
                     }
                 }
@@ -334,9 +348,13 @@ impl<'a, 'g> Env<'a, 'g> {
             cnt: cnt.clone(),
         };
         if planned {
-            let spread = self.spread(&cnt, &bounds.max);
-            if plans(&spread).is_ok() {
-                gene.cnt = spread;
+            let (hot, live) = self.live_counts(&cls);
+            let to_hot = self.top_up(&sizes, &cnt, &hot, &bounds.max);
+            let to_live = self.top_up(&sizes, &to_hot, &live, &bounds.max);
+            if plans(&to_live).is_ok() {
+                gene.cnt = to_live;
+            } else if plans(&to_hot).is_ok() {
+                gene.cnt = to_hot;
             }
         } else {
             breeder.repair(&mut gene, &ctx.order);
@@ -344,49 +362,76 @@ impl<'a, 'g> Env<'a, 'g> {
         gene
     }
 
-    /// `cnt` plus a share of the spare budget for each size, in proportion to
-    /// how many more of its buffers are live at once in the seed order with
-    /// nothing swapped (capped at `max`).
-    fn spread(&self, cnt: &[u64], max: &[u64]) -> Vec<u64> {
+    /// Per class of `cls`, in the seed order with nothing swapped: how many
+    /// of its buffers are at once "hot" (used by the op, or between two uses
+    /// at most [`HOT_OPS`] ops apart: evicting one of them would bring it
+    /// straight back), and how many are live at once.
+    fn live_counts(&self, cls: &[u32]) -> (Vec<u64>, Vec<u64>) {
         let ctx = self.ctx;
         let n = ctx.n;
-        let index = |s: u64| self.ts.binary_search(&s).ok();
-        // (position, +1 / -1, size index)
-        let mut events: Vec<(usize, i64, usize)> = Vec::new();
+        let class_of = encoding::class_of_sizes(cls);
+        let k = encoding::n_classes(cls);
+        let class = |s: u64| self.ts.binary_search(&s).ok().map(|i| class_of[i]);
+        // (position, +1 / -1, class), for live and for hot ranges.
+        let mut live_events: Vec<(usize, i64, usize)> = Vec::new();
+        let mut hot_events: Vec<(usize, i64, usize)> = Vec::new();
         for t in ctx.owners() {
-            if let Some(i) = index(ctx.size(t)) {
-                let (lo, hi) = ctx.base_interval(t);
-                events.push((lo, 1, i));
-                events.push((hi + 1, -1, i));
+            let Some(c) = class(ctx.size(t)) else {
+                continue;
+            };
+            let (lo, hi) = ctx.base_interval(t);
+            live_events.push((lo, 1, c));
+            live_events.push((hi + 1, -1, c));
+            let uses = &ctx.uses[t.index()];
+            let mut i = 0;
+            while i < uses.len() {
+                let start = uses[i];
+                while i + 1 < uses.len() && uses[i + 1] - uses[i] <= HOT_OPS {
+                    i += 1;
+                }
+                hot_events.push((start, 1, c));
+                hot_events.push((uses[i] + 1, -1, c));
+                i += 1;
             }
         }
         for (p, &op) in ctx.order.iter().enumerate() {
-            if let Some(i) = index(self.graph().op(op).workspace_bytes) {
-                events.push((p, 1, i));
-                events.push((p + 1, -1, i));
+            if let Some(c) = class(self.graph().op(op).workspace_bytes) {
+                for events in [&mut live_events, &mut hot_events] {
+                    events.push((p, 1, c));
+                    events.push((p + 1, -1, c));
+                }
             }
         }
-        // Frees before allocations at one position.
-        events.sort_unstable_by_key(|e| (e.0, e.1, e.2));
-        let mut live = vec![0i64; self.ts.len()];
-        let mut most = vec![0i64; self.ts.len()];
-        for (p, d, i) in events {
-            if p > n {
-                continue;
+        let most = |mut events: Vec<(usize, i64, usize)>| {
+            // Frees before allocations at one position.
+            events.sort_unstable_by_key(|e| (e.0, e.1, e.2));
+            let mut now = vec![0i64; k];
+            let mut most = vec![0u64; k];
+            for (p, d, c) in events {
+                if p > n {
+                    continue;
+                }
+                now[c] += d;
+                most[c] = most[c].max(now[c].max(0) as u64);
             }
-            live[i] += d;
-            most[i] = most[i].max(live[i]);
-        }
-        let wanted: Vec<u64> = most
+            most
+        };
+        (most(hot_events), most(live_events))
+    }
+
+    /// `cnt` plus a share of the spare budget for each class, in proportion
+    /// to what it lacks of `target` (capped at `max`).
+    fn top_up(&self, sizes: &[u64], cnt: &[u64], target: &[u64], max: &[u64]) -> Vec<u64> {
+        let wanted: Vec<u64> = target
             .iter()
             .zip(cnt)
-            .map(|(&m, &c)| (m.max(0) as u64).saturating_sub(c))
+            .map(|(&t, &c)| t.saturating_sub(c))
             .collect();
         let spare = self
             .request
             .budget_bytes
-            .saturating_sub(encoding::pool_bytes(&self.ts, cnt));
-        let wanted_bytes = encoding::pool_bytes(&self.ts, &wanted);
+            .saturating_sub(encoding::pool_bytes(sizes, cnt));
+        let wanted_bytes = encoding::pool_bytes(sizes, &wanted);
         let scale = if wanted_bytes > spare && wanted_bytes > 0 {
             spare as f64 / wanted_bytes as f64
         } else {
@@ -399,31 +444,58 @@ impl<'a, 'g> Env<'a, 'g> {
             .collect()
     }
 
-    fn initial_population(&self, breeder: &Breeder<'_>) -> Vec<Individual> {
+    /// The seed individuals: the request's order with the greedy pool for
+    /// each coarsening target (and none), distinct, the fastest first.
+    fn seeds(&self, breeder: &Breeder<'_>) -> Result<Vec<Individual>, PlannerError> {
+        let budget = self.request.budget_bytes;
+        let mut seeds: Vec<(Fitness, Individual)> = Vec::new();
+        // One class per size (no merging), then merged to each target.
+        for quarters in [u64::MAX, 1, 2, 3, 4] {
+            let target = if quarters == u64::MAX {
+                u64::MAX
+            } else {
+                u64::try_from(budget as u128 * quarters as u128 / 4).unwrap_or(budget)
+            };
+            let ind = Individual {
+                order: self.ctx.order.clone(),
+                alloc: self.greedy_alloc(breeder, target),
+            };
+            if seeds.iter().any(|(_, s)| s.alloc == ind.alloc) {
+                continue;
+            }
+            let f = self.fitness(&ind, &mut Scratch::default())?;
+            seeds.push((f, ind));
+        }
+        // Stable: ties keep the coarsening order.
+        seeds.sort_by(|a, b| a.0.time_s.total_cmp(&b.0.time_s));
+        Ok(seeds.into_iter().map(|(_, ind)| ind).collect())
+    }
+
+    fn initial_population(&self, breeder: &Breeder<'_>) -> Result<Vec<Individual>, PlannerError> {
         let mut rng = ChaCha8Rng::seed_from_u64(self.request.seed ^ 0x5eed_5eed_5eed_5eed);
-        let seed = Individual {
-            order: self.ctx.order.clone(),
-            alloc: self.greedy_alloc(breeder),
+        let seeds = self.seeds(breeder)?;
+        let Some(best_seed) = seeds.first().cloned() else {
+            return Err(self.error(PlannerErrorKind::Verification, "no seed individual"));
         };
         let np = self.planner.population;
         let mut out = Vec::with_capacity(np);
         if self.planner.seeding == Seeding::Seeded {
-            out.push(seed.clone());
+            out.extend(seeds.into_iter().take(np));
         }
         while out.len() < np {
             let order = if self.search_space.orders() {
                 breeder.random_order(&mut rng)
             } else {
-                seed.order.clone()
+                best_seed.order.clone()
             };
             let alloc = if self.search_space.allocations() {
                 breeder.random_alloc(&order, &mut rng)
             } else {
-                seed.alloc.clone()
+                best_seed.alloc.clone()
             };
             out.push(Individual { order, alloc });
         }
-        out
+        Ok(out)
     }
 
     fn pool_of(&self, ind: &Individual) -> Option<(PoolModel, AllocatorSpec)> {
@@ -556,7 +628,7 @@ impl<'a, 'g> Env<'a, 'g> {
 
     fn search(&self, search: &Search<'_, 'g>) -> Result<PlanOutcome, PlannerError> {
         let breeder = self.breeder();
-        let initial = self.initial_population(&breeder);
+        let initial = self.initial_population(&breeder)?;
         let now = Instant::now();
         let limit = Duration::try_from_secs_f64(self.request.time_limit_s.max(0.0))
             .unwrap_or(Duration::from_secs(u64::MAX / 4));
