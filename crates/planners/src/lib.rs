@@ -5,6 +5,7 @@ mod baseline;
 mod capuchin;
 mod checkpoint;
 pub mod framework;
+pub mod home;
 mod lms;
 mod odswap;
 mod range_tree;
@@ -15,6 +16,7 @@ mod window;
 pub use baseline::{Ideal, NoSwap};
 pub use capuchin::Capuchin;
 pub use checkpoint::{Checkpoint, CheckpointDecision, Segments};
+pub use home::{Home, Scoring};
 pub use lms::{Lms, LmsKnobs};
 pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
@@ -54,6 +56,7 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Window),
         Box::new(Capuchin),
         Box::new(OdSwap),
+        Box::new(Home::default()),
     ]
 }
 
