@@ -5,7 +5,7 @@
 //!   FRACTION of the footprint: relative error of the iteration time (median,
 //!   max), whether both agree the policy fits, and time per estimate and per
 //!   evaluation.
-//! - `search MODEL BATCH FRACTION PARTICLES ITERATIONS SCORING [SECONDS] [DEVICE]`:
+//! - `search MODEL BATCH FRACTION PARTICLES ITERATIONS SCORING [SECONDS] [DEVICE] [PATIENCE]`:
 //!   one `home` run; prints the convergence history (worst / average / best per
 //!   iteration, Fig. 8), the search time and the plan's simulated time.
 //!
@@ -60,6 +60,7 @@ fn main() -> Res<()> {
         Some("search") => search(&args[1..]),
         Some("debug") => debug_bounds(&args[1..]),
         Some("uniform") => uniform(&args[1..]),
+        Some("suite") => suite(),
         _ => Err("usage: home_study accuracy|search ... (see the file's doc comment)".into()),
     }
 }
@@ -173,9 +174,11 @@ fn search(args: &[String]) -> Res<()> {
     let g = graph(model, batch)?;
     let cost = RooflineModel::new(DeviceProfile::builtin(device)?);
     let budget_bytes = budget(&g, fraction);
+    let patience: usize = arg(args, 8, 0);
     let planner = Home {
         particles,
         iterations,
+        patience,
         scoring,
     };
     let request = PlanRequest {
@@ -183,14 +186,16 @@ fn search(args: &[String]) -> Res<()> {
         ..PlanRequest::new(&g, &cost, budget_bytes)
     };
     let t0 = Instant::now();
+    let cpu0 = cpu_time_s();
     let outcome = planner.plan(&request)?;
     let secs = t0.elapsed().as_secs_f64();
+    let cpu_s = cpu_time_s() - cpu0;
     match outcome {
         PlanOutcome::Feasible(plan) => {
             let report = simulate(&g, &plan, &cost, &SimOptions::default())?.report;
             let s = &plan.planner.settings;
             println!(
-                "{model} b{batch} at {fraction}: {secs:.1} s, throughput vs ideal {:.3}, iter {:.4} s; m {particles} iters {iterations} {scoring:?}: ran {} ({}), {} evaluations, {} trials; retained {} swapped {} recomputed {}",
+                "{model} b{batch} at {fraction}: {secs:.1} s wall, {cpu_s:.1} s CPU, throughput vs ideal {:.3}, iter {:.4} s; m {particles} iters {iterations} {scoring:?}: ran {} ({}), {} evaluations, {} trials; retained {} swapped {} recomputed {}",
                 report.throughput_vs_ideal,
                 report.iter_time_s,
                 s["iterations_run"],
@@ -333,4 +338,84 @@ pub fn uniform(args: &[String]) -> Res<()> {
         budget_bytes as f64 / (1u64 << 30) as f64
     );
     Ok(())
+}
+
+/// The conformance test's graphs (every zoo model at batch 32 with its knobs)
+/// at 70% and 50% in graph and random order, `home` only, with the default
+/// settings: time and outcome per run, for choosing defaults.
+pub fn suite() -> Res<()> {
+    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3")?);
+    let mut total_s = 0.0;
+    let mut feasible = 0;
+    let mut runs = 0;
+    for info in zoo::models() {
+        let mut knobs = BTreeMap::new();
+        let has = |k: &str| info.knobs.iter().find(|x| x.name == k).map(|x| x.default);
+        let recurrent = matches!(info.name, "lstm" | "brnn");
+        if let Some(seq) = has("seq") {
+            knobs.insert("seq".to_string(), seq.min(if recurrent { 8 } else { 32 }));
+        }
+        if !recurrent && let Some(layers) = has("layers") {
+            knobs.insert("layers".to_string(), layers.min(4));
+        }
+        if let Some(repeats) = has("repeats") {
+            knobs.insert("repeats".to_string(), repeats.min(1));
+        }
+        if let Some(size) = has("size") {
+            knobs.insert("size".to_string(), size.min(128));
+        }
+        let g = zoo::build(info.name, Some(32), &knobs, None)?;
+        let order = outcore_plan::random_topological_order(&g, 1);
+        for fraction in [0.7, 0.5] {
+            for o in [None, Some(&order[..])] {
+                let request = PlanRequest {
+                    order: o,
+                    ..PlanRequest::new(&g, &cost, budget(&g, fraction))
+                };
+                let t0 = Instant::now();
+                let outcome = Home::default().plan(&request)?;
+                let secs = t0.elapsed().as_secs_f64();
+                total_s += secs;
+                runs += 1;
+                let what = match &outcome {
+                    PlanOutcome::Feasible(p) => {
+                        feasible += 1;
+                        format!(
+                            "feasible, ran {} ({}), {} trials",
+                            p.planner.settings["iterations_run"],
+                            p.planner.settings["stop"],
+                            p.planner.settings["trials"]
+                        )
+                    }
+                    PlanOutcome::Infeasible(_) => "infeasible".into(),
+                };
+                println!(
+                    "{:>16} {fraction} {}: {secs:6.2} s {what}",
+                    info.name,
+                    if o.is_some() { "random" } else { "graph " }
+                );
+            }
+        }
+    }
+    println!("{runs} runs, {feasible} feasible, {total_s:.1} s");
+    Ok(())
+}
+
+/// User + system CPU seconds of this process, from /proc/self/stat (Linux):
+/// wall time is meaningless on a shared machine.
+fn cpu_time_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start after ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the full line: 12 and 13 here.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
 }

@@ -41,9 +41,8 @@ use crate::framework::{Ctx, Score, Scored, Scratch as EvalScratch, Search};
 use estimate::{Algorithm2, Scratch as Alg2Scratch};
 use outcore_plan::{PlanOutcome, PlanRequest, Planner, PlannerError};
 use policy::{Action, PolicySpace, action_counts};
-use pso::{Cost, IterationStats, Objective, PsoConfig, PsoResult};
+use pso::{Cost, Objective, PsoConfig, PsoResult};
 use serde::Serialize;
-use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 /// What scores policies during the search (see the module docs).
@@ -65,19 +64,24 @@ pub struct Home {
     pub particles: usize,
     /// `iters`.
     pub iterations: usize,
+    /// Iterations without a better best before the search stops (0: never).
+    pub patience: usize,
     pub scoring: Scoring,
 }
 
 /// Default `m` (see the module docs).
-pub const DEFAULT_PARTICLES: usize = 24;
+pub const DEFAULT_PARTICLES: usize = 16;
 /// Default `iters` (see the module docs).
-pub const DEFAULT_ITERATIONS: usize = 40;
+pub const DEFAULT_ITERATIONS: usize = 30;
+/// Default patience (see the module docs).
+pub const DEFAULT_PATIENCE: usize = 5;
 
 impl Default for Home {
     fn default() -> Self {
         Home {
             particles: DEFAULT_PARTICLES,
             iterations: DEFAULT_ITERATIONS,
+            patience: DEFAULT_PATIENCE,
             scoring: Scoring::Hybrid,
         }
     }
@@ -171,50 +175,6 @@ impl Objective for HomeObjective<'_, '_, '_> {
     }
 }
 
-/// A one-line progress display on standard error, only when it is a terminal.
-struct Progress {
-    enabled: bool,
-    started: Instant,
-    iterations: usize,
-}
-
-impl Progress {
-    fn new(iterations: usize) -> Self {
-        Progress {
-            enabled: std::io::stderr().is_terminal(),
-            started: Instant::now(),
-            iterations,
-        }
-    }
-
-    fn show(&self, s: &IterationStats) {
-        if !self.enabled {
-            return;
-        }
-        let ms = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{:.1} ms", t * 1e3));
-        let best = s.best_so_far.fits().then_some(s.best_so_far.time_s);
-        let mut err = std::io::stderr().lock();
-        // A failed write to a terminal only loses the display.
-        let _ = write!(
-            err,
-            "\rhome: iteration {}/{}  best {}  mean {}  feasible {}  {:.1} s   ",
-            s.iteration + 1,
-            self.iterations,
-            ms(best),
-            ms(s.average_s),
-            s.feasible,
-            self.started.elapsed().as_secs_f64()
-        );
-        let _ = err.flush();
-    }
-
-    fn finish(&self) {
-        if self.enabled {
-            let _ = writeln!(std::io::stderr().lock());
-        }
-    }
-}
-
 impl Home {
     /// The plan's settings: the search's parameters and what it did.
     fn settings(
@@ -230,6 +190,7 @@ impl Home {
         serde_json::json!({
             "particles": self.particles,
             "iterations": self.iterations,
+            "patience": self.patience,
             "seed": seed,
             "scoring": self.scoring,
             "feature_maps": space.len(),
@@ -301,11 +262,10 @@ impl Planner for Home {
         let config = PsoConfig {
             particles: self.particles,
             iterations: self.iterations,
+            patience: self.patience,
             seed: request.seed,
         };
-        let progress = Progress::new(self.iterations);
-        let result = pso::run(&space, config, &objective, deadline, |s| progress.show(s))?;
-        progress.finish();
+        let result = pso::run(&space, config, &objective, deadline, |_| {})?;
         let elapsed_s = started.elapsed().as_secs_f64();
         let mut scratch = ObjectiveScratch::default();
         let mut tried: Vec<Scored> = Vec::new();

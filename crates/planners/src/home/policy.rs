@@ -7,6 +7,8 @@
 //!   non-persistent storage owner made by a forward op (or the input batch)
 //!   and read again after forward. The paper has "one feature map per layer";
 //!   outcore's layers are ops, so every saved op output is a dimension.
+//! - Saved tensors below 1/256 of the largest ([`SMALLEST_FRACTION`]) are
+//!   always retained and are not dimensions.
 //! - Recompute is offered only where the producer may be re-run
 //!   (`Op::recomputable`); elsewhere the dimension has two actions and random
 //!   initial policies draw only among those.
@@ -54,6 +56,13 @@ pub enum Action {
     Recompute = 2,
 }
 
+/// A saved tensor smaller than the largest one divided by this is not a
+/// dimension (it is retained): batch norm's saved mean and inverse standard
+/// deviation, a few hundred bytes per layer beside megabytes of activations,
+/// would otherwise double the dimensions of a CNN (and the cost of Algorithm
+/// 3's update) for nothing a memory plan can notice.
+pub const SMALLEST_FRACTION: u64 = 256;
+
 /// The actions every feature map may take.
 const ALL: [Action; 3] = [Action::Retain, Action::Swap, Action::Recompute];
 /// The actions of a feature map whose producer may not be re-run.
@@ -82,7 +91,12 @@ pub struct Lowered {
 impl PolicySpace {
     pub fn new(ctx: &Ctx<'_>) -> Self {
         let g = ctx.graph;
-        let feature_maps = ctx.saved_activations();
+        let saved = ctx.saved_activations();
+        let largest = saved.iter().map(|&t| ctx.size(t)).max().unwrap_or(0);
+        let feature_maps: Vec<TensorId> = saved
+            .into_iter()
+            .filter(|&t| ctx.size(t).saturating_mul(SMALLEST_FRACTION) >= largest)
+            .collect();
         let recomputable = feature_maps
             .iter()
             .map(|&t| g.tensor(t).producer.is_some_and(|p| g.op(p).recomputable))
