@@ -3,7 +3,7 @@
 
 mod baseline;
 mod capuchin;
-mod checkpoint;
+pub mod checkpoint;
 pub mod framework;
 pub mod home;
 mod lms;
@@ -15,7 +15,7 @@ mod window;
 
 pub use baseline::{Ideal, NoSwap};
 pub use capuchin::Capuchin;
-pub use checkpoint::{Checkpoint, CheckpointDecision, Segments};
+pub use checkpoint::{Checkpoint, Segments};
 pub use home::{Home, Scoring};
 pub use lms::{Lms, LmsKnobs};
 pub use odswap::{LOOKAHEAD_OPS, OdSwap};
@@ -50,6 +50,9 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         }),
         Box::new(Checkpoint {
             segments: Segments::Sqrt,
+        }),
+        Box::new(Checkpoint {
+            segments: Segments::Greedy,
         }),
         Box::new(SuperNeurons),
         Box::new(Lms),

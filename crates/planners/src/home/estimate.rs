@@ -277,12 +277,19 @@ impl<'c, 'g> Algorithm2<'c, 'g> {
                 }
                 iw += 1;
             }
-            while let Some(&(p, _, gi)) = s.recomputes.get(ir)
+            let mut last_producer = None;
+            while let Some(&(p, key, gi)) = s.recomputes.get(ir)
                 && p as usize == q
             {
-                let r = self.recompute_s[gaps[gi as usize].tensor.index()];
-                est.recompute_s += r;
-                w.compute_s += r;
+                // The lowering runs a producer once for all the outputs it
+                // brings back at one position.
+                let producer = key >> 32;
+                if last_producer != Some(producer) {
+                    let r = self.recompute_s[gaps[gi as usize].tensor.index()];
+                    est.recompute_s += r;
+                    w.compute_s += r;
+                    last_producer = Some(producer);
+                }
                 ir += 1;
             }
             w.compute_s += self.ctx.op_time_s[q];
