@@ -5,6 +5,7 @@ mod baseline;
 mod capuchin;
 pub mod checkpoint;
 pub mod framework;
+pub mod home;
 mod lms;
 mod odswap;
 mod range_tree;
@@ -16,6 +17,7 @@ mod window;
 pub use baseline::{Ideal, NoSwap};
 pub use capuchin::Capuchin;
 pub use checkpoint::{Checkpoint, Segments};
+pub use home::{Home, Scoring};
 pub use lms::{Lms, LmsKnobs};
 pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
@@ -60,6 +62,7 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Capuchin),
         Box::new(OdSwap),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
+        Box::new(Home::default()),
     ]
 }
 
