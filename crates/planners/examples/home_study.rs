@@ -37,7 +37,9 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn graph(spec: &str, batch: u64) -> Res<Graph> {
     if spec.ends_with(".json") {
-        return Ok(outcore_graph::format::load_graph_file(std::path::Path::new(spec))?);
+        return Ok(outcore_graph::format::load_graph_file(
+            std::path::Path::new(spec),
+        )?);
     }
     let (name, knobs) = spec.split_once(':').unwrap_or((spec, ""));
     let mut map = BTreeMap::new();
@@ -447,7 +449,11 @@ fn plan_time_s(
             if let Some(first) = v.first() {
                 return Err(format!("{}: plan fails verify: {first}", planner.name()).into());
             }
-            Ok(Some(simulate(g, &plan, cost, &SimOptions::default())?.report.iter_time_s))
+            Ok(Some(
+                simulate(g, &plan, cost, &SimOptions::default())?
+                    .report
+                    .iter_time_s,
+            ))
         }
         PlanOutcome::Infeasible(_) => Ok(None),
     }

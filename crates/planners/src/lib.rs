@@ -62,14 +62,15 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Capuchin),
         Box::new(OdSwap),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
-        Box::new(Home::default()),
     ]
 }
 
 /// Planners reachable by name but left out of [`all`]: SwapAdvisor's
-/// ablations (Sec. 6.4), each a search as long as the full one.
+/// ablations (Sec. 6.4), each a search as long as the full one, and `home`
+/// (not yet measured in the conformance suite, so it has no floor there).
 pub fn ablations() -> Vec<Box<dyn Planner>> {
     vec![
+        Box::new(Home::default()),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::OrderOnly)),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::AllocationOnly)),
     ]
