@@ -128,3 +128,11 @@ fn mlp_under_three_planners_at_40_percent_with_virtual_chunks() {
         Some(virtual_chunks),
     );
 }
+
+#[test]
+fn home_on_tiny_cnn_and_tiny_transformer_at_40_percent() {
+    let cnn = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    run_planners_at_40(&cnn, &["home"], None);
+    let transformer = graph("tiny-transformer", 32, &[("layers", 8)]);
+    run_planners_at_40(&transformer, &["home"], None);
+}

@@ -406,8 +406,10 @@ fn plan_and_check(
     if plan.allocator == AllocatorSpec::Perfect {
         plan.allocator = target.allocator.clone();
     }
+    // Only a pool with neither classes nor a CLS / CNT encoding is sized here:
+    // a planner's own pool (SwapAdvisor's) is the plan's and is kept.
     if let AllocatorSpec::SizeClass(config) = &plan.allocator
-        && config.classes.is_empty()
+        && config.is_unsized()
     {
         plan.allocator = size_class_pool_for(g, &plan, cost);
     }

@@ -5,20 +5,24 @@ mod baseline;
 mod capuchin;
 pub mod checkpoint;
 pub mod framework;
+pub mod home;
 mod lms;
 mod odswap;
 mod range_tree;
 mod superneurons;
+pub mod swapadvisor;
 mod vdnn;
 mod window;
 
 pub use baseline::{Ideal, NoSwap};
 pub use capuchin::Capuchin;
 pub use checkpoint::{Checkpoint, Segments};
+pub use home::{Home, Scoring};
 pub use lms::{Lms, LmsKnobs};
 pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
 pub use superneurons::{SuperNeurons, SuperNeuronsDecision, is_cheap};
+pub use swapadvisor::SwapAdvisor;
 pub use vdnn::{Vdnn, VdnnScope};
 pub use window::Window;
 
@@ -57,6 +61,17 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Window),
         Box::new(Capuchin),
         Box::new(OdSwap),
+        Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
+        Box::new(Home::default()),
+    ]
+}
+
+/// Planners reachable by name but left out of [`all`]: SwapAdvisor's
+/// ablations (Sec. 6.4), each a search as long as the full one.
+pub fn ablations() -> Vec<Box<dyn Planner>> {
+    vec![
+        Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::OrderOnly)),
+        Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::AllocationOnly)),
     ]
 }
 
@@ -65,12 +80,19 @@ pub fn names() -> Vec<&'static str> {
     all().iter().map(|p| p.name()).collect()
 }
 
-/// Looks a planner up by name; the error lists the names.
+/// Looks a planner up by name (in [`all`], then [`ablations`]); the error
+/// lists the names.
 pub fn by_name(name: &str) -> Result<Box<dyn Planner>, String> {
-    all().into_iter().find(|p| p.name() == name).ok_or_else(|| {
-        format!(
-            "unknown planner `{name}`; the planners are: {}",
-            names().join(", ")
-        )
-    })
+    all()
+        .into_iter()
+        .chain(ablations())
+        .find(|p| p.name() == name)
+        .ok_or_else(|| {
+            let ablation_names: Vec<&str> = ablations().iter().map(|p| p.name()).collect();
+            format!(
+                "unknown planner `{name}`; the planners are: {}, and by name only: {}",
+                names().join(", "),
+                ablation_names.join(", ")
+            )
+        })
 }
