@@ -557,7 +557,8 @@ fn row_minor_alias_of_named_and_bom_accepted() {
         bom_graph.to_str().expect("utf8"),
         "--json",
     ]);
-    assert_eq!(v["n_ops"], 237);
+    // The file's 237 ops and the two dropout mask draws the importer splits off.
+    assert_eq!(v["n_ops"], 239);
     let plan = v100_plan(&dir);
     let plan_text = std::fs::read_to_string(&plan).expect("read");
     std::fs::write(&plan, format!("\u{feff}{plan_text}")).expect("write");

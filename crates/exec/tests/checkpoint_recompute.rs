@@ -3,7 +3,8 @@
 //! the plans recompute batch norms and the dropout (each op at most once per
 //! iteration) and training is bit-identical to an unconstrained run, running
 //! statistics included (a batch norm re-run never updates them twice; a
-//! dropout re-run draws the same mask).
+//! dropout re-run draws the same mask). The same for a MobileNet-v2 step
+//! exported from PyTorch, whose batch norms are recomputable once imported.
 
 use outcore_cost::RooflineModel;
 use outcore_exec::{
@@ -159,4 +160,82 @@ fn checkpoint_plans_recompute_batch_norm_and_dropout_bit_identically() {
             "{name} found no plan recomputing batch norm and dropout at 50-80%"
         );
     }
+}
+
+/// A MobileNet-v2 training step exported from PyTorch 2.11
+/// (`tools/export_train_graph.py --model "torchvision:mobilenet_v2?width_mult=0.25"
+/// --batch 8 --image-size 64`): its ops run on synthetic kernels that hash
+/// their inputs, so a recomputation that read anything but what the original
+/// op read (an overwritten input, a re-applied statistics update) changes the
+/// bits `check` compares.
+#[test]
+fn an_imported_pytorch_graph_recomputes_batch_norm_bit_identically() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../graph/tests/data/mobilenet_v2_w025_b8_s64.json");
+    let g = outcore_graph::format::load_graph_file(&path).expect("the example imports");
+    let (fp, _) = footprint(&g);
+    let options = ExecOptions {
+        iters: 3,
+        check: true,
+        trace: false,
+        synthetic_flops_per_s: 1e15,
+        ..ExecOptions::default()
+    };
+    let info = PlannerInfo {
+        name: "reference".into(),
+        seed: None,
+        settings: serde_json::Value::Null,
+    };
+    let reference = execute(
+        &g,
+        &lower_in_order(&g, info, fp * 2),
+        &CpuBackend::new(CpuBackendOptions::default()),
+        &options,
+    )
+    .expect("the unconstrained run succeeds");
+    let budget = fp * 85 / 100;
+    let cost = RooflineModel::new(outcore_exec::cpu::device_profile(budget, None, 1e15));
+    let planner = outcore_planners::by_name("checkpoint-sqrt").expect("registered");
+    let request = PlanRequest {
+        graph: &g,
+        cost: &cost,
+        budget_bytes: budget,
+        seed: 0,
+        time_limit_s: 10.0,
+        allocator: &outcore_plan::AllocatorSpec::Perfect,
+        order: None,
+    };
+    let PlanOutcome::Feasible(plan) = planner.plan(&request).expect("no planner error") else {
+        panic!("checkpoint-sqrt finds no plan at 85%");
+    };
+    let recomputed: Vec<&str> = plan.streams[Stream::Compute.index()]
+        .iter()
+        .filter_map(|s| match &s.instr {
+            Instr::Recompute { op, .. } => Some(g.op(*op).name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        recomputed.iter().any(|n| n.contains("native_batch_norm")),
+        "no batch norm recomputed: {recomputed:?}"
+    );
+    let report = run_with_slack(&g, *plan, &options, "checkpoint-sqrt");
+    assert_eq!(report.checks_passed, Some(true));
+    assert!(report.recomputes > 0);
+    assert_eq!(
+        report
+            .losses
+            .iter()
+            .map(|l| l.to_bits())
+            .collect::<Vec<_>>(),
+        reference
+            .losses
+            .iter()
+            .map(|l| l.to_bits())
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        report.final_state() == reference.final_state(),
+        "final parameters or running statistics differ"
+    );
 }

@@ -66,7 +66,7 @@ struct FileTensor {
 /// - In-place ops on activations (`relu_`, `add_`, `silu_`, `div_`, ...) get an
 ///   output of their own when nothing reads the overwritten contents later
 ///   ([`aten_rewrite::out_of_place`]): re-running the producer of the input
-///   then restores what the in-place op read, where as a view of the input's
+///   then restores what the in-place op read, whereas as a view of the input's
 ///   storage re-running the producer alone would restore the version before
 ///   the write. This costs memory only while the op runs (its input and
 ///   output are both live, as in the zoo's out-of-place layers).
@@ -93,7 +93,8 @@ struct FileTensor {
 ///   a split-off part is named `<name>.stats_update` (placed right after the op
 ///   it came from) or `<name>.mask` (right before it). Dropping the ops whose
 ///   names end in those suffixes leaves the file's ops, in the file's order:
-///   file op `i` is the `i`-th remaining op.
+///   file op `i` is the `i`-th remaining op. Tensor ids are the file's (no
+///   tensor is added or removed).
 /// - Forward ops are recomputable unless [`crate::recompute`] names a reason:
 ///   they update persistent state (the split-off updates, `num_batches_tracked
 ///   += 1`), draw random numbers with no kept state (the mask draws,
