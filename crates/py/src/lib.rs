@@ -271,6 +271,7 @@ fn options(seed: u64, time_limit_s: f64, latency_table: Option<PathBuf>) -> PyRe
         seed,
         time_limit_s,
         latency_table,
+        ..PlanOptions::default()
     })
 }
 
