@@ -6,6 +6,7 @@ mod capuchin;
 pub mod checkpoint;
 pub mod framework;
 pub mod home;
+pub mod joint;
 mod lms;
 mod odswap;
 mod range_tree;
@@ -18,6 +19,7 @@ pub use baseline::{Ideal, NoSwap};
 pub use capuchin::Capuchin;
 pub use checkpoint::{Checkpoint, Segments};
 pub use home::{Home, Scoring};
+pub use joint::Joint;
 pub use lms::{Lms, LmsKnobs};
 pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
@@ -62,6 +64,8 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Capuchin),
         Box::new(OdSwap),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
+        // Last: it runs every planner above as a seed.
+        Box::new(Joint::default()),
     ]
 }
 
