@@ -40,7 +40,11 @@ fn request<'a>(g: &'a Graph, cost: &'a RooflineModel, budget_bytes: u64) -> Plan
 
 fn simulated_s(g: &Graph, plan: &Plan, cost: &RooflineModel) -> f64 {
     let out = simulate(g, plan, cost, &SimOptions::default()).expect("a verified plan simulates");
-    assert!(out.report.oom.is_none(), "{}: out of memory", plan.planner.name);
+    assert!(
+        out.report.oom.is_none(),
+        "{}: out of memory",
+        plan.planner.name
+    );
     out.report.iter_time_s
 }
 

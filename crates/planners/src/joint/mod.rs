@@ -135,11 +135,7 @@ impl Joint {
     /// Runs every other planner until `until`; returns the feasible seeds (with
     /// their schedules' times under the evaluator), the infeasibilities, and the
     /// seeds' errors as JSON.
-    fn run_seeds(
-        &self,
-        request: &PlanRequest<'_>,
-        until: Instant,
-    ) -> Result<Seeds, PlannerError> {
+    fn run_seeds(&self, request: &PlanRequest<'_>, until: Instant) -> Result<Seeds, PlannerError> {
         let planners: Vec<Box<dyn Planner>> = crate::all()
             .into_iter()
             .filter(|p| !matches!(p.name(), NAME | "ideal" | "none"))
