@@ -66,8 +66,8 @@ fn kind_index(m: Move) -> usize {
         Move::ToSwap { .. } => 1,
         Move::ToRecompute { .. } => 2,
         Move::Retime { .. } => 3,
-        Move::Exchange { .. } => 4,
-        Move::AddSwap { .. } | Move::AddRecompute { .. } => 5,
+        Move::Exchange { .. } | Move::ExchangeOffload { .. } => 4,
+        Move::AddSwap { .. } | Move::AddRecompute { .. } | Move::AddOffload { .. } => 5,
     }
 }
 

@@ -24,7 +24,8 @@
 //! - **Time split.** Half of the time limit goes to the seeds (each gets an
 //!   equal share of what is left when it starts: the fast rule-based seeds
 //!   return their share to the search seeds after them); the rest to the local
-//!   search, an equal share of what is left to each start in turn.
+//!   search, a share of what is left to each start in turn (a double one to
+//!   the fastest seed's).
 //! - **Not searched yet:** the allocator and its layout. The plan uses the
 //!   request's allocator, and every candidate is scored under it, so a plan
 //!   never fits in bytes but not in the allocator; choosing among allocators
@@ -248,8 +249,12 @@ impl Joint {
             if check_order(request.graph, &start.schedule.order).is_err() {
                 continue;
             }
+            // The fastest seed's start gets a double share of what is left:
+            // it is the likeliest to end fastest.
             let left = deadline.saturating_duration_since(Instant::now());
-            let until = Instant::now() + left / (starts.len() - k) as u32;
+            let weight = |i: usize| if i == 0 { 2.0 } else { 1.0 };
+            let weights_left: f64 = (k..starts.len()).map(weight).sum();
+            let until = Instant::now() + left.mul_f64(weight(k) / weights_left);
             let ctx = Ctx::new(request.graph, request.cost, start.schedule.order.clone());
             let search = Search::new(&ctx, request, NAME);
             let Some(cost) = start_cost(&search, &start.schedule) else {

@@ -64,6 +64,22 @@ pub enum Move {
         after: usize,
         before: usize,
     },
+    /// Repair: keep a persistent tensor (parameter, optimizer state) on the
+    /// host between iterations: swapped in before its first use, out after
+    /// its last.
+    AddOffload {
+        tensor: TensorId,
+        first: usize,
+        last: usize,
+    },
+    /// Keep the tensor of `gap` resident and offload a persistent tensor, at
+    /// least as large, whose absence covers the gap instead.
+    ExchangeOffload {
+        gap: usize,
+        tensor: TensorId,
+        first: usize,
+        last: usize,
+    },
 }
 
 /// At most this many exchange partners per gap (the longest intervals first:
@@ -74,6 +90,9 @@ const EXCHANGE_PARTNERS: usize = 3;
 /// accepted schedule.
 #[derive(Debug)]
 pub struct Neighbourhood {
+    /// Persistent tensors with no gap that are used after the first position,
+    /// with their first and last use.
+    pub offloadable: Vec<(TensorId, usize, usize)>,
     /// Saved activations with no gap, with the interval a swap of them may
     /// cover: from the last forward use to the first backward use, a
     /// recomputation reading them or an in-place write, whichever is first.
@@ -101,12 +120,33 @@ impl Neighbourhood {
                 (b >= a + 2).then_some((t, a, b))
             })
             .collect();
-        Neighbourhood { ungapped }
+        let offloadable = ctx
+            .owners()
+            .filter(|&t| ctx.persistent(t) && !gapped[t.index()] && ctx.size(t) > 0)
+            .filter_map(|t| {
+                let uses = &ctx.uses[t.index()];
+                let (&first, &last) = (uses.first()?, uses.last()?);
+                (first > 0).then_some((t, first, last))
+            })
+            .collect();
+        Neighbourhood {
+            offloadable,
+            ungapped,
+        }
     }
 
     /// The repair moves: each ungapped tensor swapped, or recomputed.
     pub fn repairs(&self, ctx: &Ctx<'_>, out: &mut Vec<Move>) {
         out.clear();
+        out.extend(
+            self.offloadable
+                .iter()
+                .map(|&(tensor, first, last)| Move::AddOffload {
+                    tensor,
+                    first,
+                    last,
+                }),
+        );
         for &(tensor, after, before) in &self.ungapped {
             out.push(Move::AddSwap {
                 tensor,
@@ -172,6 +212,26 @@ impl Neighbourhood {
             .map(|&(t, a, b)| (b - a, t, a, b))
             .collect();
         partners.sort_unstable_by(|x, y| y.cmp(x));
+        // Persistent partners absent over the whole gap: off the device from
+        // the iteration start to their first use.
+        let mut offloads: Vec<(u64, TensorId, usize, usize)> = self
+            .offloadable
+            .iter()
+            .filter(|&&(t, first, _)| first > before && ctx.size(t) >= size)
+            .map(|&(t, first, last)| (ctx.size(t), t, first, last))
+            .collect();
+        offloads.sort_unstable_by(|x, y| x.cmp(y));
+        out.extend(
+            offloads
+                .into_iter()
+                .take(EXCHANGE_PARTNERS)
+                .map(|(_, tensor, first, last)| Move::ExchangeOffload {
+                    gap: i,
+                    tensor,
+                    first,
+                    last,
+                }),
+        );
         out.extend(partners.into_iter().take(EXCHANGE_PARTNERS).map(
             |(_, tensor, after, before)| Move::Exchange {
                 gap: i,
@@ -236,6 +296,20 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
             after,
             before,
         } => gaps.push(hidden_swap(ctx, cost, tensor, after, before)),
+        Move::AddOffload {
+            tensor,
+            first,
+            last,
+        } => gaps.extend(offload(ctx, cost, tensor, first, last)),
+        Move::ExchangeOffload {
+            gap,
+            tensor,
+            first,
+            last,
+        } => {
+            gaps.remove(gap);
+            gaps.extend(offload(ctx, cost, tensor, first, last));
+        }
         Move::AddRecompute {
             tensor,
             after,
@@ -288,6 +362,41 @@ pub fn hidden_swap(
         prefetch_after: Some(prefetch.max(after)),
         reclaim_before: Some(reclaim.min(before)),
     }
+}
+
+/// The two gaps that keep persistent `t` on the host between iterations:
+/// swapped in so that the ops before `first` cover the h2d copy, swapped out
+/// after `last` (the iteration's end waits for the copy).
+pub fn offload(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    t: TensorId,
+    first: usize,
+    last: usize,
+) -> [Gap; 2] {
+    let in_s = cost.h2d_time_s(ctx.size(t));
+    let mut prefetch = first.saturating_sub(1);
+    while prefetch > 0 && ctx.time_s(prefetch + 1, first) < in_s {
+        prefetch -= 1;
+    }
+    [
+        Gap {
+            tensor: t,
+            after: Some(last),
+            before: None,
+            how: Restore::Swap,
+            prefetch_after: None,
+            reclaim_before: None,
+        },
+        Gap {
+            tensor: t,
+            after: None,
+            before: Some(first),
+            how: Restore::Swap,
+            prefetch_after: Some(prefetch),
+            reclaim_before: None,
+        },
+    ]
 }
 
 #[cfg(test)]
