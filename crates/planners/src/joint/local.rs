@@ -66,7 +66,7 @@ fn kind_index(m: Move) -> usize {
         Move::ToSwap { .. } => 1,
         Move::ToRecompute { .. } => 2,
         Move::Retime { .. } => 3,
-        Move::Exchange { .. } | Move::ExchangeOffload { .. } => 4,
+        Move::Exchange { .. } | Move::ExchangeOffload { .. } | Move::SwapAndOffload { .. } => 4,
         Move::AddSwap { .. } | Move::AddRecompute { .. } | Move::AddOffload { .. } => 5,
     }
 }
@@ -179,7 +179,7 @@ fn climb(
         let hood = Neighbourhood::of(ctx, &current);
         hood.moves(ctx, &current, &mut moves);
         if !current_cost.is_feasible() {
-            hood.repairs(ctx, &mut repairs);
+            hood.repairs(ctx, &current, &mut repairs);
             moves.append(&mut repairs);
         }
         moves.shuffle(rng);

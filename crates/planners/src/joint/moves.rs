@@ -80,6 +80,14 @@ pub enum Move {
         first: usize,
         last: usize,
     },
+    /// Swap the recomputed tensor of `gap` instead (its swap-in lands early
+    /// and holds memory longer) and offload a persistent tensor to pay for it.
+    SwapAndOffload {
+        gap: usize,
+        tensor: TensorId,
+        first: usize,
+        last: usize,
+    },
 }
 
 /// At most this many exchange partners per gap (the longest intervals first:
@@ -136,7 +144,7 @@ impl Neighbourhood {
     }
 
     /// The repair moves: each ungapped tensor swapped, or recomputed.
-    pub fn repairs(&self, ctx: &Ctx<'_>, out: &mut Vec<Move>) {
+    pub fn repairs(&self, ctx: &Ctx<'_>, schedule: &Schedule, out: &mut Vec<Move>) {
         out.clear();
         out.extend(
             self.offloadable
@@ -153,7 +161,7 @@ impl Neighbourhood {
                 after,
                 before,
             });
-            if ctx.graph.tensor(tensor).producer.is_some() {
+            if inputs_resident(ctx, schedule, tensor, before) {
                 out.push(Move::AddRecompute {
                     tensor,
                     after,
@@ -168,14 +176,23 @@ impl Neighbourhood {
     pub fn moves(&self, ctx: &Ctx<'_>, schedule: &Schedule, out: &mut Vec<Move>) {
         out.clear();
         for (i, g) in schedule.gaps.iter().enumerate() {
-            out.push(Move::Drop { gap: i });
+            // A gap ending after the tensor's last use brings it back only to
+            // feed recomputations: without the gap the lowering frees it at
+            // its last use, so dropping it (alone or in an exchange) always
+            // breaks the chain.
+            let chain_only = g
+                .before
+                .is_some_and(|b| ctx.uses[g.tensor.index()].last().is_none_or(|&l| l < b));
+            if !chain_only {
+                out.push(Move::Drop { gap: i });
+            }
             let (Some(after), Some(before)) = (g.after, g.before) else {
                 continue;
             };
             match g.how {
                 Restore::Recompute => out.push(Move::ToSwap { gap: i }),
                 Restore::Swap => {
-                    if ctx.graph.tensor(g.tensor).producer.is_some() {
+                    if inputs_resident(ctx, schedule, g.tensor, before) {
                         out.push(Move::ToRecompute { gap: i });
                     }
                     let p = g.prefetch_after.unwrap_or(after).clamp(after, before);
@@ -191,7 +208,9 @@ impl Neighbourhood {
                     }
                 }
             }
-            self.exchanges(ctx, i, g, after, before, out);
+            if !chain_only {
+                self.exchanges(ctx, i, g, after, before, out);
+            }
         }
     }
 
@@ -221,17 +240,23 @@ impl Neighbourhood {
             .map(|&(t, first, last)| (ctx.size(t), t, first, last))
             .collect();
         offloads.sort_unstable_by(|x, y| x.cmp(y));
-        out.extend(
-            offloads
-                .into_iter()
-                .take(EXCHANGE_PARTNERS)
-                .map(|(_, tensor, first, last)| Move::ExchangeOffload {
+        let recomputed = g.how == Restore::Recompute;
+        for (_, tensor, first, last) in offloads.into_iter().take(EXCHANGE_PARTNERS) {
+            out.push(Move::ExchangeOffload {
+                gap: i,
+                tensor,
+                first,
+                last,
+            });
+            if recomputed {
+                out.push(Move::SwapAndOffload {
                     gap: i,
                     tensor,
                     first,
                     last,
-                }),
-        );
+                });
+            }
+        }
         out.extend(partners.into_iter().take(EXCHANGE_PARTNERS).map(
             |(_, tensor, after, before)| Move::Exchange {
                 gap: i,
@@ -241,6 +266,31 @@ impl Neighbourhood {
             },
         ));
     }
+}
+
+/// Whether recomputing `t` at `at` finds its producer's inputs on the device
+/// without bringing any back: each input's owner is persistent or used at or
+/// after `at`, and no gap of it spans `at`. (A cheap filter: a recomputation
+/// that needs a chain is left to the seeds that build chains, and the
+/// lowering and verifier still judge every move.)
+fn inputs_resident(ctx: &Ctx<'_>, schedule: &Schedule, t: TensorId, at: usize) -> bool {
+    let g = ctx.graph;
+    let Some(producer) = g.tensor(t).producer else {
+        return false;
+    };
+    g.op(producer).inputs.iter().all(|&input| {
+        let owner = g.storage_owner(input);
+        let used_later = ctx.persistent(owner)
+            || ctx.uses[owner.index()]
+                .last()
+                .is_some_and(|&last| last >= at);
+        let gone = schedule.gaps.iter().any(|gap| {
+            gap.tensor == owner
+                && gap.after.is_none_or(|a| a < at)
+                && gap.before.is_none_or(|b| b > at)
+        });
+        used_later && !gone
+    })
 }
 
 /// Per storage owner: the positions where a recomputation of `schedule`
@@ -267,7 +317,13 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
     let mut gaps = schedule.gaps.clone();
     match mv {
         Move::Drop { gap } => {
-            gaps.remove(gap);
+            // An offloaded persistent tensor has two open-ended gaps (out
+            // after its last use, in before its first): drop both, or the
+            // plan would not repeat.
+            let g = gaps.remove(gap);
+            if g.after.is_none() || g.before.is_none() {
+                gaps.retain(|x| x.tensor != g.tensor || (x.after.is_some() && x.before.is_some()));
+            }
         }
         Move::ToSwap { gap } => {
             let g = &gaps[gap];
@@ -308,6 +364,18 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
             last,
         } => {
             gaps.remove(gap);
+            gaps.extend(offload(ctx, cost, tensor, first, last));
+        }
+        Move::SwapAndOffload {
+            gap,
+            tensor,
+            first,
+            last,
+        } => {
+            let g = &gaps[gap];
+            if let (Some(after), Some(before)) = (g.after, g.before) {
+                gaps[gap] = hidden_swap(ctx, cost, g.tensor, after, before);
+            }
             gaps.extend(offload(ctx, cost, tensor, first, last));
         }
         Move::AddRecompute {
