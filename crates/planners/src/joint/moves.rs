@@ -239,7 +239,7 @@ impl Neighbourhood {
             .filter(|&&(t, first, _)| first > before && ctx.size(t) >= size)
             .map(|&(t, first, last)| (ctx.size(t), t, first, last))
             .collect();
-        offloads.sort_unstable_by(|x, y| x.cmp(y));
+        offloads.sort_unstable();
         let recomputed = g.how == Restore::Recompute;
         for (_, tensor, first, last) in offloads.into_iter().take(EXCHANGE_PARTNERS) {
             out.push(Move::ExchangeOffload {
@@ -507,10 +507,22 @@ mod tests {
             .into_iter()
             .filter(|&t| g.tensor(t).producer.is_some())
             .collect();
-        let (a, b) = ctx.forward_backward_gap(saved[1]).expect("saved");
+        // A tensor whose producer's inputs are still on the device where it
+        // is needed again, so that recomputing it needs no chain.
+        let empty = ctx.schedule(Vec::new());
+        let swapped = saved
+            .iter()
+            .copied()
+            .find(|&t| {
+                ctx.forward_backward_gap(t)
+                    .is_some_and(|(_, b)| inputs_resident(&ctx, &empty, t, b))
+            })
+            .expect("an mlp has such a tensor");
+        let recomputed = *saved.iter().find(|&&t| t != swapped).expect("saved");
+        let (a, b) = ctx.forward_backward_gap(swapped).expect("saved");
         let gaps = vec![
             Gap {
-                tensor: saved[1],
+                tensor: swapped,
                 after: Some(a),
                 before: Some(b),
                 how: Restore::Swap,
@@ -518,9 +530,9 @@ mod tests {
                 reclaim_before: Some(a + 1),
             },
             Gap {
-                tensor: saved[2],
-                after: ctx.forward_backward_gap(saved[2]).map(|x| x.0),
-                before: ctx.forward_backward_gap(saved[2]).map(|x| x.1),
+                tensor: recomputed,
+                after: ctx.forward_backward_gap(recomputed).map(|x| x.0),
+                before: ctx.forward_backward_gap(recomputed).map(|x| x.1),
                 how: Restore::Recompute,
                 prefetch_after: None,
                 reclaim_before: None,
@@ -542,7 +554,7 @@ mod tests {
         // Drop removes exactly that gap.
         let dropped = apply(&ctx, &cost, &schedule, Move::Drop { gap: 0 });
         assert_eq!(dropped.gaps.len(), 1);
-        assert_eq!(dropped.gaps[0].tensor, saved[2]);
+        assert_eq!(dropped.gaps[0].tensor, recomputed);
         // An exchange partner is an ungapped saved activation covering the gap.
         for m in &moves {
             if let Move::Exchange {
@@ -554,7 +566,7 @@ mod tests {
             {
                 let g = &schedule.gaps[gap];
                 assert!(pa <= g.after.unwrap_or(0) && pb >= g.before.unwrap_or(usize::MAX));
-                assert!(tensor != saved[1] && tensor != saved[2]);
+                assert!(tensor != swapped && tensor != recomputed);
             }
         }
     }
