@@ -380,7 +380,15 @@ pub(crate) fn planner_by_name(name: &str) -> Result<Box<dyn outcore_plan::Planne
         ErrorKind::UnknownName {
             what: "planner",
             name: name.to_string(),
-            known: outcore_planners::names().join(", "),
+            known: format!(
+                "{}; by name only: {}",
+                outcore_planners::names().join(", "),
+                outcore_planners::ablations()
+                    .iter()
+                    .map(|p| p.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
         .into()
     })
