@@ -11,6 +11,7 @@ mod odswap;
 mod range_tree;
 mod superneurons;
 pub mod swapadvisor;
+pub mod tensile;
 mod vdnn;
 mod window;
 
@@ -23,6 +24,7 @@ pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
 pub use superneurons::{SuperNeurons, SuperNeuronsDecision, is_cheap};
 pub use swapadvisor::SwapAdvisor;
+pub use tensile::Tensile;
 pub use vdnn::{Vdnn, VdnnScope};
 pub use window::Window;
 
@@ -62,6 +64,7 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Capuchin),
         Box::new(OdSwap),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
+        Box::new(Tensile),
     ]
 }
 
