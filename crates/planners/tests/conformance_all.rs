@@ -37,8 +37,11 @@ const MEASURED_RUNS: usize = 145;
 /// vdnn-all-sync 90, vdnn-conv 52, vdnn-conv-sync 56, window 132; each floor is about 5% below (ideal and
 /// none exact), so that a change losing a case or two passes but a collapse
 /// does not. checkpoint-greedy was added later, feasible 82 times (and
-/// checkpoint-all and checkpoint-sqrt 84 each with it).
-const MIN_FEASIBLE: [(&str, usize); 15] = [
+/// checkpoint-all and checkpoint-sqrt 84 each with it). tensile was added later,
+/// feasible 29 times (every 100% run, no 70% or 50% run: hidden swaps alone,
+/// under verify's any-timing bound on swap-in windows, do not save 30% here;
+/// see RESULTS.md, "TENSILE, single job"); its floor is exact.
+const MIN_FEASIBLE: [(&str, usize); 16] = [
     ("capuchin", 80),
     ("checkpoint-all", 75),
     ("checkpoint-greedy", 75),
@@ -49,6 +52,7 @@ const MIN_FEASIBLE: [(&str, usize); 15] = [
     ("odswap", 82),
     ("superneurons", 68),
     ("swapadvisor", 105),
+    ("tensile", 29),
     ("vdnn-all", 80),
     ("vdnn-all-sync", 86),
     ("vdnn-conv", 49),

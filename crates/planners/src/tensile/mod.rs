@@ -22,6 +22,8 @@ pub mod peak;
 pub mod recompute;
 pub mod scheduler;
 pub mod swap;
+#[cfg(test)]
+mod tests;
 
 use crate::framework::{Ctx, Pick, Search};
 use outcore_plan::{PlanOutcome, PlanRequest, Planner, PlannerError};

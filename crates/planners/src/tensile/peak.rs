@@ -74,6 +74,12 @@ pub fn peak_only(ctx: &Ctx<'_>, gaps: &[Gap]) -> (u64, usize) {
 /// Storage owners of nonzero size resident at `q` under `gaps` and not
 /// accessed by the op there, largest first (then by id, for determinism).
 pub fn resident_at(ctx: &Ctx<'_>, gaps: &[Gap], q: usize) -> Vec<TensorId> {
+    let mut absent = vec![false; ctx.graph.tensors.len()];
+    for g in gaps {
+        if absent_range(ctx, g, g.reclaim_before).is_some_and(|(lo, hi)| lo <= q && q <= hi) {
+            absent[g.tensor.index()] = true;
+        }
+    }
     let mut out: Vec<TensorId> = ctx
         .owners()
         .filter(|&t| ctx.size(t) > 0)
@@ -82,11 +88,7 @@ pub fn resident_at(ctx: &Ctx<'_>, gaps: &[Gap], q: usize) -> Vec<TensorId> {
             lo <= q && q <= hi
         })
         .filter(|&t| ctx.uses[t.index()].binary_search(&q).is_err())
-        .filter(|&t| {
-            !gaps.iter().filter(|g| g.tensor == t).any(|g| {
-                absent_range(ctx, g, g.reclaim_before).is_some_and(|(lo, hi)| lo <= q && q <= hi)
-            })
-        })
+        .filter(|&t| !absent[t.index()])
         .collect();
     out.sort_by_key(|&t| (std::cmp::Reverse(ctx.size(t)), t));
     out

@@ -117,7 +117,7 @@ pub fn schedule(
 }
 
 /// Algorithm 3 line 4 on the peaks seen so far.
-fn stalled(peaks: &[u64], iterations: usize) -> bool {
+pub(crate) fn stalled(peaks: &[u64], iterations: usize) -> bool {
     if iterations <= MIN_ITERATIONS_BEFORE_STALL_CHECK || peaks.len() <= STALL_WINDOW {
         return false;
     }
