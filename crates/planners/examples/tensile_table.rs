@@ -145,6 +145,16 @@ fn main() -> Result<(), String> {
             let own = run(planner, &g, &cost, own_budget)?;
             let same = run(planner, &g, &cost, tensile_budget)?;
             let (fraction, least) = smallest(planner, &g, &cost, vmp)?;
+            if *planner == "tensile" {
+                let at = (fraction * vmp) as u64;
+                let p = outcore_planners::by_name(planner)?;
+                if let Ok(PlanOutcome::Feasible(plan)) = p.plan(&PlanRequest::new(&g, &cost, at)) {
+                    eprintln!(
+                        "<!-- {label} tensile at {fraction:.4}: {} -->",
+                        plan.planner.settings
+                    );
+                }
+            }
             let [m, e, c] = paper[i];
             eprintln!(
                 "| {label} | {planner} | {m:.4} | {e:.4} | {c:.4} | {} | {} | {fraction:.4} | {} |",

@@ -59,6 +59,7 @@ impl Planner for Tensile {
                         "algorithm3_iterations": summary.iterations,
                         "swapped_tensors": summary.swapped_tensors,
                         "swap_gaps": summary.swap_gaps,
+                        "cross_iteration_swaps": summary.cross_iteration_swaps,
                         "recomputations": summary.recomputations,
                         "stopped_by_stall_rule": summary.stopped_by_stall_rule,
                         "modelled_peak_bytes": summary.final_peak_bytes,

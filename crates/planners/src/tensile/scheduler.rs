@@ -41,6 +41,8 @@ pub struct Summary {
     pub iterations: usize,
     pub swapped_tensors: usize,
     pub swap_gaps: usize,
+    /// Updated parameters swapped out after their update and in next iteration.
+    pub cross_iteration_swaps: usize,
     pub recomputations: usize,
     pub stopped_by_stall_rule: bool,
     pub first_peak_bytes: u64,
@@ -88,6 +90,7 @@ pub fn schedule(
             if swap_ok {
                 summary.swapped_tensors += 1;
                 summary.swap_gaps += new.len();
+                summary.cross_iteration_swaps += new.iter().filter(|g| g.before.is_none()).count();
             }
             new
         } else if peak.peak_bytes > budget_bytes {
