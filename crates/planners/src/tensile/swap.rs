@@ -1,0 +1,261 @@
+//! Swap scheduling (TENSILE Algorithm 2, Sec. IV-C): the largest tensor resident
+//! at the memory peak is swapped out after its access before the peak and back
+//! in before its next access, each copy placed in a free slot of its link
+//! direction so that no copy ever makes compute wait.
+//!
+//! Feasible intervals (Sec. IV-C): the swap-out starts after the access before
+//! the peak ends (its TGA or last TUA) and must end by the time the peak op
+//! starts; the swap-in starts after the peak op ends and after the swap-out,
+//! and must end by the time the next access starts. The swap-out goes as early
+//! as possible, the swap-in as late as possible. When the swap-in finds no
+//! slot, the swap-out is withdrawn (Alg. 2 lines 17-20); a later swap-out
+//! could only shrink the swap-in's window, so the retry loop of lines 32-33
+//! ends there and the next peak tensor is tried.
+//!
+//! Optimizer-updated parameters (Alg. 2 lines 8-9, 26-27): when the peak lies
+//! after the update (the last access) or before the first use, the parameter
+//! is swapped out after the update and swapped in before its first use in the
+//! next iteration. The Plan expresses this with two gaps, one to the end of the
+//! iteration (`before: None`) and one from its start (`after: None`), and the
+//! parameter starts the iteration on the host.
+//!
+//! Choices where the paper is vague:
+//! - One tensor is scheduled per call (per Algorithm 3 iteration): the paper
+//!   says each scheduled tensor changes the peak and the peak is re-analysed
+//!   between swaps, so later MPT entries of a stale peak are not tried.
+//! - A tensor is taken only if the peak analysis after it is lower (or, at a
+//!   tie, the old peak point is lower): the paper's greedy premise that each scheduled
+//!   tensor reduces the peak, checked because a swap-in window (see `peak`)
+//!   can raise another point.
+//! - Line 34 ("swap in the rest of the accesses greedily"): after a success,
+//!   every later gap of at least one op between consecutive accesses of the
+//!   same tensor is swapped too where both copies fit free link slots.
+//! - Times come from the cost model's op times on the compute-only timeline;
+//!   the max swapping rate (a multi-job priority) does not apply to one job.
+
+use super::access::AccessSequence;
+use super::link::Link;
+use crate::framework::pressure::pinned_inside;
+use outcore_cost::CostModel;
+use outcore_graph::TensorId;
+use outcore_plan::{Gap, Restore};
+use std::collections::HashSet;
+
+/// Link timelines and the gaps already taken, across Algorithm 3 iterations.
+#[derive(Debug, Clone, Default)]
+pub struct SwapState {
+    pub d2h: Link,
+    pub h2d: Link,
+    /// `(tensor, access before the gap)` of every gap scheduled.
+    pub gapped: HashSet<(TensorId, usize)>,
+    /// Per tensor: positions where a recomputation reads it (it must stay).
+    pub pins: Vec<Vec<usize>>,
+}
+
+impl SwapState {
+    pub fn new(n_tensors: usize) -> Self {
+        SwapState {
+            pins: vec![Vec::new(); n_tensors],
+            ..SwapState::default()
+        }
+    }
+}
+
+/// Algorithm 2 on one peak: the gaps of the first peak tensor (largest first)
+/// that can be swapped without stalling and that `lowers` accepts (the peak
+/// goes down), or none. A rejected tensor's link slots are given back.
+pub fn schedule_peak(
+    tas: &AccessSequence<'_, '_>,
+    cost: &dyn CostModel,
+    state: &mut SwapState,
+    peak_position: usize,
+    peak_tensors: &[TensorId],
+    lowers: impl Fn(&[Gap]) -> bool,
+) -> Vec<Gap> {
+    for &t in peak_tensors {
+        let before = state.clone();
+        let gaps = schedule_tensor(tas, cost, state, t, peak_position);
+        if gaps.is_empty() {
+            continue;
+        }
+        if lowers(&gaps) {
+            return gaps;
+        }
+        *state = before;
+    }
+    Vec::new()
+}
+
+/// Swaps `t` around the peak at `q` and, on success, its later gaps too.
+fn schedule_tensor(
+    tas: &AccessSequence<'_, '_>,
+    cost: &dyn CostModel,
+    state: &mut SwapState,
+    t: TensorId,
+    q: usize,
+) -> Vec<Gap> {
+    let ctx = tas.ctx;
+    if ctx.graph.tensor(t).is_output {
+        return Vec::new();
+    }
+    match tas.around(t, q) {
+        (Some(a), Some(b)) => {
+            let Some(first) = in_iteration(tas, cost, state, t, a, b, Some(q)) else {
+                return Vec::new();
+            };
+            let mut gaps = vec![first];
+            gaps.extend(rest_of_accesses(tas, cost, state, t, b));
+            gaps
+        }
+        _ if tas.updated_parameter(t) => across_iterations(tas, cost, state, t, q),
+        _ => Vec::new(),
+    }
+}
+
+/// A swap over the accesses `a < b`, absent at `absent_at` when given (else
+/// at some position between them); `None` when a copy would stall compute.
+pub fn in_iteration(
+    tas: &AccessSequence<'_, '_>,
+    cost: &dyn CostModel,
+    state: &mut SwapState,
+    t: TensorId,
+    a: usize,
+    b: usize,
+    absent_at: Option<usize>,
+) -> Option<Gap> {
+    if b < a + 2
+        || state.gapped.contains(&(t, a))
+        || pinned_inside(&state.pins[t.index()], Some(a), Some(b), tas.ctx.n)
+    {
+        return None;
+    }
+    let size = tas.ctx.size(t);
+    let (out_s, in_s) = (cost.d2h_time_s(size), cost.h2d_time_s(size));
+    let out_latest_s = absent_at.map_or(tas.start_s(b), |q| tas.start_s(q));
+    let out_start_s = state.d2h.earliest_slot(tas.end_s(a), out_latest_s, out_s)?;
+    let out_end_s = out_start_s + out_s;
+    let in_earliest_s = absent_at.map_or(out_end_s, |q| out_end_s.max(tas.end_s(q)));
+    let in_start_s = state.h2d.latest_slot(in_earliest_s, tas.start_s(b), in_s)?;
+    // The op that waits for the swap-out (it has ended by then), and the op
+    // after which the swap-in starts; the tensor is absent in between.
+    let reclaim = tas.first_starting_at(out_end_s).max(a + 1);
+    let trigger = tas.last_ending_by(in_start_s)?.min(b - 1);
+    let absent_ok = match absent_at {
+        Some(q) => reclaim <= q && q <= trigger,
+        None => reclaim <= trigger,
+    };
+    if !absent_ok || trigger < a {
+        return None;
+    }
+    state.d2h.reserve(out_start_s, out_s);
+    state.h2d.reserve(in_start_s, in_s);
+    state.gapped.insert((t, a));
+    Some(Gap {
+        tensor: t,
+        after: Some(a),
+        before: Some(b),
+        how: Restore::Swap,
+        prefetch_after: Some(trigger),
+        reclaim_before: Some(reclaim),
+    })
+}
+
+/// Alg. 2 line 34: the later gaps between consecutive accesses from `b` on.
+fn rest_of_accesses(
+    tas: &AccessSequence<'_, '_>,
+    cost: &dyn CostModel,
+    state: &mut SwapState,
+    t: TensorId,
+    b: usize,
+) -> Vec<Gap> {
+    let later: Vec<usize> = tas
+        .accesses(t)
+        .iter()
+        .copied()
+        .filter(|&u| u >= b)
+        .collect();
+    later
+        .windows(2)
+        .filter_map(|w| in_iteration(tas, cost, state, t, w[0], w[1], None))
+        .collect()
+}
+
+/// An updated parameter swapped out after its update (the last access) and in
+/// before its first use of the next iteration, absent at the peak `q` (which
+/// lies after the update or before the first use).
+pub fn across_iterations(
+    tas: &AccessSequence<'_, '_>,
+    cost: &dyn CostModel,
+    state: &mut SwapState,
+    t: TensorId,
+    q: usize,
+) -> Vec<Gap> {
+    let ctx = tas.ctx;
+    let (Some(&first), Some(&last)) = (tas.accesses(t).first(), tas.accesses(t).last()) else {
+        return Vec::new();
+    };
+    if first == 0 || state.gapped.contains(&(t, last)) {
+        return Vec::new();
+    }
+    let pins = &state.pins[t.index()];
+    if pins.iter().any(|&p| p > last || p < first) {
+        return Vec::new();
+    }
+    let size = ctx.size(t);
+    let (out_s, in_s) = (cost.d2h_time_s(size), cost.h2d_time_s(size));
+    let after_last = q > last;
+    // Out after the update; by the peak when it follows the update, else by
+    // the end of the iteration.
+    let out_latest_s = if after_last {
+        tas.start_s(q)
+    } else {
+        tas.iteration_s()
+    };
+    let Some(out_start_s) = state
+        .d2h
+        .earliest_slot(tas.end_s(last), out_latest_s, out_s)
+    else {
+        return Vec::new();
+    };
+    // In before the first use; after the peak when the peak precedes it.
+    let in_earliest_s = if after_last { 0.0 } else { tas.end_s(q) };
+    let Some(in_start_s) = state
+        .h2d
+        .latest_slot(in_earliest_s, tas.start_s(first), in_s)
+    else {
+        return Vec::new();
+    };
+    let out_end_s = out_start_s + out_s;
+    let reclaim = tas.first_starting_at(out_end_s).max(last + 1);
+    let trigger = tas.last_ending_by(in_start_s).unwrap_or(0).min(first - 1);
+    let absent_ok = if after_last {
+        reclaim <= q
+    } else {
+        q <= trigger
+    };
+    if !absent_ok {
+        return Vec::new();
+    }
+    state.d2h.reserve(out_start_s, out_s);
+    state.h2d.reserve(in_start_s, in_s);
+    state.gapped.insert((t, last));
+    vec![
+        Gap {
+            tensor: t,
+            after: Some(last),
+            before: None,
+            how: Restore::Swap,
+            prefetch_after: None,
+            // No op waits when the copy ends with the iteration.
+            reclaim_before: (reclaim < ctx.n).then_some(reclaim),
+        },
+        Gap {
+            tensor: t,
+            after: None,
+            before: Some(first),
+            how: Restore::Swap,
+            prefetch_after: Some(trigger),
+            reclaim_before: None,
+        },
+    ]
+}
