@@ -93,10 +93,17 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// `Recompute` of the producer just before the op at `before` (several at one
 /// position run in producer order, so a chain such as Chen et al.'s segment
 /// recomputation works when every dropped tensor of the chain has the same
-/// `before`). A gap may end before the tensor's next use. A tensor brought back
-/// only to feed recomputations (no use at or after `before`) is freed right after
-/// the recomputations at `before`. Every other residency period ends with a free
-/// after its last use; step outputs are freed at the end.
+/// `before`). A gap may end before the tensor's next use. A gap starts after a
+/// use, where the tensor's previous gap ends, or where a recomputation reads
+/// it. A tensor that is at position `p` only for the recomputations there (op
+/// `p` does not use it, and it is gone again after `p`: brought back at `p`
+/// with no use at or after `p`, or its next gap, restored by recomputation,
+/// starts at `p` where it was recomputed or read by a recomputation) is freed
+/// right after the last recomputation at `p` that reads it (right after its
+/// own recomputation if none does, or after all of them if it came back by a
+/// swap-in nothing there reads), so that a long chain holds at most the links
+/// still to be read. Every other residency period ends with a free after its
+/// last use; step outputs are freed at the end.
 pub fn lower_schedule(
     graph: &Graph,
     schedule: &Schedule,
@@ -143,6 +150,13 @@ pub struct LowerScratch {
     free_step: Vec<Option<StepRef>>,
     swap_in_step: Vec<Option<StepRef>>,
     waits: Vec<StepRef>,
+    /// Per position: tensors brought back only for its recomputations, with
+    /// the index of the recomputation after which each is freed
+    /// (`usize::MAX`: after all of them) and the gap it starts, if any.
+    chain_frees: Vec<(TensorId, usize, Option<u32>)>,
+    recomputed_here: Vec<TensorId>,
+    /// (storage owner, position) where a recomputation reads it, sorted.
+    chain_reads: Vec<(u32, u32)>,
 }
 
 /// Items grouped by position: `(position, key, value)` sorted, with an index of
@@ -220,6 +234,33 @@ impl LowerScratch {
             &mut self.reclaim_at,
             &mut self.trigger_after,
         ]
+    }
+
+    /// Whether a recomputation at `position` reads `t`.
+    fn chain_read(&self, t: TensorId, position: usize) -> bool {
+        self.chain_reads
+            .binary_search(&(t.0, position as u32))
+            .is_ok()
+    }
+
+    /// Fills `chain_reads` from the recompute gaps (skipping malformed ones,
+    /// which [`check_gap`] reports).
+    fn index_chain_reads(&mut self, prepared: &PreparedGraph, gaps: &[Gap], n: usize) {
+        self.chain_reads.clear();
+        for g in gaps.iter().filter(|g| g.how == Restore::Recompute) {
+            let (Some(b), Some(Some(producer))) =
+                (g.before, prepared.producer.get(g.tensor.index()).copied())
+            else {
+                continue;
+            };
+            if b < n {
+                for &(o, _) in prepared.op_reads(producer) {
+                    self.chain_reads.push((o.0, b as u32));
+                }
+            }
+        }
+        self.chain_reads.sort_unstable();
+        self.chain_reads.dedup();
     }
 
     fn uses(&self, t: TensorId) -> &[u32] {
@@ -310,9 +351,9 @@ fn check_gap(
         }
         let u = scratch.uses(t);
         let after_prev_gap = prev.is_some_and(|p| p.before == Some(a));
-        if u.binary_search(&(a as u32)).is_err() && !after_prev_gap {
+        if u.binary_search(&(a as u32)).is_err() && !after_prev_gap && !scratch.chain_read(t, a) {
             return Err(err(format!(
-                "gap on {t} must start at a position that uses it (or where its previous gap ends)"
+                "gap on {t} must start at a position that uses it (or where its previous gap ends, or where a recomputation reads it)"
             )));
         }
         // The gap may end before the next use: the tensor is then back early,
@@ -454,6 +495,7 @@ pub fn lower_into<S: ProgramSink>(
         let g = &gaps[i as usize];
         (g.tensor, g.after.map_or(0, |a| a + 1), i)
     });
+    scratch.index_chain_reads(prepared, gaps, n);
     for i in 0..gaps.len() {
         check_gap(prepared, scratch, gaps, i, n)?;
     }
@@ -475,6 +517,54 @@ pub fn lower_into<S: ProgramSink>(
     index_gaps(prepared, gaps, s, n);
     index_final_frees(prepared, gaps, s, n);
     emit(prepared, schedule, s, sink)
+}
+
+/// Fills `s.chain_frees` for position `pos` (op `op`): the tensors brought
+/// back there only for its recomputations (see [`lower_schedule`]), each with
+/// the index, among the recomputations at `pos`, of the last one that reads it.
+fn chain_frees_at(
+    prepared: &PreparedGraph,
+    schedule: &Schedule,
+    s: &mut LowerScratch,
+    pos: usize,
+    op: OpId,
+) {
+    let gaps = &schedule.gaps;
+    s.chain_frees.clear();
+    s.recomputed_here.clear();
+    for rank in s.recompute_before.at(pos) {
+        s.recomputed_here
+            .push(gaps[s.sorted[rank as usize] as usize].tensor);
+    }
+    for t in s.free_after_recomputes.at(pos) {
+        s.chain_frees.push((TensorId(t), usize::MAX, None));
+    }
+    if s.recomputed_here.is_empty() {
+        return;
+    }
+    for rank in s.starts_after.at(pos) {
+        let gi = s.sorted[rank as usize];
+        let g = &gaps[gi as usize];
+        let t = g.tensor;
+        let used_here = prepared.op_owners(op).contains(&t);
+        let here_for_chains = s.recomputed_here.contains(&t) || s.chain_read(t, pos);
+        if g.how == Restore::Recompute && !used_here && here_for_chains {
+            s.chain_frees.push((t, usize::MAX, Some(gi)));
+        }
+    }
+    if s.chain_frees.is_empty() {
+        return;
+    }
+    for (i, rank) in s.recompute_before.at(pos).enumerate() {
+        let t = gaps[s.sorted[rank as usize] as usize].tensor;
+        let producer = prepared.producer[t.index()].unwrap_or(OpId(0));
+        for c in s.chain_frees.iter_mut() {
+            // Its own recomputation, then (later in producer order) its readers.
+            if c.0 == t || prepared.op_reads(producer).iter().any(|r| r.0 == c.0) {
+                c.1 = i;
+            }
+        }
+    }
 }
 
 /// Writes the steps, position by position (see [`lower_schedule`]).
@@ -518,7 +608,8 @@ fn emit<S: ProgramSink>(
                 s.waits.push(step);
             }
         }
-        for rank in s.recompute_before.at(pos) {
+        chain_frees_at(prepared, schedule, s, pos, op);
+        for (i, rank) in s.recompute_before.at(pos).enumerate() {
             let g = &gaps[s.sorted[rank as usize] as usize];
             let producer = prepared.producer[g.tensor.index()].unwrap_or(OpId(0));
             let instr = StepInstr::Recompute {
@@ -527,10 +618,19 @@ fn emit<S: ProgramSink>(
             };
             sink.push_step(Stream::Compute, instr, &s.waits);
             s.waits.clear();
+            for &(t, _, gap) in s.chain_frees.iter().filter(|c| c.1 == i) {
+                let free = sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
+                if let Some(gi) = gap {
+                    s.free_step[gi as usize] = Some(free);
+                }
+            }
         }
-        for t in s.free_after_recomputes.at(pos) {
-            sink.push_step(Stream::Compute, StepInstr::Free(TensorId(t)), &s.waits);
+        for &(t, _, gap) in s.chain_frees.iter().filter(|c| c.1 == usize::MAX) {
+            let free = sink.push_step(Stream::Compute, StepInstr::Free(t), &s.waits);
             s.waits.clear();
+            if let Some(gi) = gap {
+                s.free_step[gi as usize] = Some(free);
+            }
         }
         let at = sink.push_step(Stream::Compute, StepInstr::Compute(op), &s.waits);
         for &w in prepared.op_written(op) {
@@ -544,6 +644,8 @@ fn emit<S: ProgramSink>(
             let g = &gaps[gi as usize];
             let t = g.tensor;
             let free = match g.how {
+                // Already freed among the recomputations at `pos`.
+                Restore::Recompute if s.free_step[gi as usize].is_some() => continue,
                 Restore::Recompute => sink.push_step(Stream::Compute, StepInstr::Free(t), &[]),
                 Restore::Swap if s.host_current[t.index()] => {
                     // The host copy is current: skip the redundant copy-out.
