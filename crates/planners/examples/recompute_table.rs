@@ -14,8 +14,10 @@
 //!   from 100% of the footprint down to the smallest feasible one (found by
 //!   bisection to 0.5%), and whether throughput never rises as the budget falls.
 //!
-//! Run (release; all three sections by default):
-//! `cargo run --release -p outcore-planners --example recompute_table -- [overhead|small|monotone|all] [milp-seconds]`
+//! - `scaling`: how long the reference takes on random DAGs of growing size.
+//!
+//! Run (release; every section by default):
+//! `cargo run --release -p outcore-planners --example recompute_table -- [overhead|small|monotone|scaling|all] [milp-seconds]`
 //! Every number is simulated on `v100-16gb-pcie3` with the roofline model and
 //! the perfect allocator; every plan counted passed `verify()` (the planners
 //! prove it) and is checked here to contain no swap.
@@ -127,6 +129,9 @@ fn main() -> Result<(), Error> {
     }
     if matches!(section, "monotone" | "all") {
         monotone_table(&cost)?;
+    }
+    if matches!(section, "scaling" | "all") {
+        scaling_table(&cost, milp_seconds)?;
     }
     Ok(())
 }
@@ -351,6 +356,12 @@ fn small_table(cost: &RooflineModel, milp_seconds: f64) -> Result<(), Error> {
             if exact.overhead.is_none() {
                 println!("<!-- {label} {fraction}: {} -->", exact.note);
             }
+            if stats["tiny_pinned"].as_u64().is_some_and(|n| n > 0) {
+                println!(
+                    "<!-- {label} {fraction}: {} storages pinned for being tiny -->",
+                    stats["tiny_pinned"]
+                );
+            }
         }
     }
     println!();
@@ -414,6 +425,71 @@ fn monotone_table(cost: &RooflineModel) -> Result<(), Error> {
                 }
             );
         }
+    }
+    println!();
+    Ok(())
+}
+
+/// A deterministic stream of layer choices for random DAGs (xorshift).
+fn choices(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.max(1);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn scaling_table(cost: &RooflineModel, milp_seconds: f64) -> Result<(), Error> {
+    println!(
+        "### The exact reference on random DAGs of growing size (time limit {milp_seconds} s)\n"
+    );
+    println!(
+        "| layers | ops | budget | dtr | checkmate-milp | proven | gap | solve s | nodes | binaries | rows |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let dtr = outcore_planners::Dtr;
+    let milp = outcore_planners::CheckmateMilp;
+    for layers in [8, 16, 24, 32, 40] {
+        let g = random_graph_batch(&choices(layers, 7 + layers as u64), 64, 256)?;
+        if g.ops.len() > outcore_planners::MILP_MAX_OPS {
+            println!(
+                "| {layers} | {} | — | — | — (over the limit) | | | | | | |",
+                g.ops.len()
+            );
+            continue;
+        }
+        let low = smallest_feasible(&dtr, &g, cost)?;
+        let fraction = 1.0 - 2.0 / 3.0 * (1.0 - low);
+        let d = run(&dtr, &g, cost, fraction, 60.0)?;
+        let e = run(&milp, &g, cost, fraction, milp_seconds)?;
+        let stats = &e.settings["milp"];
+        println!(
+            "| {layers} | {} | {:.1}% | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
+            g.ops.len(),
+            fraction * 100.0,
+            cell(&d),
+            cell(&e),
+            e.settings["proven_optimal"]
+                .as_bool()
+                .map_or("—", |p| if p { "yes" } else { "no" }),
+            stats["gap"]
+                .as_f64()
+                .map_or("—".into(), |g| format!("{g:.3}")),
+            e.plan_time_s,
+            stats["nodes"]
+                .as_u64()
+                .map_or("—".into(), |n| n.to_string()),
+            stats["binary_vars"]
+                .as_u64()
+                .map_or("—".into(), |n| n.to_string()),
+            stats["constraints"]
+                .as_u64()
+                .map_or("—".into(), |n| n.to_string()),
+        );
     }
     println!();
     Ok(())

@@ -38,18 +38,26 @@
 //! Choices, each with its reason:
 //! - Only recomputation (no swaps, not even of the input batch, whose host
 //!   copy is current): the reference is for recompute-only planners.
+//! - microlp is used directly rather than through `good_lp`: the program is
+//!   built row by row anyway, and microlp's own API says whether optimality
+//!   was proven and returns a solve cut short by its time limit as a value.
 //! - Bytes are counted in units of the budget and times in units of the
 //!   longest producer, to keep the coefficients within microlp's recommended
 //!   range; a storage smaller than a millionth of the budget is pinned over
 //!   its uses rather than made a variable (its coefficient would fall outside
 //!   that range), and the budget row is held one millionth below the budget
 //!   to absorb the solver's feasibility tolerance. Either can in principle
-//!   exclude a schedule that fits by a few bytes; neither changes the
-//!   optimum on any graph tested.
+//!   exclude a schedule that fits by a few bytes (the plan records how many
+//!   storages were pinned for being tiny: none on the graphs of the tests and
+//!   of RESULTS.md).
 //! - The solution is rounded (a binary within microlp's integrality
 //!   tolerance), turned into gaps and lowered; the returned plan is proven by
 //!   `verify()` like every plan, and a disagreement with the program's memory
 //!   count is reported as a planner error, never hidden.
+//! - DTR's schedule at the same budget, when the program can express it, is
+//!   given to microlp as its first incumbent (a warm start): it prunes the
+//!   search, and an answer cut by the time limit is never worse than DTR's.
+//!   Only a proven optimum is a reference; the plan records whether it is.
 //! - The solve runs under the request's time limit. The answer is
 //!   [`MilpAnswer::Solved`] with `proven_optimal` (microlp completed the
 //!   proof) or not (an incumbent at the limit), or
@@ -110,6 +118,9 @@ pub struct MilpStats {
     pub gap: Option<f64>,
     /// Whether the DTR schedule was accepted as the starting incumbent.
     pub warm_started: bool,
+    /// Rematerialisable storages pinned for being smaller than a millionth
+    /// of the budget.
+    pub tiny_pinned: usize,
 }
 
 /// What the reference answers.
@@ -305,6 +316,11 @@ impl<'a> Model<'a> {
                 other => other,
             })
             .collect();
+        let tiny_pinned = residence
+            .iter()
+            .zip(&facts.residence)
+            .filter(|(m, f)| m != f)
+            .count();
         let mut vars_of: Vec<TensorId> = (0..residence.len())
             .filter(|&i| residence[i] == Residence::Rematerialisable)
             .map(|i| TensorId(i as u32))
@@ -329,7 +345,10 @@ impl<'a> Model<'a> {
             fixed_before,
             time_unit_s,
             problem: Problem::new(OptimizationDirection::Minimize),
-            stats: MilpStats::default(),
+            stats: MilpStats {
+                tiny_pinned,
+                ..MilpStats::default()
+            },
         }
     }
 

@@ -54,8 +54,9 @@
 //!   recursively (the paper's rematerialisation) and then recomputed in
 //!   producer order (op id), the order the lowering runs recomputations at
 //!   one position in, so the memory counted here bounds what `verify()`
-//!   counts (it is equal, except that a storage the lowering frees between
-//!   the recomputations and the op is counted here through the op).
+//!   counts: every free the lowering emits comes no later than DTR's
+//!   eviction (a gap's free follows the last use, recomputation or read by a
+//!   recomputation before the eviction).
 //! - **Multi-output producers**: a recomputation restores only the storage
 //!   asked for; the producer's other outputs are scratch for that step (the
 //!   one Plan's `Recompute` semantics), and each recomputation costs the
@@ -611,5 +612,35 @@ impl<'a> DtrSim<'a> {
         if let Some(&moved) = self.pool.get(idx) {
             self.pool_index[moved.index()] = idx;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equivalence_classes_sum_merged_costs_and_lose_rematerialised_ones() {
+        let mut classes = EqClasses::default();
+        let a = classes.make(1.0);
+        let b = classes.make(2.0);
+        let c = classes.make(4.0);
+        classes.merge(a, b);
+        let ab = classes.root(a);
+        assert_eq!(classes.root(b), ab);
+        assert_eq!(classes.cost_s[ab as usize], 3.0);
+        // Merging twice counts once.
+        classes.merge(b, a);
+        let root = classes.root(a);
+        assert_eq!(classes.cost_s[root as usize], 3.0);
+        classes.merge(c, a);
+        let all = classes.root(c);
+        assert_eq!(classes.root(a), all);
+        assert_eq!(classes.cost_s[all as usize], 7.0);
+        // A rematerialised member's cost leaves its class (as DTR does); the
+        // class itself is not split.
+        classes.cost_s[all as usize] -= 2.0;
+        let root = classes.root(b);
+        assert_eq!(classes.cost_s[root as usize], 5.0);
     }
 }

@@ -283,6 +283,11 @@ fn the_proven_optimum_bounds_every_recompute_heuristic() {
             Some(true),
             "{what}: not proven within the time limit"
         );
+        assert_eq!(
+            plan.planner.settings["milp"]["tiny_pinned"].as_u64(),
+            Some(0),
+            "{what}: storage pinned for being tiny; the optimum may be over-constrained"
+        );
         let optimum_s = check_recompute_only(&what, &g, &plan, budget_bytes);
         let claimed_s = plan.planner.settings["recompute_time_s"]
             .as_f64()
