@@ -30,12 +30,17 @@ Hugging Face transformers model *without weights*, runs one eager training step
 * ``Tensor.item()`` on a meta tensor returns True (bool) or 0, so model code that
   branches on data (Hugging Face mask helpers) takes the no-padding path.
 * ``F.dropout`` is routed to ``aten.native_dropout`` (the kernel CUDA uses) while
-  recording, because the CPU/meta composite expands to bernoulli/div/mul.
+  recording, because the CPU/meta composite expands to bernoulli/div/mul.  No
+  generator state is recorded (the meta device consumes none): outcore's importer
+  makes dropout recomputable by splitting the mask draw (kept, as backward keeps
+  it anyway) from the rest, and splits batch norm's running-statistics update off
+  the normalisation (see ``crates/graph/src/format/dnn_train_graph.rs``).
 
 Usage::
 
     python3 tools/export_train_graph.py --model resnet50 --batch 32 -o resnet50_b32.json
     python3 tools/export_train_graph.py --model hf:gpt2 --batch 8 --seq 1024 --optimizer adamw -o gpt2.json
+    python3 tools/export_train_graph.py --model "torchvision:inception_v3?aux_logits=true" --batch 32 -o inception_v3_aux_b32.json
     python3 tools/export_train_graph.py --list-models
     python3 tools/export_train_graph.py --summarize FILE   # recompute a file's summary
 
@@ -294,12 +299,25 @@ def build_model(spec, args):
 
         def run(model, x):
             out = model(x)
-            if not isinstance(out, torch.Tensor):  # InceptionOutputs, dict, tuple
-                out = out.logits if hasattr(out, "logits") else out["out"] if isinstance(out, dict) else out[0]
-            return out
+            if isinstance(out, torch.Tensor):
+                return out, []
+            if hasattr(out, "logits"):  # InceptionOutputs, GoogLeNetOutputs
+                # With aux_logits=True the auxiliary heads run in training mode and
+                # their losses join the main loss (torchvision's reference recipe).
+                aux = [getattr(out, a, None) for a in ("aux_logits", "aux_logits2", "aux_logits1")]
+                return out.logits, [a for a in aux if isinstance(a, torch.Tensor)]
+            return (out["out"] if isinstance(out, dict) else out[0]), []
+
+        # torchvision's references/classification/train.py: inception_v3 adds
+        # 0.4 x its auxiliary loss, googlenet 0.3 x each of its two.
+        aux_weight = 0.4 if name == "inception_v3" else 0.3
 
         def loss_fn(out, y):
-            return torch.nn.functional.cross_entropy(out, y)
+            logits, aux = out
+            loss = torch.nn.functional.cross_entropy(logits, y)
+            for a in aux:
+                loss = loss + aux_weight * torch.nn.functional.cross_entropy(a, y)
+            return loss
 
         del num_classes
         return model, name, make_inputs, run, loss_fn, None, shape

@@ -76,6 +76,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every planner on the benchmark suite (zoo CNNs and transformers and the
+    /// repository's PyTorch exports, at 75/50/25/12.5% of the footprint on
+    /// v100-16gb-pcie3 and h100-80gb), with the lower bound; run from the
+    /// repository's root. Prints a Markdown table (or JSON).
+    BenchSuite {
+        /// Comma-separated planner names, or `all`.
+        #[arg(long, default_value = "all")]
+        planners: String,
+        /// Time limit of each search planner per case, seconds.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Only these graphs (comma-separated labels' first words, e.g. `resnet50,gpt2`).
+        #[arg(long)]
+        only: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Plan (or load a plan) and execute it on a backend with real buffers.
     Run(RunArgs),
     /// Prove a plan file safe: rebuild its graph, run `verify()`, and exit
@@ -184,7 +201,9 @@ pub struct GraphArgs {
 /// Device, budget and search settings shared by `plan` and `compare`.
 #[derive(Debug, Args, Clone)]
 pub struct TargetArgs {
-    /// Device profile name (e.g. v100-16gb-pcie3) or a profile JSON file.
+    /// Device profile name (e.g. v100-16gb-pcie3), a profile JSON file, or
+    /// `cpu-reference` (the CPU backend of `outcore run`: a plan for it runs with
+    /// `outcore run --plan`).
     #[arg(long)]
     pub device: String,
     /// Budget: bytes, a size like 12GiB / 512MiB, or NN% of the footprint.

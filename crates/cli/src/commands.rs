@@ -3,6 +3,7 @@
 //! logic lives here.
 
 use crate::args::{Cli, Command, GraphArgs, RunArgs, TargetArgs};
+use crate::progress::{self, StopFlag};
 use anyhow::{Context, Result, bail};
 use outcore::{
     Comparison, GraphSource, LoadedGraph, PlanOptions, PlannerOutcome, Runnability, SimReport,
@@ -23,7 +24,7 @@ macro_rules! say {
     }};
 }
 
-pub fn run(cli: Cli) -> Result<()> {
+pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
     match cli.command {
         Command::Zoo { json } => cmd_zoo(json),
         Command::Stats { graph, json } => cmd_stats(&graph, json),
@@ -54,8 +55,14 @@ pub fn run(cli: Cli) -> Result<()> {
             target,
             planners,
             json,
-        } => cmd_compare(&graph, &target, &planners, json),
-        Command::Run(args) => cmd_run(args),
+        } => cmd_compare(&graph, &target, &planners, json, stop),
+        Command::Run(args) => cmd_run(args, stop),
+        Command::BenchSuite {
+            planners,
+            seconds,
+            only,
+            json,
+        } => cmd_bench_suite(&planners, seconds, only.as_deref(), json, stop),
         Command::Verify { plan, json } => cmd_verify(&plan, json),
         Command::AllocReplay {
             trace,
@@ -120,6 +127,7 @@ fn plan_options(args: &TargetArgs) -> Result<PlanOptions> {
             .as_deref()
             .map(outcore::load_latency_table)
             .transpose()?,
+        on_progress: None,
     })
 }
 
@@ -264,6 +272,17 @@ fn cmd_stats(args: &GraphArgs, json_out: bool) -> Result<()> {
         "saved for backward    {}",
         fmt_bytes(s.saved_for_backward_bytes)
     );
+    let blocked: Vec<String> = s
+        .not_recomputable_by_reason
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect();
+    say!(
+        "not recomputable      {} ({})",
+        s.not_recomputable_by_reason.values().sum::<usize>(),
+        blocked.join(", ")
+    );
     for (phase, flops) in &s.flops_by_phase {
         say!(
             "{:<21} {:.3} TFLOP",
@@ -381,14 +400,25 @@ fn cmd_compare(
     target_args: &TargetArgs,
     planners: &str,
     json_out: bool,
+    stop: &StopFlag,
 ) -> Result<()> {
     let loaded = load_graph(args)?;
     let target = target(&loaded, target_args)?;
-    let options = plan_options(target_args)?;
+    let mut options = plan_options(target_args)?;
     let planners = outcore::parse_planner_list(planners)?;
+    let bar = progress::bar("planners", planners.len() as u64);
+    options.on_progress = Some(progress::iteration_hook(bar, stop.clone()));
     let c = outcore::compare(&loaded, &planners, &target, &options)?;
     if json_out {
-        let results: Vec<Value> = c.results.iter().map(planner_outcome_json).collect();
+        let results: Vec<Value> = c
+            .results
+            .iter()
+            .map(|o| {
+                let mut v = planner_outcome_json(o);
+                v["gap_to_bound"] = json!(c.gap_to_bound(o));
+                v
+            })
+            .collect();
         print_json(&json!({
             "model": c.model,
             "batch": c.batch,
@@ -397,6 +427,7 @@ fn cmd_compare(
             "footprint_bytes": c.footprint_bytes,
             "allocator": c.allocator,
             "ideal_time_s": c.ideal_time_s,
+            "lower_bound": c.lower_bound,
             "results": results,
         }))?;
     } else {
@@ -413,6 +444,48 @@ fn cmd_compare(
     Ok(())
 }
 
+fn cmd_bench_suite(
+    planners: &str,
+    seconds: f64,
+    only: Option<&str>,
+    json_out: bool,
+    stop: &StopFlag,
+) -> Result<()> {
+    let planners = outcore::parse_planner_list(planners)?;
+    let mut suite = outcore::standard_suite(planners.clone(), &outcore::default_repo_root());
+    if let Some(only) = only {
+        let wanted: Vec<&str> = only.split(',').map(str::trim).collect();
+        suite.graphs.retain(|g| {
+            wanted
+                .iter()
+                .any(|w| g.label.split_whitespace().next() == Some(*w))
+        });
+        if suite.graphs.is_empty() {
+            bail!(
+                "--only {only} matches no graph of the suite; its graphs are: resnet50, inception_v3, densenet121, mobilenet_v2, vgg16, bert-base, gpt2, vit_b_16 (and the PyTorch exports of resnet50, gpt2, vgg16, mobilenet_v2)"
+            );
+        }
+    }
+    let cases = suite.graphs.len() * suite.devices.len() * suite.budget_percents.len();
+    let options = PlanOptions {
+        time_limit_s: outcore::check_time_limit_s(seconds)?,
+        on_progress: Some(progress::iteration_hook(
+            progress::bar("cases", cases as u64),
+            stop.clone(),
+        )),
+        ..PlanOptions::default()
+    };
+    let result = outcore::run_suite(&suite, &options)?;
+    if json_out {
+        return print_json(&serde_json::to_value(&result)?);
+    }
+    say!("{}", result.to_markdown(&planners));
+    for (label, why) in &result.skipped {
+        say!("skipped {label}: {why}");
+    }
+    Ok(())
+}
+
 fn print_comparison(c: &Comparison) {
     say!(
         "{} batch {} on {}: budget {} ({:.0}% of the {} footprint), {} allocator, ideal {:.4} s/iteration",
@@ -425,12 +498,33 @@ fn print_comparison(c: &Comparison) {
         c.allocator,
         c.ideal_time_s
     );
+    match &c.lower_bound {
+        outcore::Bound::Time(b) => say!(
+            "lower bound {:.4} s/iteration ({:.1}% of ideal throughput at most){}",
+            b.time_s,
+            100.0 * c.ideal_time_s / b.time_s.max(f64::MIN_POSITIVE),
+            b.cut.as_ref().map_or(String::new(), |cut| format!(
+                ": {} must be off the device after `{}`",
+                fmt_bytes(cut.absent_bytes),
+                cut.op
+            ))
+        ),
+        outcore::Bound::NoPlan {
+            op,
+            working_set_bytes,
+            ..
+        } => say!(
+            "lower bound: no plan exists: op `{op}` needs {} at once",
+            fmt_bytes(*working_set_bytes)
+        ),
+    }
     say!(
-        "{:<16} {:>9} {:>10} {:>9} {:>11} {:>11} {:>10} {:>9}",
+        "{:<16} {:>9} {:>10} {:>9} {:>8} {:>11} {:>11} {:>10} {:>9}",
         "planner",
         "verified",
         "iter s",
         "vs ideal",
+        "gap",
         "peak",
         "swapped in",
         "recompute",
@@ -440,11 +534,13 @@ fn print_comparison(c: &Comparison) {
         let reason = o.reason.as_deref().unwrap_or("");
         match (o.status, &o.report) {
             (Runnability::Feasible, Some(r)) => say!(
-                "{:<16} {:>9} {:>10.4} {:>8.1}% {:>11} {:>11} {:>9.4}s {:>9.3}",
+                "{:<16} {:>9} {:>10.4} {:>8.1}% {:>8} {:>11} {:>11} {:>9.4}s {:>9.3}",
                 o.planner,
                 "yes",
                 r.iter_time_s,
                 r.throughput_vs_ideal * 100.0,
+                c.gap_to_bound(o)
+                    .map_or("-".to_string(), |g| format!("{:.1}%", g * 100.0)),
                 fmt_bytes(r.peak_live_bytes.max(r.peak_reserved_bytes)),
                 fmt_bytes(r.swap_in_bytes),
                 r.recompute_time_s,
@@ -530,7 +626,7 @@ fn cmd_verify(plan_path: &Path, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-fn cmd_run(a: RunArgs) -> Result<()> {
+fn cmd_run(a: RunArgs, stop: &StopFlag) -> Result<()> {
     if a.backend != "cpu" {
         bail!(
             "backend `{}` is not available in this build; use --backend cpu (the CUDA backend is a separate crate built with its feature)",
@@ -546,6 +642,10 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         synthetic_kernels: a.synthetic,
         synthetic_flops_per_s: a.synthetic_flops_per_s,
         trace: a.trace.is_some(),
+        on_iteration: Some(progress::iteration_hook(
+            progress::bar("iterations", u64::from(a.iters)),
+            stop.clone(),
+        )),
     };
     options.validate()?;
     if a.allocator.is_none()

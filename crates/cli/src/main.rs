@@ -5,13 +5,15 @@
 
 mod args;
 mod commands;
+mod progress;
 
 use clap::Parser;
 
 fn main() {
     let argv = args::rewrite_knob_flags(std::env::args().collect());
     let cli = args::Cli::parse_from(argv);
-    if let Err(err) = commands::run(cli) {
+    let stop = progress::StopFlag::install();
+    if let Err(err) = commands::run(cli, &stop) {
         // One line, no backtrace: the chain of causes joined.
         let chain: Vec<String> = err.chain().map(|c| c.to_string()).collect();
         let mut line = String::new();
@@ -24,6 +26,9 @@ fn main() {
             }
         }
         eprintln!("error: {line}");
+        if stop.is_set() {
+            std::process::exit(progress::INTERRUPTED_EXIT_CODE);
+        }
         std::process::exit(1);
     }
 }

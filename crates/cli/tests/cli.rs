@@ -151,6 +151,23 @@ fn stats_of_pytorch_graphs_match_their_summaries() {
 }
 
 #[test]
+fn stats_count_non_recomputable_ops_by_reason() {
+    let path = example_graph("mobilenet_v2_b64.json");
+    let v = json_of(&["stats", "--graph", &path, "--json"]);
+    let reasons = &v["not_recomputable_by_reason"];
+    // One dropout mask draw; 52 split-off batch-norm statistics updates and 52
+    // `num_batches_tracked` increments; every backward and optimizer op.
+    assert_eq!(reasons["random"], 1, "{reasons}");
+    assert_eq!(reasons["updates_persistent_state"], 104, "{reasons}");
+    assert_eq!(reasons["writes_in_place"], 0, "{reasons}");
+    assert_eq!(
+        reasons["not_forward"].as_u64().expect("count") as usize,
+        v["n_ops_by_phase"]["backward"].as_u64().expect("n") as usize
+            + v["n_ops_by_phase"]["optimizer"].as_u64().expect("n") as usize
+    );
+}
+
+#[test]
 fn knob_flags_reach_the_model() {
     let a = json_of(&["stats", "--model", "wide-resnet", "--batch", "1", "--json"]);
     let b = json_of(&[
@@ -645,4 +662,47 @@ fn a_latency_table_from_run_feeds_plan_compare_and_simulate() {
     let roofline = json_of(&["simulate", p, "--json"]);
     // The measured CPU times are not the A100's roofline times.
     assert_ne!(measured["iter_time_s"], roofline["iter_time_s"]);
+}
+
+/// `bench-suite` runs from the repository's root: for VGG-16 (the zoo model
+/// and the PyTorch export) at four budgets on two devices it gives one row per
+/// planner and case, and no feasible plan beats the case's lower bound.
+#[test]
+fn bench_suite_rows_respect_the_lower_bound() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(env!("CARGO_BIN_EXE_outcore"))
+        .args([
+            "bench-suite",
+            "--only",
+            "vgg16",
+            "--planners",
+            "none,checkpoint-sqrt,vdnn-all",
+            "--seconds",
+            "1",
+            "--json",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("outcore runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["skipped"].as_array().map(Vec::len), Some(0), "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    // 2 graphs x 2 devices x 4 budgets x 3 planners.
+    assert_eq!(rows.len(), 48);
+    let mut feasible = 0;
+    for r in rows {
+        if r["status"] == "feasible" {
+            feasible += 1;
+            let gap = r["gap_to_bound"]
+                .as_f64()
+                .expect("a feasible row has a gap");
+            assert!(gap >= 0.0, "a plan below the lower bound: {r}");
+        }
+    }
+    assert!(feasible > 0, "no feasible row: {v}");
 }

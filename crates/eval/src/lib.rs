@@ -179,6 +179,19 @@ impl<'g> Evaluator<'g> {
 
     /// Scores a schedule (any valid order), reusing `scratch`.
     pub fn evaluate(&self, schedule: &Schedule, scratch: &mut Scratch) -> Evaluation {
+        self.evaluate_under(schedule, &self.allocator, scratch)
+    }
+
+    /// [`Evaluator::evaluate`] under `allocator` instead of this evaluator's
+    /// (same graph, cost model and budget): for searches whose candidates each
+    /// carry their own allocator configuration (SwapAdvisor's pool), without
+    /// preparing the graph again per candidate.
+    pub fn evaluate_under(
+        &self,
+        schedule: &Schedule,
+        allocator: &AllocatorSpec,
+        scratch: &mut Scratch,
+    ) -> Evaluation {
         let pg = &self.sim.graph;
         scratch
             .program
@@ -211,7 +224,7 @@ impl<'g> Evaluator<'g> {
             .violations
             .iter()
             .all(|v| matches!(v.kind, ViolationKind::OverBudget { .. }));
-        let sim = only_over_budget.then(|| self.simulate(scratch));
+        let sim = only_over_budget.then(|| self.simulate(allocator, scratch));
         Evaluation {
             schedule_error: None,
             violations: scratch.violations.len(),
@@ -222,8 +235,12 @@ impl<'g> Evaluator<'g> {
         }
     }
 
-    fn simulate(&self, scratch: &mut Scratch) -> Result<SimSummary, String> {
-        let iterations = match self.allocator {
+    fn simulate(
+        &self,
+        allocator: &AllocatorSpec,
+        scratch: &mut Scratch,
+    ) -> Result<SimSummary, String> {
+        let iterations = match allocator {
             AllocatorSpec::Perfect => 1,
             // Allocator caches carry over: as many iterations as `simulate` runs.
             _ => SimOptions::default().iterations,
@@ -236,7 +253,7 @@ impl<'g> Evaluator<'g> {
             self.graph,
             &self.sim,
             &scratch.program,
-            &self.allocator,
+            allocator,
             &options,
             &mut scratch.sim,
         )

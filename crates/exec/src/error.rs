@@ -84,6 +84,12 @@ pub enum ExecErrorKind {
         "bad allocator configuration: {detail}; use {{\"kind\":\"perfect\"}} or an outcore-alloc config"
     )]
     Allocator { detail: String },
+    /// The caller asked the run to stop (a Ctrl-C) after `done` of `asked`
+    /// iterations; every stream had finished its work.
+    #[error(
+        "interrupted after {done} of {asked} iterations; nothing was written: run again to get the full result"
+    )]
+    Interrupted { done: u32, asked: u32 },
     /// A backend worker died.
     #[error("backend failure: {detail}; recreate the backend")]
     Backend { detail: String },

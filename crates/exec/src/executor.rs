@@ -19,7 +19,7 @@ use outcore_cost::{
     CopyDirection, MeasuredCopies, MeasuredCopyEntry, MeasuredEntry, MeasuredTable,
 };
 use outcore_graph::{DType, Graph, OpId, OpKind, TensorId, TensorKind};
-use outcore_plan::{Instr, Plan, Residency, Step, Stream};
+use outcore_plan::{Instr, Plan, Residency, Step, StepRef, Stream};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -48,6 +48,27 @@ pub struct ExecOptions {
     /// model's prediction, so measured and simulated times price ops alike);
     /// `None`: `flops / synthetic_flops_per_s`.
     pub op_time_s: Option<Vec<f64>>,
+    /// The order in which to issue the plan's steps (every step exactly once,
+    /// each stream's steps in their own order), e.g. the simulator's start
+    /// order (`SimOutput::start_order`). A real allocator (size classes,
+    /// best-fit) is only known to fit the plan for the sequence of allocations
+    /// and frees it was simulated with; issuing in that order hands it the same
+    /// sequence. `None`: greedily, compute first.
+    pub issue_order: Option<Vec<StepRef>>,
+    /// Told after each iteration; returning `false` stops the run before the
+    /// next one with [`ExecErrorKind::Interrupted`] (a Ctrl-C, say).
+    pub on_iteration: Option<IterationHook>,
+}
+
+/// Called with (iterations done, iterations asked for) after each iteration;
+/// `false` stops the run.
+#[derive(Clone)]
+pub struct IterationHook(pub std::sync::Arc<dyn Fn(u32, u32) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for IterationHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IterationHook")
+    }
 }
 
 impl Default for ExecOptions {
@@ -61,6 +82,8 @@ impl Default for ExecOptions {
             trace: true,
             synthetic_kernels: false,
             op_time_s: None,
+            issue_order: None,
+            on_iteration: None,
         }
     }
 }
@@ -524,6 +547,16 @@ impl<'a> Executor<'a> {
             self.finish_checks()?;
             self.release_leftovers()?;
             losses.push(self.read_loss()?);
+            let done = iter + 1;
+            if let Some(hook) = &self.opts.on_iteration
+                && !(hook.0)(done, self.opts.iters)
+                && done < self.opts.iters
+            {
+                return Err(ExecError::new(ExecErrorKind::Interrupted {
+                    done,
+                    asked: self.opts.iters,
+                }));
+            }
             // Latencies and trace from the events of this iteration.
             for st in std::mem::take(&mut self.timings) {
                 let dur = self.be.event_elapsed_s(st.start, st.end)?.max(0.0);
@@ -670,6 +703,9 @@ impl<'a> Executor<'a> {
     }
 
     fn issue_iteration(&mut self) -> Result<(), ExecError> {
+        if let Some(order) = &self.opts.issue_order {
+            return self.issue_in_order(order);
+        }
         let plan = self.plan;
         let mut ends: [Vec<Option<EventHandle>>; 3] = [
             vec![None; plan.streams[0].len()],
@@ -715,6 +751,48 @@ impl<'a> Executor<'a> {
                     "its waits form a cycle, so some steps can never be issued",
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Issues every step in `order`, which must list each step once and each
+    /// stream's steps in their own order, with every step after the steps it
+    /// waits for.
+    fn issue_in_order(&mut self, order: &[StepRef]) -> Result<(), ExecError> {
+        let plan = self.plan;
+        if order.len() != plan.n_steps() {
+            return Err(bad_plan(format!(
+                "its issue order lists {} steps, the plan has {}",
+                order.len(),
+                plan.n_steps()
+            )));
+        }
+        let mut ends: [Vec<EventHandle>; 3] = Default::default();
+        for at in order {
+            let si = at.stream.index();
+            let index = at.index as usize;
+            let Some(step) = plan.streams[si]
+                .get(index)
+                .filter(|_| index == ends[si].len())
+            else {
+                return Err(bad_plan(format!(
+                    "its issue order names {at} out of its stream's order (next is #{})",
+                    ends[si].len()
+                )));
+            };
+            let mut waits = Vec::with_capacity(step.waits.len());
+            for w in &step.waits {
+                match ends[w.stream.index()].get(w.index as usize) {
+                    Some(ev) => waits.push(*ev),
+                    None => {
+                        return Err(bad_plan(format!(
+                            "its issue order puts {at} before {w}, which it waits for"
+                        )));
+                    }
+                }
+            }
+            let end = self.issue_step(at.stream, step, &waits)?;
+            ends[si].push(end);
         }
         Ok(())
     }

@@ -17,4 +17,4 @@ pub use backend::{
 };
 pub use cpu::{CpuBackend, CpuBackendOptions, CpuFaults};
 pub use error::{ExecError, ExecErrorKind};
-pub use executor::{ExecOptions, RunReport, execute};
+pub use executor::{ExecOptions, IterationHook, RunReport, execute};

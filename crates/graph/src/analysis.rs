@@ -113,6 +113,10 @@ pub struct GraphStats {
     /// keeps from forward.
     pub saved_for_backward_bytes: u64,
     pub flops_by_phase: BTreeMap<String, u64>,
+    /// Ops that may not be recomputed, by reason (see
+    /// [`crate::recompute::NotRecomputable`]; every reason listed).
+    #[serde(default)]
+    pub not_recomputable_by_reason: BTreeMap<String, usize>,
 }
 
 /// Computes [`GraphStats`].
@@ -160,6 +164,7 @@ pub fn stats(graph: &Graph) -> GraphStats {
         peak_op: peak_pos.map(|p| graph.ops[p].name.clone()),
         saved_for_backward_bytes: saved_for_backward_bytes(graph),
         flops_by_phase,
+        not_recomputable_by_reason: crate::recompute::not_recomputable_counts(graph),
     }
 }
 

@@ -10,6 +10,7 @@ pub mod format;
 mod graph;
 mod ids;
 mod op;
+pub mod recompute;
 mod tensor;
 mod validate;
 pub mod zoo;
@@ -23,5 +24,6 @@ pub use error::{GraphError, GraphErrorKind, Location, ValidationErrors, Violatio
 pub use graph::{Graph, GraphMeta};
 pub use ids::{OpId, TensorId};
 pub use op::{Conv2dAttrs, Op, OpClass, OpKind, Phase, Pool2dAttrs};
+pub use recompute::{NotRecomputable, not_recomputable_counts, not_recomputable_reason};
 pub use tensor::{Tensor, TensorKind};
 pub use validate::validate;

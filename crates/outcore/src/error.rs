@@ -133,12 +133,22 @@ pub enum ErrorKind {
         "the plan fails verification ({count} violations), first: {first}; re-plan, or report the planner's bug"
     )]
     VerificationFailed { count: usize, first: String },
+    /// The caller's progress hook asked to stop (a Ctrl-C) after `done` of
+    /// `total` units of `what`.
+    #[error(
+        "interrupted after {done} of {total} {what}; nothing was written: run again to get the full result"
+    )]
+    Interrupted {
+        what: &'static str,
+        done: u32,
+        total: u32,
+    },
     /// The plan cannot run under its allocator (see [`crate::Runnability`]).
     #[error("{reason}")]
     NotRunnable { reason: String },
     /// `run --plan` of a plan made for another device than the backend's.
     #[error(
-        "the plan was made for device `{device}`, but `run` executes on the cpu backend (device `{backend_device}`: an arena of exactly the budget, with its own speeds), where its memory layout and times do not hold; plan and run in one step with `outcore run --model NAME --budget B --planner P`"
+        "the plan was made for device `{device}`, but `run` executes on the cpu backend (device `{backend_device}`: an arena of exactly the budget, with its own speeds), where its memory layout and times do not hold; make the plan for the cpu backend with `outcore plan ... --device cpu-reference`, or plan and run in one step with `outcore run --model NAME --budget B --planner P`"
     )]
     PlanForOtherDevice {
         device: String,

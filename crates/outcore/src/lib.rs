@@ -22,6 +22,7 @@ mod error;
 mod input;
 mod planning;
 mod run;
+mod suite;
 
 pub use error::{Error, ErrorKind, Result};
 pub use input::{
@@ -31,13 +32,25 @@ pub use input::{
     virtual_chunks_allocator, write_plan,
 };
 pub use planning::{
-    AllocReplayResult, Comparison, PlanOptions, PlanResult, PlannerOutcome, Runnability,
-    SimulateOptions, SimulateResult, Target, Verification, alloc_replay, allocator_shortfall,
-    compare, plan, set_allocator, simulate_plan, size_classes_for_trace, verify_plan,
+    AllocReplayResult, CPU_REFERENCE_DEVICE, Comparison, PlanOptions, PlanResult, PlannerOutcome,
+    Runnability, SimulateOptions, SimulateResult, Target, Verification, alloc_replay,
+    allocator_shortfall, compare, plan, set_allocator, simulate_plan, size_classes_for_trace,
+    verify_plan,
 };
 pub use run::{RunOptions, RunResult, cpu_target, run};
+pub use suite::{
+    Suite, SuiteCase, SuiteGraph, SuiteResult, SuiteRow, default_repo_root, run_suite,
+    standard_suite,
+};
+
+/// A progress hook: told (units done, units asked for) after each iteration of
+/// [`run`] or planner of [`compare`]; returning `false` stops the operation
+/// (a Ctrl-C) with [`ErrorKind::Interrupted`] or the executor's
+/// `Interrupted`, before anything is written.
+pub use outcore_exec::IterationHook as ProgressHook;
 
 // The types results are made of, so that callers need no other crate.
+pub use outcore_bound::Bound;
 pub use outcore_cost::{DeviceProfile, MeasuredTable};
 pub use outcore_graph::Graph;
 pub use outcore_plan::{AllocatorSpec, Plan};

@@ -63,12 +63,23 @@ impl Target {
         budget: &str,
         allocator: &str,
     ) -> Result<Target> {
-        let device = crate::input::load_device(device)?;
         let budget_bytes = crate::input::parse_budget(budget, graph.footprint_bytes())?;
+        // The CPU reference backend's device is the arena of the budget: a plan
+        // made for it is one `outcore run --plan` accepts.
+        let device = if device == CPU_REFERENCE_DEVICE {
+            crate::RunOptions::default().cpu_device(budget_bytes)
+        } else {
+            crate::input::load_device(device)?
+        };
         let allocator = crate::input::parse_allocator(allocator)?;
         Target::new(graph, device, budget_bytes, allocator)
     }
 }
+
+/// The device name of the CPU reference backend (`outcore run`), accepted by
+/// [`Target::parse`] beside the built-in profiles: its memory is the budget,
+/// its speeds the backend's defaults.
+pub const CPU_REFERENCE_DEVICE: &str = "cpu-reference";
 
 /// A `virtual-chunks` chunk larger than the budget could hold no tensor at all.
 pub(crate) fn check_chunk_fits(allocator: &AllocatorSpec, budget_bytes: u64) -> Result<()> {
@@ -97,6 +108,11 @@ pub struct PlanOptions {
     pub time_limit_s: f64,
     /// Measured latencies that override the roofline model for the ops they list.
     pub latency_table: Option<MeasuredTable>,
+    /// Told after each planner of [`compare`] (planners done, planners asked
+    /// for); returning `false` stops the comparison with
+    /// [`ErrorKind::Interrupted`].
+    #[serde(skip)]
+    pub on_progress: Option<crate::ProgressHook>,
 }
 
 impl Default for PlanOptions {
@@ -105,6 +121,7 @@ impl Default for PlanOptions {
             seed: 0,
             time_limit_s: 10.0,
             latency_table: None,
+            on_progress: None,
         }
     }
 }
@@ -209,10 +226,28 @@ pub struct Comparison {
     pub allocator: String,
     /// The sum of every op's time: the iteration time with unlimited memory.
     pub ideal_time_s: f64,
+    /// The lower bound on any plan's iteration time under this budget
+    /// (`outcore_bound`), or the op that rules every plan out.
+    pub lower_bound: outcore_bound::Bound,
     pub results: Vec<PlannerOutcome>,
 }
 
 impl Comparison {
+    /// A feasible outcome's iteration time over the lower bound, minus one
+    /// (0.05: 5% slower than any plan could be); `None` for plans not held
+    /// to the budget (`ideal`).
+    pub fn gap_to_bound(&self, outcome: &PlannerOutcome) -> Option<f64> {
+        let bound_s = self.lower_bound.time_s()?;
+        let report = outcome.report.as_ref()?;
+        // `ideal` plans with unlimited memory: the bound is not about it.
+        let within_budget = outcome
+            .plan
+            .as_ref()
+            .is_some_and(|p| p.budget_bytes <= self.budget_bytes);
+        (outcome.is_feasible() && within_budget && bound_s > 0.0)
+            .then(|| report.iter_time_s / bound_s - 1.0)
+    }
+
     /// The outcomes whose plans fail verification or cannot be simulated.
     pub fn not_runnable(&self) -> impl Iterator<Item = &PlannerOutcome> {
         self.results
@@ -285,10 +320,29 @@ pub fn compare(
     let ideal_time_s = (0..g.ops.len())
         .map(|i| cost.op_time_s(g, OpId(i as u32)))
         .sum();
-    let results = chosen
-        .iter()
-        .map(|p| plan_and_check(p.as_ref(), graph, cost.as_ref(), target, options))
-        .collect();
+    let total = u32::try_from(chosen.len()).unwrap_or(u32::MAX);
+    let mut results = Vec::with_capacity(chosen.len());
+    for p in &chosen {
+        results.push(plan_and_check(
+            p.as_ref(),
+            graph,
+            cost.as_ref(),
+            target,
+            options,
+        ));
+        let done = u32::try_from(results.len()).unwrap_or(u32::MAX);
+        if let Some(hook) = &options.on_progress
+            && !(hook.0)(done, total)
+            && done < total
+        {
+            return Err(ErrorKind::Interrupted {
+                what: "planners",
+                done,
+                total,
+            }
+            .into());
+        }
+    }
     Ok(Comparison {
         model: g.meta.model.clone(),
         batch: g.meta.batch,
@@ -297,6 +351,7 @@ pub fn compare(
         footprint_bytes: target.footprint_bytes,
         allocator: target.allocator.name().to_string(),
         ideal_time_s,
+        lower_bound: outcore_bound::lower_bound(g, cost.as_ref(), target.budget_bytes),
         results,
     })
 }
@@ -351,8 +406,10 @@ fn plan_and_check(
     if plan.allocator == AllocatorSpec::Perfect {
         plan.allocator = target.allocator.clone();
     }
+    // Only a pool with neither classes nor a CLS / CNT encoding is sized here:
+    // a planner's own pool (SwapAdvisor's) is the plan's and is kept.
     if let AllocatorSpec::SizeClass(config) = &plan.allocator
-        && config.classes.is_empty()
+        && config.is_unsized()
     {
         plan.allocator = size_class_pool_for(g, &plan, cost);
     }
@@ -512,6 +569,7 @@ pub fn simulate_plan(plan: &Plan, options: &SimulateOptions) -> Result<SimulateR
         iterations: options.iterations,
         record_trace: options.record_trace,
         record_alloc_trace: options.record_alloc_trace,
+        ..SimOptions::default()
     };
     let t0 = Instant::now();
     let out = simulate(&graph, plan, cost.as_ref(), &sim_options)?;

@@ -29,6 +29,10 @@ pub struct RunOptions {
     pub synthetic_flops_per_s: f64,
     /// Record a Chrome trace of what ran.
     pub trace: bool,
+    /// Told after each iteration (progress); returning `false` stops the run
+    /// (a Ctrl-C) with [`ErrorKind`] `Exec(Interrupted)`.
+    #[serde(skip)]
+    pub on_iteration: Option<crate::ProgressHook>,
 }
 
 impl Default for RunOptions {
@@ -42,6 +46,7 @@ impl Default for RunOptions {
             synthetic_kernels: false,
             synthetic_flops_per_s: 1e10,
             trace: false,
+            on_iteration: None,
         }
     }
 }
@@ -177,7 +182,13 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
     let device_name = device.name.clone();
     plan.device = Some(device.clone());
     let cost = RooflineModel::new(device);
-    let predicted = simulate(graph, &plan, &cost, &SimOptions::default())?.report;
+    let sim_options = SimOptions {
+        record_start_order: true,
+        ..SimOptions::default()
+    };
+    let predicted_run = simulate(graph, &plan, &cost, &sim_options)?;
+    let issue_order = predicted_run.start_order;
+    let predicted = predicted_run.report;
     if let Some(oom) = &predicted.oom {
         return Err(ErrorKind::NotRunnable {
             reason: allocator_shortfall(&plan.allocator, oom),
@@ -215,6 +226,11 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
                 .map(|i| cost.op_time_s(graph, OpId(i as u32)))
                 .collect()
         }),
+        // The executor hands its allocator the allocations and frees in the
+        // order the simulator checked the plan with: a size-class pool sized
+        // from the simulated trace fits that sequence, not any other.
+        issue_order,
+        on_iteration: options.on_iteration.clone(),
         ..outcore_exec::ExecOptions::default()
     };
     let backend = outcore_exec::CpuBackend::new(outcore_exec::CpuBackendOptions {
@@ -274,6 +290,8 @@ fn matches_reference(
     let reference_options = outcore_exec::ExecOptions {
         check: false,
         trace: false,
+        // The issue order is the measured plan's, not the reference plan's.
+        issue_order: None,
         ..options.clone()
     };
     let reference = outcore_exec::execute(graph, &reference_plan, &backend, &reference_options)?;

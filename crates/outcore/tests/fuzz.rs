@@ -8,6 +8,11 @@
 //! Cases per format: `OUTCORE_FUZZ_CASES` (default 10,000, as issue 15 asks of CI;
 //! about half a minute in all in the test profile, as CI runs it). A longer run:
 //! `OUTCORE_FUZZ_CASES=20000 cargo test --release -p outcore --test fuzz`.
+//!
+//! Memory: the test binary's global allocator is capped at
+//! [`HEAP_LIMIT_BYTES`] (2 GiB) of live heap, so a mutated input that makes a
+//! parser or validator allocate more fails the run (an infallible allocation
+//! over the cap aborts the binary) instead of passing unnoticed.
 
 use outcore::{GraphSource, LoadedGraph, PlanOptions, SimulateOptions, Target};
 use proptest::prelude::*;
@@ -17,6 +22,28 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+/// Issue 15: "no allocation above 2 GB" while fuzzing.
+const HEAP_LIMIT_BYTES: usize = 2 << 30;
+
+#[global_allocator]
+static HEAP: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, HEAP_LIMIT_BYTES);
+
+/// The cap is installed and enforced: a 3 GiB reservation is refused, and the
+/// harness's own allocations are counted.
+#[test]
+fn heap_is_capped_at_2_gib() {
+    assert_eq!(HEAP.limit(), HEAP_LIMIT_BYTES);
+    let mut v: Vec<u8> = Vec::new();
+    assert!(v.try_reserve_exact(3 << 30).is_err(), "3 GiB got through");
+    let before = HEAP.allocated();
+    let held = vec![1u8; 1 << 20];
+    assert!(
+        HEAP.allocated() >= before + (1 << 20),
+        "allocations not counted"
+    );
+    drop(held);
+}
 
 fn cases() -> u32 {
     std::env::var("OUTCORE_FUZZ_CASES")

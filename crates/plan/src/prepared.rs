@@ -28,6 +28,9 @@ pub struct PreparedGraph {
     /// Per op: its outputs that own storage (what running it allocates), in
     /// output order. Kept here so that hot loops never touch the `Op` structs.
     op_allocated: Csr<TensorId>,
+    /// Per op: `op_reads`, then `op_allocated`, then `op_writes`, as one list:
+    /// the events of a `Compute` step in the order `verify()` checks them.
+    op_accesses: Csr<(TensorId, Access)>,
     /// Per op: scratch bytes it holds while it runs.
     pub workspace_bytes: Vec<u64>,
     /// Per op: may be re-executed to rematerialise its outputs.
@@ -47,6 +50,31 @@ pub struct PreparedGraph {
     pub producer: Vec<Option<OpId>>,
     /// Persistent tensors, ascending.
     pub persistent_ids: Vec<TensorId>,
+    /// Per tensor: a non-persistent storage owner that some op uses and that
+    /// is not a step output's storage: the lowering frees it after its last
+    /// use (or after the recomputations it was brought back for).
+    pub(crate) freed_after_use: Vec<bool>,
+    /// The non-persistent storage owners freed at the end of the iteration
+    /// whatever the schedule: step outputs' storage and owners no op uses.
+    /// Ascending.
+    pub(crate) freed_at_end: Vec<TensorId>,
+    /// Every tensor's state at the start of `verify()`'s walk.
+    pub(crate) verify_start: Vec<crate::verify::TensorState>,
+}
+
+/// How a step touches a storage owner: the events `verify()` checks (a
+/// `Compute` step's are listed in [`PreparedGraph::op_accesses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// A kernel reads it and needs this version (graph order implies it).
+    Read(u32),
+    /// A kernel allocates it: the producing op or a recomputation.
+    Produce,
+    /// A kernel updates it in place, expecting this version before the write.
+    Write(u32),
+    SwapIn,
+    SwapOut,
+    Free,
 }
 
 /// Compressed rows: row `i` is `items[start[i]..start[i + 1]]`.
@@ -141,8 +169,35 @@ impl PreparedGraph {
                 .collect::<Vec<_>>()
                 .into_iter()
         }));
-        PreparedGraph {
+        let op_accesses = Csr::from_rows((0..graph.ops.len()).map(|i| {
+            let reads = op_reads.row(i).iter().map(|&(t, v)| (t, Access::Read(v)));
+            let produces = op_allocated.row(i).iter().map(|&t| (t, Access::Produce));
+            let writes = op_writes.row(i).iter().map(|&(t, v)| (t, Access::Write(v)));
+            reads.chain(produces).chain(writes)
+        }));
+        let mut used = vec![false; n_t];
+        for &o in &op_owners.items {
+            used[o.index()] = true;
+        }
+        let output_storage = graph.output_storage();
+        let transient = |t: &outcore_graph::Tensor| t.allocates() && !persistent[t.id.index()];
+        let freed_after_use: Vec<bool> = graph
+            .tensors
+            .iter()
+            .map(|t| transient(t) && used[t.id.index()] && !output_storage[t.id.index()])
+            .collect();
+        let freed_at_end = graph
+            .tensors
+            .iter()
+            .filter(|t| transient(t) && !freed_after_use[t.id.index()])
+            .map(|t| t.id)
+            .collect();
+        let mut prepared = PreparedGraph {
+            verify_start: Vec::new(),
+            freed_after_use,
+            freed_at_end,
             op_allocated,
+            op_accesses,
             workspace_bytes: graph.ops.iter().map(|o| o.workspace_bytes).collect(),
             recomputable: graph.ops.iter().map(|o| o.recomputable).collect(),
             op_owners,
@@ -156,7 +211,7 @@ impl PreparedGraph {
                 .iter()
                 .map(|t| t.producer.is_none() && !t.is_persistent())
                 .collect(),
-            output_storage: graph.output_storage(),
+            output_storage,
             size_bytes: graph.tensors.iter().map(|t| t.size_bytes).collect(),
             producer: graph.tensors.iter().map(|t| t.producer).collect(),
             persistent_ids: graph
@@ -167,7 +222,9 @@ impl PreparedGraph {
                 .collect(),
             persistent,
             owner,
-        }
+        };
+        prepared.verify_start = crate::verify::initial_states(&prepared);
+        prepared
     }
 
     pub fn n_tensors(&self) -> usize {
@@ -188,6 +245,13 @@ impl PreparedGraph {
     #[inline]
     pub fn op_allocated(&self, op: OpId) -> &[TensorId] {
         self.op_allocated.row(op.index())
+    }
+
+    /// The events of a `Compute` step of `op`: its reads, allocations and
+    /// in-place writes, in that order.
+    #[inline]
+    pub(crate) fn op_accesses(&self, op: OpId) -> &[(TensorId, Access)] {
+        self.op_accesses.row(op.index())
     }
 
     /// The storage owners op `op` updates in place.

@@ -93,17 +93,19 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// `Recompute` of the producer just before the op at `before` (several at one
 /// position run in producer order, so a chain such as Chen et al.'s segment
 /// recomputation works when every dropped tensor of the chain has the same
-/// `before`). A gap may end before the tensor's next use. A gap starts after a
-/// use, where the tensor's previous gap ends, or where a recomputation reads
-/// it. A tensor that is at position `p` only for the recomputations there (op
-/// `p` does not use it, and it is gone again after `p`: brought back at `p`
-/// with no use at or after `p`, or its next gap, restored by recomputation,
-/// starts at `p` where it was recomputed or read by a recomputation) is freed
-/// right after the last recomputation at `p` that reads it (right after its
-/// own recomputation if none does, or after all of them if it came back by a
-/// swap-in nothing there reads), so that a long chain holds at most the links
-/// still to be read. Every other residency period ends with a free after its
-/// last use; step outputs are freed at the end.
+/// `before`; the gaps of one producer at one position share one step, so the
+/// op runs once for all of them). A gap may end before the tensor's next use.
+/// A gap starts after a use, where the tensor's previous gap ends, or where a
+/// recomputation reads it. A tensor that is at position `p` only for the
+/// recomputations there (op `p` does not use it, and it is gone again after
+/// `p`: brought back at `p` with no use at or after `p`, or its next gap,
+/// restored by recomputation, starts at `p` where it was recomputed or read
+/// by a recomputation) is freed right after the last recomputation step at
+/// `p` that reads it (right after its own recomputation if none does, or
+/// after all of them if it came back by a swap-in nothing there reads), so
+/// that a long chain holds at most the links still to be read. Every other
+/// residency period ends with a free after its last use; step outputs are
+/// freed at the end.
 pub fn lower_schedule(
     graph: &Graph,
     schedule: &Schedule,
@@ -127,115 +129,100 @@ pub fn lower_schedule(
 #[derive(Debug, Clone, Default)]
 pub struct LowerScratch {
     seen: Vec<bool>,
-    /// Use positions per storage owner, as compressed rows.
+    /// Per storage owner: the last position that uses it (`u32::MAX`: none).
+    last_use: Vec<u32>,
+    /// Per tensor: its index in `gapped` (`u32::MAX`: no gap).
+    gap_index: Vec<u32>,
+    /// The tensors with a gap, in the order first seen; per tensor, where its
+    /// last gap ends ([`TO_END`] or a position; [`NO_GAP`] before its gaps are
+    /// indexed).
+    gapped: Vec<(TensorId, u32)>,
+    /// Use positions of the gapped tensors, as compressed rows by gap index.
+    use_pairs: Vec<(u32, u32)>,
     use_start: Vec<u32>,
-    use_items: Vec<u32>,
     use_fill: Vec<u32>,
-    /// Gap indices sorted by (tensor, start).
+    use_items: Vec<u32>,
+    /// (position, tensor): the non-persistent owners used for the last time
+    /// at a position, in descending position.
+    last_uses: Vec<(u32, TensorId)>,
+    /// Gap indices sorted by (tensor, start); a gap's place here is its rank.
     sorted: Vec<u32>,
-    /// (position, secondary key, gap) for each per-position event list.
-    starts_after: Buckets,
-    recompute_before: Buckets,
-    swap_in_before: Buckets,
-    reclaim_at: Buckets,
-    trigger_after: Buckets,
-    final_free_after: Buckets,
-    free_after_recomputes: Buckets,
+    /// (tensor, start, index) of every gap, packed, to sort.
+    gap_keys: Vec<u128>,
+    /// What happens at each position (see [`Action`]), as pushed, then
+    /// grouped by position.
+    actions: Vec<Action>,
+    grouped: Vec<Action>,
+    /// `grouped[action_start[p]..action_start[p + 1]]` act at position `p`.
+    action_start: Vec<u32>,
+    /// Gaps (indices) on tensors resident on the host at the start.
     from_start: Vec<u32>,
-    free_at_end: Vec<TensorId>,
-    /// Per tensor: `None` no gap; `Some(None)` the last gap runs to the end;
-    /// `Some(Some(b))` the last gap ends at `b`.
-    last_gap_end: Vec<Option<Option<usize>>>,
     host_current: Vec<bool>,
     free_step: Vec<Option<StepRef>>,
     swap_in_step: Vec<Option<StepRef>>,
     waits: Vec<StepRef>,
-    /// Per position: tensors brought back only for its recomputations, with
-    /// the index of the recomputation after which each is freed
-    /// (`usize::MAX`: after all of them) and the gap it starts, if any.
-    chain_frees: Vec<(TensorId, usize, Option<u32>)>,
-    recomputed_here: Vec<TensorId>,
+    frees: Vec<TensorId>,
+    /// Outputs of the recomputation step being written.
+    recompute_outputs: Vec<TensorId>,
     /// (storage owner, position) where a recomputation reads it, sorted.
     chain_reads: Vec<(u32, u32)>,
+    /// The tensors at the position being written only for its
+    /// recomputations (see [`ChainFree`]).
+    chain_frees: Vec<ChainFree>,
 }
 
-/// Items grouped by position: `(position, key, value)` sorted, with an index of
-/// where each position's run starts. Within a position, items are in key order
-/// and then in the order they were pushed.
-#[derive(Debug, Clone, Default)]
-struct Buckets {
-    items: Vec<(u32, u64, u32)>,
-    sorted: Vec<(u32, u64, u32)>,
-    start: Vec<u32>,
-    /// Whether items within a position are ordered by key (otherwise by push order).
-    keyed: bool,
+/// A tensor at a position only for the recomputations there, freed right
+/// after the recomputation step of `after_producer` (the last one at the
+/// position that reads or brings it back; [`NONE`]: after all of them).
+#[derive(Debug, Clone, Copy)]
+struct ChainFree {
+    tensor: TensorId,
+    after_producer: u32,
+    /// The gap this free starts ([`NONE`]: it ends a residency period).
+    gap: u32,
 }
 
-impl Buckets {
-    fn clear(&mut self) {
-        self.items.clear();
-        self.keyed = false;
-    }
+/// `LowerScratch::gapped`: no gap indexed yet.
+const NO_GAP: u32 = u32::MAX;
+/// `LowerScratch::gapped`: its last gap runs to the end of the iteration.
+const TO_END: u32 = u32::MAX - 1;
+/// No position, no index.
+const NONE: u32 = u32::MAX;
 
-    fn push(&mut self, position: usize, key: u64, value: u32) {
-        self.keyed |= key != 0;
-        self.items.push((position as u32, key, value));
-    }
+/// What the lowering does at a position, in the order it does it: the waits
+/// of the position's first step, recomputations, frees of tensors brought
+/// back only for them, the op itself (not an action), final frees, gap starts
+/// and triggered swap-ins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// Wait for the swap-in of a gap ending here (value: gap rank).
+    SwapInWait,
+    /// Wait for the free of a gap reclaimed here (value: gap rank).
+    ReclaimWait,
+    /// Recompute a gap's tensor (key: producer, value: gap rank).
+    Recompute,
+    /// Free a tensor back only to feed recomputations (key and value: tensor).
+    FreeAfterRecomputes,
+    /// Free tensors after their last use (not an action: found from the op's
+    /// operands when it is emitted).
+    FinalFree,
+    /// Start a gap: swap out or drop (value: gap rank).
+    GapStart,
+    /// Start a gap's swap-in (key: where it is needed, value: gap rank).
+    Trigger,
+}
 
-    /// Groups by position (a counting sort, which keeps push order), then
-    /// orders each position's items by key, ties in push order.
-    fn finish(&mut self, n: usize) {
-        self.start.clear();
-        self.start.resize(n + 2, 0);
-        for &(p, _, _) in &self.items {
-            self.start[p as usize + 2] += 1;
-        }
-        for i in 0..n {
-            self.start[i + 2] += self.start[i + 1];
-        }
-        // `start[p + 1]` is now where position `p` begins: fill from there.
-        self.sorted.clear();
-        self.sorted.resize(self.items.len(), (0, 0, 0));
-        for &item in &self.items {
-            let slot = &mut self.start[item.0 as usize + 1];
-            self.sorted[*slot as usize] = item;
-            *slot += 1;
-        }
-        // Now `start[p + 1]` is where position `p` ends, `start[p]` where it begins.
-        std::mem::swap(&mut self.items, &mut self.sorted);
-        self.start.truncate(n + 1);
-        if self.keyed {
-            for p in 0..n {
-                let run = &mut self.items[self.start[p] as usize..self.start[p + 1] as usize];
-                if run.len() > 1 {
-                    // Values were pushed in ascending order: (key, value) is the
-                    // order a stable sort by key gives.
-                    run.sort_unstable_by_key(|e| (e.1, e.2));
-                }
-            }
-        }
-    }
-
-    #[inline]
-    fn at(&self, position: usize) -> impl Iterator<Item = u32> + '_ {
-        self.items[self.start[position] as usize..self.start[position + 1] as usize]
-            .iter()
-            .map(|e| e.2)
-    }
+/// One action: at `position`, in `phase`, ordered within the phase by `key`
+/// and then by the order it was pushed.
+#[derive(Debug, Clone, Copy)]
+struct Action {
+    position: u32,
+    phase: Phase,
+    key: u32,
+    value: u32,
 }
 
 impl LowerScratch {
-    /// The per-position lists that [`index_gaps`] fills.
-    fn gap_buckets(&mut self) -> [&mut Buckets; 5] {
-        [
-            &mut self.starts_after,
-            &mut self.recompute_before,
-            &mut self.swap_in_before,
-            &mut self.reclaim_at,
-            &mut self.trigger_after,
-        ]
-    }
-
     /// Whether a recomputation at `position` reads `t`.
     fn chain_read(&self, t: TensorId, position: usize) -> bool {
         self.chain_reads
@@ -263,33 +250,133 @@ impl LowerScratch {
         self.chain_reads.dedup();
     }
 
+    /// The positions that use gapped tensor `t`, ascending.
     fn uses(&self, t: TensorId) -> &[u32] {
-        &self.use_items[self.use_start[t.index()] as usize..self.use_start[t.index() + 1] as usize]
+        let g = self.gap_index[t.index()] as usize;
+        &self.use_items[self.use_start[g] as usize..self.use_start[g + 1] as usize]
     }
 
-    /// Fills the use positions of every storage owner under `order`.
-    fn index_uses(&mut self, prepared: &PreparedGraph, order: &[OpId]) {
-        let n_t = prepared.n_tensors();
-        self.use_start.clear();
-        self.use_start.resize(n_t + 1, 0);
-        for &op in order {
-            for &o in prepared.op_owners(op) {
-                self.use_start[o.index() + 1] += 1;
+    /// Lists the tensors with gaps, resetting what the previous call marked.
+    fn mark_gapped(&mut self, n_t: usize, gaps: &[Gap]) {
+        if self.gap_index.len() != n_t {
+            self.gap_index.clear();
+            self.gap_index.resize(n_t, NONE);
+            self.gapped.clear();
+        }
+        for (t, _) in self.gapped.drain(..) {
+            self.gap_index[t.index()] = NONE;
+        }
+        for g in gaps {
+            if let Some(slot) = self.gap_index.get_mut(g.tensor.index())
+                && *slot == NONE
+            {
+                *slot = self.gapped.len() as u32;
+                self.gapped.push((g.tensor, NO_GAP));
             }
         }
-        for i in 0..n_t {
-            self.use_start[i + 1] += self.use_start[i];
+    }
+
+    /// One backward pass over `order`: the last use of every storage owner
+    /// (the first met), the tensors each position may free after its op, and
+    /// every use position of the gapped tensors.
+    fn index_uses(&mut self, prepared: &PreparedGraph, order: &[OpId]) {
+        self.last_use.clear();
+        self.last_use.resize(prepared.n_tensors(), NONE);
+        self.use_pairs.clear();
+        self.last_uses.clear();
+        for (pos, &op) in order.iter().enumerate().rev() {
+            for &o in prepared.op_owners(op) {
+                let last = &mut self.last_use[o.index()];
+                if *last == NONE {
+                    *last = pos as u32;
+                    if prepared.freed_after_use[o.index()] {
+                        self.last_uses.push((pos as u32, o));
+                    }
+                }
+                let g = self.gap_index[o.index()];
+                if g != NONE {
+                    self.use_pairs.push((g, pos as u32));
+                }
+            }
+        }
+        // Group by gapped tensor; pairs come in descending position, so each
+        // group is filled from its end.
+        let n_g = self.gapped.len();
+        self.use_start.clear();
+        self.use_start.resize(n_g + 1, 0);
+        for &(g, _) in &self.use_pairs {
+            self.use_start[g as usize + 1] += 1;
+        }
+        let mut sum = 0;
+        for c in &mut self.use_start[1..] {
+            sum += *c;
+            *c = sum;
         }
         self.use_items.clear();
-        self.use_items
-            .resize(self.use_start[n_t] as usize, u32::MAX);
+        self.use_items.resize(self.use_pairs.len(), 0);
         self.use_fill.clear();
-        self.use_fill.extend_from_slice(&self.use_start[..n_t]);
-        for (pos, &op) in order.iter().enumerate() {
-            for &o in prepared.op_owners(op) {
-                let slot = &mut self.use_fill[o.index()];
-                self.use_items[*slot as usize] = pos as u32;
-                *slot += 1;
+        self.use_fill.extend_from_slice(&self.use_start[1..]);
+        for &(g, pos) in &self.use_pairs {
+            let slot = &mut self.use_fill[g as usize];
+            *slot -= 1;
+            self.use_items[*slot as usize] = pos;
+        }
+    }
+
+    fn act(&mut self, position: usize, phase: Phase, key: u32, value: u32) {
+        self.actions.push(Action {
+            position: position as u32,
+            phase,
+            key,
+            value,
+        });
+    }
+
+    /// Groups the actions by position (a counting sort, which keeps push
+    /// order), then orders each position's actions by (phase, key), ties in
+    /// push order.
+    fn group_actions(&mut self, n: usize) {
+        self.action_start.clear();
+        self.action_start.resize(n + 2, 0);
+        for a in &self.actions {
+            self.action_start[a.position as usize + 2] += 1;
+        }
+        let mut sum = 0;
+        for s in &mut self.action_start[1..] {
+            sum += *s;
+            *s = sum;
+        }
+        // `action_start[p + 1]` is now where position `p` begins: fill from there.
+        self.grouped.clear();
+        self.grouped.resize(
+            self.actions.len(),
+            Action {
+                position: 0,
+                phase: Phase::SwapInWait,
+                key: 0,
+                value: 0,
+            },
+        );
+        for &a in &self.actions {
+            let slot = &mut self.action_start[a.position as usize + 1];
+            self.grouped[*slot as usize] = a;
+            *slot += 1;
+        }
+        // Now `action_start[p + 1]` is where position `p` ends, `action_start[p]`
+        // where it begins.
+        self.action_start.truncate(n + 1);
+        // Runs are short and mostly in order: a stable insertion sort.
+        for p in 0..n {
+            let run =
+                &mut self.grouped[self.action_start[p] as usize..self.action_start[p + 1] as usize];
+            for i in 1..run.len() {
+                let a = run[i];
+                let mut j = i;
+                while j > 0 && (run[j - 1].phase, run[j - 1].key) > (a.phase, a.key) {
+                    run[j] = run[j - 1];
+                    j -= 1;
+                }
+                run[j] = a;
             }
         }
     }
@@ -383,23 +470,30 @@ fn check_gap(
             _ => return Err(err(format!("gaps on {t} overlap"))),
         }
     }
+    // An open-ended gap's start and any reclaim point are positions too.
+    for (what, p) in [("start", g.after), ("reclaim point", g.reclaim_before)] {
+        if let Some(p) = p
+            && p >= n
+        {
+            return Err(err(format!(
+                "gap on {t}: {what} {p} is past the last position of the order ({})",
+                n.saturating_sub(1)
+            )));
+        }
+    }
     Ok(())
 }
 
-/// Indexes the gaps by the positions where they act (see [`LowerScratch`]).
-fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], scratch: &mut LowerScratch, n: usize) {
-    let s = scratch;
-    for b in s.gap_buckets() {
-        b.clear();
-    }
+/// Lists what each gap does and where (see [`Phase`]), in rank order.
+fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch) {
+    s.actions.clear();
     s.from_start.clear();
-    // Values are ranks in (tensor, start) order, so that ties within a position
-    // keep that order, as the stable sorts of the first lowering did.
-    for (rank, &gi) in s.sorted.iter().enumerate() {
-        let gi_rank = rank as u32;
+    for rank in 0..s.sorted.len() {
+        let gi = s.sorted[rank];
         let g = &gaps[gi as usize];
+        let rank = rank as u32;
         match g.after {
-            Some(a) => s.starts_after.push(a, 0, gi_rank),
+            Some(a) => s.act(a, Phase::GapStart, 0, rank),
             None => s.from_start.push(gi),
         }
         if let Some(b) = g.before {
@@ -407,71 +501,43 @@ fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], scratch: &mut LowerScratch
                 // Recomputations at one position run in producer order.
                 Restore::Recompute => {
                     let producer = prepared.producer[g.tensor.index()].map_or(0, |p| p.0);
-                    s.recompute_before.push(b, producer as u64, gi_rank);
+                    s.act(b, Phase::Recompute, producer, rank);
                 }
                 Restore::Swap => {
-                    s.swap_in_before.push(b, 0, gi_rank);
+                    s.act(b, Phase::SwapInWait, 0, rank);
                     // Swap-ins triggered at one position go in order of need.
                     if let Some(q) = g.prefetch_after.or(g.after) {
-                        s.trigger_after.push(q, b as u64, gi_rank);
+                        s.act(q, Phase::Trigger, b as u32, rank);
                     }
                 }
             }
         }
         if let Some(r) = g.reclaim_before {
-            s.reclaim_at.push(r, 0, gi_rank);
+            s.act(r, Phase::ReclaimWait, 0, rank);
         }
-    }
-    for b in s.gap_buckets() {
-        b.finish(n);
+        // Where the tensor's last gap ends.
+        let end = g.before.map_or(TO_END, |b| b as u32);
+        let e = &mut s.gapped[s.gap_index[g.tensor.index()] as usize].1;
+        *e = match *e {
+            NO_GAP => end,
+            TO_END => TO_END,
+            _ if end == TO_END => TO_END,
+            prev => prev.max(end),
+        };
     }
 }
 
-/// Where each non-persistent storage owner is finally freed.
-fn index_final_frees(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch, n: usize) {
-    let n_t = prepared.n_tensors();
-    s.last_gap_end.clear();
-    s.last_gap_end.resize(n_t, None);
-    for &gi in &s.sorted {
-        let g = &gaps[gi as usize];
-        let e = &mut s.last_gap_end[g.tensor.index()];
-        let cur = g.before;
-        *e = Some(match *e {
-            None => cur,
-            Some(prev) => match (prev, cur) {
-                (None, _) | (_, None) => None,
-                (Some(p), Some(c)) => Some(p.max(c)),
-            },
-        });
-    }
-    s.final_free_after.clear();
-    s.free_after_recomputes.clear();
-    s.free_at_end.clear();
-    for ti in 0..n_t {
-        if !prepared.allocates[ti] || prepared.persistent[ti] {
-            continue;
-        }
-        let t = TensorId(ti as u32);
-        if prepared.output_storage[ti] {
-            s.free_at_end.push(t);
-            continue;
-        }
-        let last = s.uses(t).last().map(|&p| p as usize);
-        match s.last_gap_end[ti] {
-            // The last gap runs to the end: nothing to free.
-            Some(None) => {}
-            // Back after its last use: only to feed recomputations.
-            Some(Some(b)) if last.is_none_or(|l| l < b) => {
-                s.free_after_recomputes.push(b, 0, ti as u32)
-            }
-            _ => match last {
-                Some(l) => s.final_free_after.push(l, 0, ti as u32),
-                None => s.free_at_end.push(t),
-            },
+/// Tensors brought back after their last use, only to feed recomputations,
+/// are freed right after them. (Every other non-persistent storage owner is
+/// freed after its last use, found when that op is emitted, or at the end.)
+fn index_recompute_frees(prepared: &PreparedGraph, s: &mut LowerScratch) {
+    for k in 0..s.gapped.len() {
+        let (t, end) = s.gapped[k];
+        let last = s.last_use[t.index()];
+        if prepared.freed_after_use[t.index()] && end != TO_END && (last == NONE || last < end) {
+            s.act(end as usize, Phase::FreeAfterRecomputes, t.0, t.0);
         }
     }
-    s.final_free_after.finish(n);
-    s.free_after_recomputes.finish(n);
 }
 
 /// [`lower_schedule`] into any [`ProgramSink`] (a `Plan`, or a reusable
@@ -485,16 +551,24 @@ pub fn lower_into<S: ProgramSink>(
 ) -> Result<(), ScheduleError> {
     let n = schedule.order.len();
     check_order(graph.ops.len(), &schedule.order, &mut scratch.seen)?;
+    let gaps = &schedule.gaps;
+    scratch.mark_gapped(prepared.n_tensors(), gaps);
     scratch.index_uses(prepared, &schedule.order);
 
     // Validate gaps in (tensor, start) order.
-    let gaps = &schedule.gaps;
+    // (tensor, start, index) packed in one integer: cheap to compare.
+    scratch.gap_keys.clear();
+    scratch
+        .gap_keys
+        .extend(gaps.iter().enumerate().map(|(i, g)| {
+            let start = g.after.map_or(0, |a| a as u64 + 1);
+            ((g.tensor.0 as u128) << 96) | ((start as u128) << 32) | i as u128
+        }));
+    scratch.gap_keys.sort_unstable();
     scratch.sorted.clear();
-    scratch.sorted.extend(0..gaps.len() as u32);
-    scratch.sorted.sort_unstable_by_key(|&i| {
-        let g = &gaps[i as usize];
-        (g.tensor, g.after.map_or(0, |a| a + 1), i)
-    });
+    scratch
+        .sorted
+        .extend(scratch.gap_keys.iter().map(|&k| k as u32));
     scratch.index_chain_reads(prepared, gaps, n);
     for i in 0..gaps.len() {
         check_gap(prepared, scratch, gaps, i, n)?;
@@ -514,57 +588,10 @@ pub fn lower_into<S: ProgramSink>(
         s.host_current[t.index()] = prepared.batch_input[t.index()]
             || matches!(r, Residency::Host | Residency::DeviceAndHost);
     }
-    index_gaps(prepared, gaps, s, n);
-    index_final_frees(prepared, gaps, s, n);
+    index_gaps(prepared, gaps, s);
+    index_recompute_frees(prepared, s);
+    s.group_actions(n);
     emit(prepared, schedule, s, sink)
-}
-
-/// Fills `s.chain_frees` for position `pos` (op `op`): the tensors brought
-/// back there only for its recomputations (see [`lower_schedule`]), each with
-/// the index, among the recomputations at `pos`, of the last one that reads it.
-fn chain_frees_at(
-    prepared: &PreparedGraph,
-    schedule: &Schedule,
-    s: &mut LowerScratch,
-    pos: usize,
-    op: OpId,
-) {
-    let gaps = &schedule.gaps;
-    s.chain_frees.clear();
-    s.recomputed_here.clear();
-    for rank in s.recompute_before.at(pos) {
-        s.recomputed_here
-            .push(gaps[s.sorted[rank as usize] as usize].tensor);
-    }
-    for t in s.free_after_recomputes.at(pos) {
-        s.chain_frees.push((TensorId(t), usize::MAX, None));
-    }
-    if s.recomputed_here.is_empty() {
-        return;
-    }
-    for rank in s.starts_after.at(pos) {
-        let gi = s.sorted[rank as usize];
-        let g = &gaps[gi as usize];
-        let t = g.tensor;
-        let used_here = prepared.op_owners(op).contains(&t);
-        let here_for_chains = s.recomputed_here.contains(&t) || s.chain_read(t, pos);
-        if g.how == Restore::Recompute && !used_here && here_for_chains {
-            s.chain_frees.push((t, usize::MAX, Some(gi)));
-        }
-    }
-    if s.chain_frees.is_empty() {
-        return;
-    }
-    for (i, rank) in s.recompute_before.at(pos).enumerate() {
-        let t = gaps[s.sorted[rank as usize] as usize].tensor;
-        let producer = prepared.producer[t.index()].unwrap_or(OpId(0));
-        for c in s.chain_frees.iter_mut() {
-            // Its own recomputation, then (later in producer order) its readers.
-            if c.0 == t || prepared.op_reads(producer).iter().any(|r| r.0 == c.0) {
-                c.1 = i;
-            }
-        }
-    }
 }
 
 /// Writes the steps, position by position (see [`lower_schedule`]).
@@ -575,7 +602,6 @@ fn emit<S: ProgramSink>(
     sink: &mut S,
 ) -> Result<(), ScheduleError> {
     let gaps = &schedule.gaps;
-    let n = schedule.order.len();
     s.free_step.clear();
     s.free_step.resize(gaps.len(), None);
     s.swap_in_step.clear();
@@ -589,93 +615,229 @@ fn emit<S: ProgramSink>(
             s.swap_in_step[gi as usize] = Some(step);
         }
     }
-    for pos in 0..n {
-        let op = schedule.order[pos];
+    for (pos, &op) in schedule.order.iter().enumerate() {
         // Waits go on the first step of this position: a recomputation or the op.
         s.waits.clear();
-        for rank in s.swap_in_before.at(pos) {
-            let gi = s.sorted[rank as usize] as usize;
-            let Some(step) = s.swap_in_step[gi] else {
-                return Err(err(format!(
-                    "the swap-in of {} is not triggered before position {pos}",
-                    gaps[gi].tensor
-                )));
-            };
-            s.waits.push(step);
-        }
-        for rank in s.reclaim_at.at(pos) {
-            if let Some(step) = s.free_step[s.sorted[rank as usize] as usize] {
-                s.waits.push(step);
-            }
-        }
-        chain_frees_at(prepared, schedule, s, pos, op);
-        for (i, rank) in s.recompute_before.at(pos).enumerate() {
-            let g = &gaps[s.sorted[rank as usize] as usize];
-            let producer = prepared.producer[g.tensor.index()].unwrap_or(OpId(0));
-            let instr = StepInstr::Recompute {
-                op: producer,
-                outputs: std::slice::from_ref(&g.tensor),
-            };
-            sink.push_step(Stream::Compute, instr, &s.waits);
-            s.waits.clear();
-            for &(t, _, gap) in s.chain_frees.iter().filter(|c| c.1 == i) {
-                let free = sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
-                if let Some(gi) = gap {
-                    s.free_step[gi as usize] = Some(free);
+        let (mut k, end) = (
+            s.action_start[pos] as usize,
+            s.action_start[pos + 1] as usize,
+        );
+        chain_frees_at(prepared, gaps, s, pos, op, k, end);
+        while k < end && s.grouped[k].phase < Phase::FinalFree {
+            let a = s.grouped[k];
+            k += 1;
+            match a.phase {
+                Phase::SwapInWait => {
+                    let gi = s.sorted[a.value as usize] as usize;
+                    let Some(step) = s.swap_in_step[gi] else {
+                        return Err(err(format!(
+                            "the swap-in of {} is not triggered before position {pos}",
+                            gaps[gi].tensor
+                        )));
+                    };
+                    s.waits.push(step);
                 }
-            }
-        }
-        for &(t, _, gap) in s.chain_frees.iter().filter(|c| c.1 == usize::MAX) {
-            let free = sink.push_step(Stream::Compute, StepInstr::Free(t), &s.waits);
-            s.waits.clear();
-            if let Some(gi) = gap {
-                s.free_step[gi as usize] = Some(free);
+                Phase::ReclaimWait => {
+                    if let Some(step) = s.free_step[s.sorted[a.value as usize] as usize] {
+                        s.waits.push(step);
+                    }
+                }
+                Phase::Recompute => {
+                    // Gaps of one producer ending here are adjacent (keyed by
+                    // producer) and share one step: the op runs once for all
+                    // the outputs it brings back.
+                    let mut outputs = std::mem::take(&mut s.recompute_outputs);
+                    outputs.clear();
+                    outputs.push(gaps[s.sorted[a.value as usize] as usize].tensor);
+                    while k < end
+                        && s.grouped[k].phase == Phase::Recompute
+                        && s.grouped[k].key == a.key
+                    {
+                        outputs.push(gaps[s.sorted[s.grouped[k].value as usize] as usize].tensor);
+                        k += 1;
+                    }
+                    let producer = prepared.producer[outputs[0].index()].unwrap_or(OpId(0));
+                    let instr = StepInstr::Recompute {
+                        op: producer,
+                        outputs: &outputs,
+                    };
+                    sink.push_step(Stream::Compute, instr, &s.waits);
+                    s.waits.clear();
+                    s.recompute_outputs = outputs;
+                    // The links this step was the last to read.
+                    for c in s.chain_frees.iter().filter(|c| c.after_producer == a.key) {
+                        let free = sink.push_step(Stream::Compute, StepInstr::Free(c.tensor), &[]);
+                        if c.gap != NONE {
+                            s.free_step[c.gap as usize] = Some(free);
+                        }
+                    }
+                }
+                _ => {
+                    let t = TensorId(a.value);
+                    let freed_by_chain = s
+                        .chain_frees
+                        .iter()
+                        .any(|c| c.tensor == t && c.after_producer != NONE);
+                    if !freed_by_chain {
+                        sink.push_step(Stream::Compute, StepInstr::Free(t), &s.waits);
+                        s.waits.clear();
+                    }
+                }
             }
         }
         let at = sink.push_step(Stream::Compute, StepInstr::Compute(op), &s.waits);
         for &w in prepared.op_written(op) {
             s.host_current[w.index()] = false;
         }
-        for t in s.final_free_after.at(pos) {
-            sink.push_step(Stream::Compute, StepInstr::Free(TensorId(t)), &[]);
+        final_frees(s, pos);
+        for &t in &s.frees {
+            sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
         }
-        for rank in s.starts_after.at(pos) {
-            let gi = s.sorted[rank as usize];
-            let g = &gaps[gi as usize];
-            let t = g.tensor;
-            let free = match g.how {
-                // Already freed among the recomputations at `pos`.
-                Restore::Recompute if s.free_step[gi as usize].is_some() => continue,
-                Restore::Recompute => sink.push_step(Stream::Compute, StepInstr::Free(t), &[]),
-                Restore::Swap if s.host_current[t.index()] => {
-                    // The host copy is current: skip the redundant copy-out.
-                    sink.push_step(Stream::Compute, StepInstr::Free(t), &[])
+        for a in &s.grouped[k..end] {
+            match a.phase {
+                Phase::GapStart => {
+                    let gi = s.sorted[a.value as usize] as usize;
+                    if s.free_step[gi].is_some() {
+                        // Already freed among the recomputations at `pos`.
+                        continue;
+                    }
+                    let g = &gaps[gi];
+                    let free = start_gap(g, at, &mut s.host_current, sink);
+                    s.free_step[gi] = Some(free);
                 }
-                Restore::Swap => {
-                    sink.push_step(Stream::D2h, StepInstr::SwapOut(t), &[at]);
-                    s.host_current[t.index()] = true;
-                    sink.push_step(Stream::D2h, StepInstr::Free(t), &[])
+                _ => {
+                    let gi = s.sorted[a.value as usize] as usize;
+                    let mut waits = [at; 2];
+                    let len = match s.free_step[gi] {
+                        Some(f) => {
+                            waits[1] = f;
+                            2
+                        }
+                        None => 1,
+                    };
+                    let instr = StepInstr::SwapIn(gaps[gi].tensor);
+                    let step = sink.push_step(Stream::H2d, instr, &waits[..len]);
+                    s.swap_in_step[gi] = Some(step);
                 }
-            };
-            s.free_step[gi as usize] = Some(free);
-        }
-        for rank in s.trigger_after.at(pos) {
-            let gi = s.sorted[rank as usize];
-            let mut waits = [at; 2];
-            let len = match s.free_step[gi as usize] {
-                Some(f) => {
-                    waits[1] = f;
-                    2
-                }
-                None => 1,
-            };
-            let g = &gaps[gi as usize];
-            let step = sink.push_step(Stream::H2d, StepInstr::SwapIn(g.tensor), &waits[..len]);
-            s.swap_in_step[gi as usize] = Some(step);
+            }
         }
     }
-    for &t in &s.free_at_end {
+    for &t in &prepared.freed_at_end {
         sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
     }
     Ok(())
+}
+
+/// Fills `s.chain_frees` for position `pos` (op `op`, actions
+/// `s.grouped[k..end]`): the tensors there only for its recomputations (see
+/// [`lower_schedule`]), each with the producer of the last recomputation step
+/// there that brings it back or reads it.
+fn chain_frees_at(
+    prepared: &PreparedGraph,
+    gaps: &[Gap],
+    s: &mut LowerScratch,
+    pos: usize,
+    op: OpId,
+    k: usize,
+    end: usize,
+) {
+    s.chain_frees.clear();
+    let actions = &s.grouped[k..end];
+    if !actions.iter().any(|a| a.phase == Phase::Recompute) {
+        return;
+    }
+    let recomputed_here = |t: TensorId| {
+        actions.iter().any(|a| {
+            a.phase == Phase::Recompute && gaps[s.sorted[a.value as usize] as usize].tensor == t
+        })
+    };
+    for a in actions {
+        match a.phase {
+            Phase::FreeAfterRecomputes => s.chain_frees.push(ChainFree {
+                tensor: TensorId(a.value),
+                after_producer: NONE,
+                gap: NONE,
+            }),
+            Phase::GapStart => {
+                let gi = s.sorted[a.value as usize];
+                let g = &gaps[gi as usize];
+                let t = g.tensor;
+                if g.how == Restore::Recompute
+                    && !prepared.op_owners(op).contains(&t)
+                    && (recomputed_here(t) || s.chain_read(t, pos))
+                {
+                    s.chain_frees.push(ChainFree {
+                        tensor: t,
+                        after_producer: NONE,
+                        gap: gi,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    // Recomputation steps run in producer order: the last one that touches a
+    // link has the largest producer.
+    for a in actions.iter().filter(|a| a.phase == Phase::Recompute) {
+        let t = gaps[s.sorted[a.value as usize] as usize].tensor;
+        let producer = prepared.producer[t.index()].unwrap_or(OpId(0));
+        for c in s.chain_frees.iter_mut() {
+            if c.tensor == t || prepared.op_reads(producer).iter().any(|r| r.0 == c.tensor) {
+                c.after_producer = a.key;
+            }
+        }
+    }
+}
+
+/// The tensors freed right after the op at `pos`, ascending: the owners used
+/// there for the last time (taken from the end of `last_uses`), unless a gap
+/// keeps them off the device to the end or they come back after it only to
+/// feed recomputations.
+fn final_frees(s: &mut LowerScratch, pos: usize) {
+    s.frees.clear();
+    while let Some(&(p, o)) = s.last_uses.last()
+        && p as usize == pos
+    {
+        s.last_uses.pop();
+        let g = s.gap_index[o.index()];
+        let end = if g == NONE {
+            NO_GAP
+        } else {
+            s.gapped[g as usize].1
+        };
+        if end == NO_GAP || (end != TO_END && pos as u32 >= end) {
+            s.frees.push(o);
+        }
+    }
+    // Usually zero to two: an insertion sort.
+    for i in 1..s.frees.len() {
+        let mut j = i;
+        while j > 0 && s.frees[j - 1] > s.frees[j] {
+            s.frees.swap(j - 1, j);
+            j -= 1;
+        }
+    }
+}
+
+/// Starts gap `g` after the compute step `at`: a free (recompute, or swap
+/// with a current host copy) or a swap-out then a free; returns the free.
+fn start_gap<S: ProgramSink>(
+    g: &Gap,
+    at: StepRef,
+    host_current: &mut [bool],
+    sink: &mut S,
+) -> StepRef {
+    let t = g.tensor;
+    match g.how {
+        Restore::Recompute => sink.push_step(Stream::Compute, StepInstr::Free(t), &[]),
+        Restore::Swap if host_current[t.index()] => {
+            // The host copy is current: skip the redundant copy-out.
+            sink.push_step(Stream::Compute, StepInstr::Free(t), &[])
+        }
+        Restore::Swap => {
+            sink.push_step(Stream::D2h, StepInstr::SwapOut(t), &[at]);
+            host_current[t.index()] = true;
+            sink.push_step(Stream::D2h, StepInstr::Free(t), &[])
+        }
+    }
 }

@@ -2,19 +2,27 @@
 //! waits, or lists located violations.
 //!
 //! The proof works on the happens-before order of steps (same-stream order plus
-//! waits), computed as vector clocks over the three streams. For every storage
-//! owner it collects the plan's events (materialise, read, in-place write,
-//! copy-out, free) and requires that every event other than a read is ordered
-//! with respect to every other event on that tensor; reads may overlap each
-//! other (a copy-out concurrent with a kernel that reads the same tensor is fine).
-//! With that, residency and versions follow one order whatever the timing, and
-//! the state machine below checks them. Memory is bounded per step by the bytes
+//! waits), computed as vector clocks over the three streams. Every storage
+//! owner's events (materialise, read, in-place write, copy-out, free) must be
+//! ordered with respect to each other, except that reads may overlap reads (a
+//! copy-out concurrent with a kernel that reads the same tensor is fine). With
+//! that, residency and versions follow one order whatever the timing, and a
+//! state machine per tensor checks them. Memory is bounded per step by the bytes
 //! that *may* be resident while it runs: a buffer counts unless its free is
 //! ordered before the step or its allocation after it. The bound is checked at
 //! every allocating step, where any timing's peak occurs.
+//!
+//! One walk does it all: the steps are visited in a topological order of
+//! happens-before, each step's clock is computed from its predecessors', and
+//! each event updates its tensor's state at once. The ordering check needs only
+//! the tensor's last non-read and, per stream, its latest read since then
+//! (happens-before is monotone along a stream). Violations found on a tensor
+//! are keyed by (tensor, event) and sorted at the end, so the list reads tensor
+//! by tensor as before. A search verifies every candidate, so this walk is hot:
+//! no per-tensor event lists are built.
 
 use crate::plan::{Plan, Residency, StepRef, Stream};
-use crate::prepared::PreparedGraph;
+use crate::prepared::{Access, PreparedGraph};
 use crate::program::{Program, StepInstr};
 use outcore_graph::{Graph, OpId, TensorId};
 use std::fmt;
@@ -166,13 +174,38 @@ impl Layout {
         self.offset[2] + self.len[2]
     }
 
-    fn id(&self, r: StepRef) -> usize {
-        self.offset[r.stream.index()] + r.index as usize
-    }
-
     fn valid(&self, r: StepRef) -> bool {
         (r.index as usize) < self.len[r.stream.index()]
     }
+
+    /// The step with global id `id`.
+    fn step_ref(&self, id: usize) -> StepRef {
+        let k = if id < self.offset[1] {
+            0
+        } else if id < self.offset[2] {
+            1
+        } else {
+            2
+        };
+        StepRef {
+            stream: Stream::ALL[k],
+            index: (id - self.offset[k]) as u32,
+        }
+    }
+}
+
+/// "No step", "no read" in the per-tensor state and the buffer records.
+const NONE: u32 = u32::MAX;
+
+/// Where a per-tensor violation goes in verify's list: by tensor (high 32
+/// bits), then by event (events are numbered from 1 in walk order, saturating;
+/// 0 is before the first, `u32::MAX` the end of the iteration). Violations
+/// are found in walk order, so a stable sort by this key lists them tensor by
+/// tensor, event by event.
+type TensorKey = u64;
+
+fn tensor_key(t: TensorId, event: u32) -> TensorKey {
+    ((t.0 as u64) << 32) | event as u64
 }
 
 /// Reusable buffers of [`verify_program`]: a search verifies many programs of
@@ -180,33 +213,36 @@ impl Layout {
 #[derive(Debug, Clone, Default)]
 pub struct VerifyScratch {
     layout: Layout,
-    /// The stream and index of every step, by global id.
-    refs: Vec<StepRef>,
-    /// Fill cursors of the event grouping.
-    event_fill: Vec<u32>,
-    /// Steps in a topological order (all steps when there is no deadlock).
-    topo: Vec<u32>,
-    /// `vc[id][s]`: highest index on stream `s` that completes before step `id` starts (-1: none).
+    /// `vc[id][s]`: highest index on stream `s` that completes before step `id`
+    /// starts (-1: none). Written when the walk reaches the step; entries of
+    /// steps it never reaches (a deadlock) are stale and never read.
     vc: Vec<[i32; 3]>,
-    /// Events in topological order, then grouped by tensor (stable).
-    raw_events: Vec<(u32, Event)>,
-    event_start: Vec<u32>,
-    events: Vec<Event>,
+    /// Steps the walk reached (all of them unless the waits deadlock).
+    visited: usize,
+    /// Per step: it allocates (compute, recompute, swap-in), so the memory
+    /// bound is checked there; per stream, how many do.
+    allocating: Vec<bool>,
+    allocating_steps: [usize; 3],
+    /// Per op: how many `Compute` steps run it.
     computed: Vec<u32>,
+    /// Per tensor: where its state machine stands.
+    tensors: Vec<TensorState>,
+    /// Every read as (step, the previous read of its tensor since that
+    /// tensor's last non-read, or `NONE`): read back only to name the read a
+    /// step races with.
+    reads: Vec<(u32, u32)>,
+    /// Violations of single steps (malformed, not recomputable), in walk order.
+    step_violations: Vec<Violation>,
+    /// Violations of the per-tensor checks; a stable sort by key lists them
+    /// tensor by tensor, event by event.
+    tensor_violations: Vec<(TensorKey, Violation)>,
+    /// Device buffers with an allocation or a free inside the iteration.
     buffers: Vec<Buffer>,
-    initial: Vec<Option<Residency>>,
-    reads_since: Vec<usize>,
+    /// Bytes of buffers resident for the whole iteration.
+    resident_bytes: i128,
     delta: Vec<i128>,
     /// Per stream: see `check_budget`.
     first_after: [Vec<u32>; 3],
-}
-
-impl VerifyScratch {
-    /// Does step `a` complete before step `b` starts, in every timing?
-    fn hb(&self, a: usize, b: usize) -> bool {
-        let ra = self.refs[a];
-        self.vc[b][ra.stream.index()] >= ra.index as i32
-    }
 }
 
 /// What [`verify_program`] found besides the violations: the most bytes that
@@ -218,128 +254,99 @@ pub struct MemoryBound {
     pub at: Option<StepRef>,
 }
 
-/// Orders the steps and computes their vector clocks in one pass: the three
-/// streams advance in turn, each as far as its next step's waits are done (a
-/// step's predecessors are the previous step of its stream and its waits, so
-/// this is a topological order). A pass in which no stream advances leaves the
-/// remaining steps in a cycle of waits: a deadlock.
-fn build_order<P: Program>(program: &P, s: &mut VerifyScratch, v: &mut Vec<Violation>) {
-    let layout = Layout::of(program);
-    s.layout = layout;
-    let total = layout.total();
-    s.refs.clear();
-    for st in Stream::ALL {
-        s.refs
-            .extend((0..layout.len[st.index()] as u32).map(|index| StepRef { stream: st, index }));
-    }
-    // Waits on steps that do not exist are reported (in stream order) and ignored.
-    for st in Stream::ALL {
-        for i in 0..layout.len[st.index()] {
-            for &w in program.waits(st, i) {
-                if !layout.valid(w) {
-                    v.push(Violation {
-                        at: Some(StepRef {
-                            stream: st,
-                            index: i as u32,
-                        }),
-                        kind: ViolationKind::BadWait { target: w },
-                    });
-                }
-            }
-        }
-    }
-    s.topo.clear();
-    s.vc.clear();
-    s.vc.resize(total, [-1i32; 3]);
-    let mut next = [0usize; 3];
-    loop {
-        let mut progressed = false;
-        for st in Stream::ALL {
-            let k = st.index();
-            while next[k] < layout.len[k] {
-                let i = next[k];
-                let waits = program.waits(st, i);
-                let blocked = waits
-                    .iter()
-                    .any(|w| layout.valid(*w) && w.index as usize >= next[w.stream.index()]);
-                if blocked {
-                    break;
-                }
-                let id = layout.offset[k] + i;
-                let mut clock = if i > 0 {
-                    let mut c = s.vc[id - 1];
-                    c[k] = c[k].max(i as i32 - 1);
-                    c
-                } else {
-                    [-1i32; 3]
-                };
-                for w in waits.iter().filter(|w| layout.valid(**w)) {
-                    for (c, wc) in clock.iter_mut().zip(s.vc[layout.id(*w)]) {
-                        *c = (*c).max(wc);
-                    }
-                    let wk = w.stream.index();
-                    clock[wk] = clock[wk].max(w.index as i32);
-                }
-                s.vc[id] = clock;
-                s.topo.push(id as u32);
-                next[k] += 1;
-                progressed = true;
-            }
-        }
-        if !progressed {
-            break;
-        }
-    }
-    if s.topo.len() < total {
-        v.push(Violation {
-            at: None,
-            kind: ViolationKind::Deadlock {
-                steps: total - s.topo.len(),
-            },
-        });
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum EventKind {
-    /// Allocation by the producing op.
-    Produce,
-    /// Allocation by a recomputation.
-    Rematerialise,
-    SwapIn,
-    /// A kernel reads it; `expected` is the version graph order implies.
-    Read {
-        expected: u32,
-        by_recompute: bool,
-    },
-    /// A kernel updates it in place, expecting version `expected` before the write.
-    Write {
-        expected: u32,
-    },
-    SwapOut,
-    Free,
-}
-
-impl EventKind {
+impl Access {
+    /// Reads may overlap each other; every other access is ordered with
+    /// respect to every access of the tensor.
     fn is_read(self) -> bool {
-        matches!(self, EventKind::Read { .. } | EventKind::SwapOut)
+        matches!(self, Access::Read(_) | Access::SwapOut)
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Event {
-    step: u32,
-    kind: EventKind,
-}
-
-/// A device buffer's allocation and free steps, for the memory bound.
+/// A device buffer's allocation and free, for the memory bound.
 #[derive(Debug, Clone, Copy)]
 struct Buffer {
     size_bytes: u64,
-    /// `None`: resident from the start.
-    alloc: Option<usize>,
-    /// `None`: resident to the end.
-    free: Option<usize>,
+    /// Global id of the allocating step (`NONE`: resident from the start).
+    alloc: u32,
+    /// Stream and index of the freeing step (index `NONE`: resident to the end).
+    free_stream: u8,
+    free_index: u32,
+}
+
+/// One storage owner's state during the walk: residency, versions, host copy,
+/// and what its next event must be ordered after. [`initial_states`] computes
+/// every tensor's start once per graph (kept small: it is copied per program).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TensorState {
+    /// The program gave it an initial residency.
+    given: bool,
+    /// Where it starts (and must end) the iteration.
+    residency: Residency,
+    present: bool,
+    /// Resident since the start, never freed yet.
+    resident_from_start: bool,
+    dev_version: u32,
+    host_version: Option<u32>,
+    /// The step that materialised the current device copy (`NONE`: none).
+    alloc_at: u32,
+    /// The last event that is not a read: stream and index (-1: none).
+    nonread_stream: u8,
+    nonread_index: i32,
+    /// Per stream: the highest index of a read since the last non-read (-1: none).
+    read_max: [i32; 3],
+    /// The latest read since the last non-read, in `VerifyScratch::reads`.
+    last_read: u32,
+    /// A free without a current host copy (`NONE`: none) and its key. It is a
+    /// violation if the tensor is needed later: the next event other than a
+    /// free is a swap-in, or (persistent) there is none.
+    pending_free: u32,
+    pending_event: u32,
+}
+
+impl TensorState {
+    /// The state at the iteration start, with the initial residency the program gives.
+    fn start(prepared: &PreparedGraph, ti: usize, given: Option<Residency>) -> TensorState {
+        let persistent = prepared.persistent[ti];
+        let residency = if persistent {
+            given.unwrap_or(Residency::Device)
+        } else {
+            Residency::Host
+        };
+        // Inputs and labels arrive on the device with the batch (and exist on the host).
+        let arrives_with_batch = prepared.batch_input[ti];
+        let present = match residency {
+            Residency::Device | Residency::DeviceAndHost => true,
+            Residency::Host => arrives_with_batch,
+        };
+        let host_version = match residency {
+            Residency::DeviceAndHost | Residency::Host if persistent => Some(0),
+            _ if arrives_with_batch => Some(0),
+            _ => None,
+        };
+        TensorState {
+            given: given.is_some(),
+            residency,
+            present,
+            resident_from_start: present,
+            dev_version: 0,
+            host_version,
+            alloc_at: NONE,
+            nonread_stream: 0,
+            nonread_index: -1,
+            read_max: [-1; 3],
+            last_read: NONE,
+            pending_free: NONE,
+            pending_event: 0,
+        }
+    }
+}
+
+/// Every tensor's state at the iteration start when the program gives no
+/// initial residency: computed once per graph (see [`PreparedGraph`]).
+pub(crate) fn initial_states(prepared: &PreparedGraph) -> Vec<TensorState> {
+    (0..prepared.n_tensors())
+        .map(|ti| TensorState::start(prepared, ti, None))
+        .collect()
 }
 
 /// Verifies `plan` against `graph`; an empty list means the plan is safe.
@@ -357,7 +364,9 @@ pub fn verify(plan: &Plan, graph: &Graph) -> Vec<Violation> {
 }
 
 /// [`verify`] on any [`Program`], appending violations to `v` (in the order
-/// `verify` lists them) and returning the memory bound. `prepared` must be
+/// `verify` lists them: bad waits, a deadlock, malformed steps in walk order,
+/// missing and duplicate computes, then tensor by tensor in event order, then
+/// the budget per stream) and returning the memory bound. `prepared` must be
 /// `PreparedGraph::new(graph)`.
 pub fn verify_program<P: Program>(
     graph: &Graph,
@@ -366,43 +375,40 @@ pub fn verify_program<P: Program>(
     s: &mut VerifyScratch,
     v: &mut Vec<Violation>,
 ) -> MemoryBound {
-    build_order(program, s, v);
-    collect_events(graph, prepared, program, s, v);
-    if v.iter()
-        .any(|x| matches!(x.kind, ViolationKind::Deadlock { .. }))
-    {
+    let foreign_residency = start_tensors(prepared, program, s);
+    let bad_waits = walk(graph, prepared, program, s);
+    let total = s.layout.total();
+    if bad_waits || s.visited < total {
+        report_bad_waits(program, &s.layout, v);
+    }
+    if s.visited < total {
+        v.push(Violation {
+            at: None,
+            kind: ViolationKind::Deadlock {
+                steps: total - s.visited,
+            },
+        });
+    }
+    v.append(&mut s.step_violations);
+    if s.visited < total {
         // Without a complete order the per-tensor checks would report noise.
         return MemoryBound::default();
     }
     for (i, &count) in s.computed.iter().enumerate() {
-        let op = OpId(i as u32);
-        if count == 0 {
-            v.push(Violation {
-                at: None,
-                kind: ViolationKind::MissingCompute { op },
-            });
-        } else if count > 1 {
-            v.push(Violation {
-                at: None,
-                kind: ViolationKind::DuplicateCompute { op },
-            });
+        if count != 1 {
+            let op = OpId(i as u32);
+            let kind = if count == 0 {
+                ViolationKind::MissingCompute { op }
+            } else {
+                ViolationKind::DuplicateCompute { op }
+            };
+            v.push(Violation { at: None, kind });
         }
     }
-    group_events(prepared.n_tensors(), s);
-    s.initial.clear();
-    s.initial.resize(prepared.n_tensors(), None);
-    let mut foreign_residency = Vec::new();
-    for &(t, r) in program.initial_residency() {
-        match s.initial.get_mut(t.index()) {
-            Some(slot) => *slot = Some(r),
-            None => foreign_residency.push(t),
-        }
-    }
-    for ti in 0..prepared.n_tensors() {
-        if prepared.allocates[ti] {
-            check_tensor(prepared, TensorId(ti as u32), s, v);
-        }
-    }
+    finish_tensors(prepared, s);
+    // Stable: violations with one key stay in the order they were found.
+    s.tensor_violations.sort_by_key(|e| e.0);
+    v.extend(s.tensor_violations.drain(..).map(|e| e.1));
     for t in foreign_residency {
         v.push(Violation {
             at: None,
@@ -414,459 +420,694 @@ pub fn verify_program<P: Program>(
     check_budget(program, s, v)
 }
 
-/// Walks the steps in topological order and records every event per tensor,
-/// with the per-step checks (stream, existence, recomputability).
-fn collect_events<P: Program>(
-    graph: &Graph,
+/// Resets the per-tensor states to the iteration start; returns the tensors
+/// the program gives an initial residency that do not exist.
+fn start_tensors<P: Program>(
     prepared: &PreparedGraph,
     program: &P,
     s: &mut VerifyScratch,
-    v: &mut Vec<Violation>,
-) {
-    let n_t = graph.tensors.len();
-    let n_ops = graph.ops.len();
-    s.raw_events.clear();
-    s.computed.clear();
-    s.computed.resize(n_ops, 0);
-    s.buffers.clear();
-    let malformed = |at: StepRef, reason: String| Violation {
-        at: Some(at),
-        kind: ViolationKind::Malformed { reason },
-    };
-    for k in 0..s.topo.len() {
-        let id = s.topo[k] as usize;
-        let at = s.refs[id];
-        let instr = program.instr(at.stream, at.index as usize);
-        if let Some(required) = instr.required_stream()
-            && required != at.stream
-        {
-            v.push(malformed(
-                at,
-                format!("`{instr}` must be on the {required} stream"),
-            ));
+) -> Vec<TensorId> {
+    s.tensors.clear();
+    s.tensors.extend_from_slice(&prepared.verify_start);
+    let mut foreign = Vec::new();
+    for &(t, r) in program.initial_residency() {
+        let Some(st) = s.tensors.get_mut(t.index()) else {
+            foreign.push(t);
             continue;
+        };
+        let persistent = prepared.persistent[t.index()];
+        if !persistent || (r == Residency::Device && st.residency == Residency::Device) {
+            // The start state is the default one (a later entry overrides an
+            // earlier one, so compare with where it stands now).
+            st.given = true;
+        } else {
+            *st = TensorState::start(prepared, t.index(), Some(r));
         }
-        let movable = |t: TensorId, v: &mut Vec<Violation>| -> Option<TensorId> {
-            if t.index() >= n_t {
-                v.push(malformed(at, format!("tensor {t} does not exist")));
-                return None;
-            }
-            if !prepared.allocates[t.index()] {
-                v.push(malformed(
-                    at,
-                    format!(
-                        "{t} owns no storage (a view or in-place update); move its owner instead"
-                    ),
-                ));
-                return None;
-            }
-            Some(t)
-        };
-        let event = |t: TensorId, kind: EventKind| {
-            (
-                t.0,
-                Event {
-                    step: id as u32,
-                    kind,
-                },
-            )
-        };
-        match instr {
-            StepInstr::Compute(op_id) | StepInstr::Recompute { op: op_id, .. } => {
-                if op_id.index() >= n_ops {
-                    v.push(malformed(at, format!("op {op_id} does not exist")));
-                    continue;
-                }
-                op_events(prepared, instr, op_id, id, s, v);
-            }
-            StepInstr::SwapIn(t) => {
-                if let Some(t) = movable(t, v) {
-                    s.raw_events.push(event(t, EventKind::SwapIn));
-                }
-            }
-            StepInstr::SwapOut(t) => {
-                if let Some(t) = movable(t, v) {
-                    s.raw_events.push(event(t, EventKind::SwapOut));
-                }
-            }
-            StepInstr::Free(t) => {
-                if let Some(t) = movable(t, v) {
-                    s.raw_events.push(event(t, EventKind::Free));
+    }
+    s.reads.clear();
+    s.tensor_violations.clear();
+    s.step_violations.clear();
+    s.buffers.clear();
+    s.resident_bytes = 0;
+    foreign
+}
+
+/// Reports the waits on steps that do not exist, in stream order.
+fn report_bad_waits<P: Program>(program: &P, layout: &Layout, v: &mut Vec<Violation>) {
+    for st in Stream::ALL {
+        for i in 0..layout.len[st.index()] {
+            for &w in program.waits(st, i) {
+                if !layout.valid(w) {
+                    v.push(Violation {
+                        at: Some(StepRef {
+                            stream: st,
+                            index: i as u32,
+                        }),
+                        kind: ViolationKind::BadWait { target: w },
+                    });
                 }
             }
         }
     }
 }
 
-/// The events of one compute or recompute step.
-fn op_events(
+/// Walks the steps in a topological order of happens-before, computing each
+/// step's vector clock and checking its events as it is reached: the three
+/// streams advance in turn, each as far as its next step's waits are done (a
+/// step's predecessors are the previous step of its stream and its waits). A
+/// pass in which no stream advances leaves the remaining steps in a cycle of
+/// waits: a deadlock. Waits on steps that do not exist are ignored; returns
+/// whether a visited step had one.
+fn walk<P: Program>(
+    graph: &Graph,
     prepared: &PreparedGraph,
-    instr: StepInstr<'_>,
-    op_id: OpId,
-    id: usize,
+    program: &P,
     s: &mut VerifyScratch,
-    v: &mut Vec<Violation>,
-) {
-    let at = s.refs[id];
-    let recompute = matches!(instr, StepInstr::Recompute { .. });
-    if recompute && !prepared.recomputable[op_id.index()] {
-        v.push(Violation {
+) -> bool {
+    let layout = Layout::of(program);
+    s.layout = layout;
+    s.computed.clear();
+    s.computed.resize(graph.ops.len(), 0);
+    // Every entry is written before it is read (see the field docs).
+    s.vc.resize(layout.total(), [-1i32; 3]);
+    s.allocating.resize(layout.total(), false);
+    let mut allocating_steps = [0usize; 3];
+    let VerifyScratch {
+        vc,
+        allocating,
+        computed,
+        tensors,
+        reads,
+        step_violations,
+        tensor_violations,
+        buffers,
+        resident_bytes,
+        ..
+    } = s;
+    let mut checker = Checker {
+        prepared,
+        layout,
+        computed,
+        tensors,
+        reads,
+        step_violations,
+        found: tensor_violations,
+        buffers,
+        resident_bytes,
+        events: 0,
+    };
+    let mut visited = 0;
+    let mut bad_waits = false;
+    let mut next = [0usize; 3];
+    loop {
+        let mut progressed = false;
+        for (k, st) in Stream::ALL.into_iter().enumerate() {
+            while next[k] < layout.len[k] {
+                let i = next[k];
+                let id = layout.offset[k] + i;
+                let mut clock = if i > 0 { vc[id - 1] } else { [-1i32; 3] };
+                clock[k] = clock[k].max(i as i32 - 1);
+                let mut blocked = false;
+                for w in program.waits(st, i) {
+                    let wk = w.stream.index();
+                    let wi = w.index as usize;
+                    if wi >= layout.len[wk] {
+                        bad_waits = true;
+                    } else if wi >= next[wk] {
+                        blocked = true;
+                        break;
+                    } else {
+                        let wc = vc[layout.offset[wk] + wi];
+                        for (c, wc) in clock.iter_mut().zip(wc) {
+                            *c = (*c).max(wc);
+                        }
+                        clock[wk] = clock[wk].max(wi as i32);
+                    }
+                }
+                if blocked {
+                    break;
+                }
+                vc[id] = clock;
+                let mut cover = clock;
+                cover[k] = i as i32;
+                let here = Here {
+                    id: id as u32,
+                    at: StepRef {
+                        stream: st,
+                        index: i as u32,
+                    },
+                    cover,
+                    recompute: false,
+                };
+                let instr = program.instr(st, i);
+                let allocates = matches!(
+                    instr,
+                    StepInstr::Compute(_) | StepInstr::Recompute { .. } | StepInstr::SwapIn(_)
+                );
+                allocating[id] = allocates;
+                allocating_steps[k] += allocates as usize;
+                checker.visit_step(instr, &here);
+                visited += 1;
+                next[k] += 1;
+                progressed = true;
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    s.visited = visited;
+    s.allocating_steps = allocating_steps;
+    bad_waits
+}
+
+/// The step the walk is at.
+struct Here {
+    id: u32,
+    at: StepRef,
+    /// Per stream, the highest index that is this step or completes before it
+    /// starts: its vector clock with its own index on its own stream. An event
+    /// at step `e` is ordered before this one iff `cover[e.stream] >= e.index`.
+    cover: [i32; 3],
+    /// A recomputation: its reads of missing inputs are reported as such.
+    recompute: bool,
+}
+
+/// The checks of the walk, over the parts of the scratch they update.
+struct Checker<'s> {
+    prepared: &'s PreparedGraph,
+    layout: Layout,
+    computed: &'s mut [u32],
+    tensors: &'s mut [TensorState],
+    reads: &'s mut Vec<(u32, u32)>,
+    step_violations: &'s mut Vec<Violation>,
+    found: &'s mut Vec<(TensorKey, Violation)>,
+    buffers: &'s mut Vec<Buffer>,
+    resident_bytes: &'s mut i128,
+    /// Events seen so far (saturating).
+    events: u32,
+}
+
+/// What went wrong in one event, before it is described as a violation.
+#[derive(Debug, Clone, Copy)]
+enum Problem {
+    AlreadyResident,
+    SwapInWithoutHostCopy,
+    /// Read or written while not resident.
+    Missing,
+    Stale {
+        expected: u32,
+        found: u32,
+    },
+    NotResident,
+}
+
+impl Checker<'_> {
+    /// The per-step checks (stream, existence, recomputability), then the
+    /// step's events on each tensor.
+    fn visit_step(&mut self, instr: StepInstr<'_>, h: &Here) {
+        let prepared = self.prepared;
+        if let Some(required) = instr.required_stream()
+            && required != h.at.stream
+        {
+            self.malformed(h.at, format!("`{instr}` must be on the {required} stream"));
+            return;
+        }
+        let one: [(TensorId, Access); 1];
+        let (accesses, workspace_bytes) = match instr {
+            StepInstr::Compute(op) => {
+                if op.index() >= prepared.n_ops() {
+                    self.malformed(h.at, format!("op {op} does not exist"));
+                    return;
+                }
+                self.computed[op.index()] += 1;
+                let workspace_bytes = prepared.workspace_bytes[op.index()];
+                (prepared.op_accesses(op), workspace_bytes)
+            }
+            StepInstr::Recompute { op, outputs } => {
+                if op.index() >= prepared.n_ops() {
+                    self.malformed(h.at, format!("op {op} does not exist"));
+                } else {
+                    self.recompute(op, outputs, h);
+                }
+                return;
+            }
+            StepInstr::SwapIn(t) | StepInstr::SwapOut(t) | StepInstr::Free(t) => {
+                if t.index() >= prepared.n_tensors() {
+                    self.malformed(h.at, format!("tensor {t} does not exist"));
+                    return;
+                }
+                if !prepared.allocates[t.index()] {
+                    self.malformed(
+                        h.at,
+                        format!(
+                            "{t} owns no storage (a view or in-place update); move its owner instead"
+                        ),
+                    );
+                    return;
+                }
+                let access = match instr {
+                    StepInstr::SwapIn(_) => Access::SwapIn,
+                    StepInstr::SwapOut(_) => Access::SwapOut,
+                    _ => Access::Free,
+                };
+                one = [(t, access)];
+                (&one[..], 0)
+            }
+        };
+        for &(t, access) in accesses {
+            self.event(t, access, h);
+        }
+        if workspace_bytes > 0 {
+            self.push_buffer(workspace_bytes, h.id, h.at);
+        }
+    }
+
+    #[cold]
+    fn malformed(&mut self, at: StepRef, reason: String) {
+        self.step_violations.push(Violation {
             at: Some(at),
-            kind: ViolationKind::NotRecomputable { op: op_id },
+            kind: ViolationKind::Malformed { reason },
         });
     }
-    if !recompute {
-        s.computed[op_id.index()] += 1;
-    }
-    let event = |t: TensorId, kind: EventKind| {
-        (
-            t.0,
-            Event {
-                step: id as u32,
-                kind,
-            },
-        )
-    };
-    // In-place targets: the write subsumes the op's read of the same storage
-    // (the prepared read list leaves them out).
-    for &(owner, expected) in prepared.op_reads(op_id) {
-        s.raw_events.push(event(
-            owner,
-            EventKind::Read {
-                expected,
-                by_recompute: recompute,
-            },
-        ));
-    }
-    let allocated = prepared.op_allocated(op_id);
-    let workspace_bytes = prepared.workspace_bytes[op_id.index()];
-    if let StepInstr::Recompute { outputs, .. } = instr {
+
+    /// The checks and events of a recomputation of `op` (which exists).
+    #[inline(never)]
+    fn recompute(&mut self, op: OpId, outputs: &[TensorId], h: &Here) {
+        let prepared = self.prepared;
+        let h = &Here {
+            recompute: true,
+            ..*h
+        };
+        if !prepared.recomputable[op.index()] {
+            self.step_violations.push(Violation {
+                at: Some(h.at),
+                kind: ViolationKind::NotRecomputable { op },
+            });
+        }
+        for &(owner, expected) in prepared.op_reads(op) {
+            self.event_outlined(owner, Access::Read(expected), h);
+        }
         // Outputs not asked for are rematerialised into scratch for the step only.
-        let mut scratch_bytes = workspace_bytes;
+        let allocated = prepared.op_allocated(op);
+        let mut scratch_bytes = prepared.workspace_bytes[op.index()];
         for &o in allocated {
             if outputs.contains(&o) {
-                s.raw_events.push(event(o, EventKind::Rematerialise));
+                self.event_outlined(o, Access::Produce, h);
             } else {
                 scratch_bytes += prepared.size_bytes[o.index()];
             }
         }
         for &o in outputs {
             if !allocated.contains(&o) {
-                v.push(Violation {
-                    at: Some(at),
-                    kind: ViolationKind::Malformed {
-                        reason: format!("{o} is not a storage-owning output of {op_id}"),
-                    },
-                });
+                self.malformed(h.at, format!("{o} is not a storage-owning output of {op}"));
             }
         }
-        s.buffers.push(Buffer {
-            size_bytes: scratch_bytes,
-            alloc: Some(id),
-            free: Some(id),
-        });
-    } else {
-        for &o in allocated {
-            s.raw_events.push(event(o, EventKind::Produce));
-        }
-        for &(owner, expected) in prepared.op_writes(op_id) {
-            s.raw_events
-                .push(event(owner, EventKind::Write { expected }));
-        }
-        if workspace_bytes > 0 {
-            s.buffers.push(Buffer {
-                size_bytes: workspace_bytes,
-                alloc: Some(id),
-                free: Some(id),
-            });
+        if scratch_bytes > 0 {
+            self.push_buffer(scratch_bytes, h.id, h.at);
         }
     }
-}
 
-/// Groups the raw events by tensor, keeping topological order within a tensor.
-fn group_events(n_t: usize, s: &mut VerifyScratch) {
-    s.event_start.clear();
-    s.event_start.resize(n_t + 1, 0);
-    for &(t, _) in &s.raw_events {
-        s.event_start[t as usize + 1] += 1;
+    /// A device buffer allocated at step `alloc` (global id, `NONE`: from the
+    /// start) and freed at `free` (index `NONE`: at the end).
+    fn push_buffer(&mut self, size_bytes: u64, alloc: u32, free: StepRef) {
+        push_buffer(self.buffers, self.resident_bytes, size_bytes, alloc, free);
     }
-    for i in 0..n_t {
-        s.event_start[i + 1] += s.event_start[i];
-    }
-    s.events.clear();
-    s.events.resize(
-        s.raw_events.len(),
-        Event {
-            step: 0,
-            kind: EventKind::Free,
-        },
-    );
-    s.event_fill.clear();
-    s.event_fill.extend_from_slice(&s.event_start[..n_t]);
-    for &(t, e) in &s.raw_events {
-        let slot = &mut s.event_fill[t as usize];
-        s.events[*slot as usize] = e;
-        *slot += 1;
-    }
-}
 
-/// The per-tensor state machine: ordering, residency, versions, host copies and
-/// the residency at the end; records the tensor's device buffers.
-fn check_tensor(
-    prepared: &PreparedGraph,
-    t_id: TensorId,
-    s: &mut VerifyScratch,
-    v: &mut Vec<Violation>,
-) {
-    let ti = t_id.index();
-    let size_bytes = prepared.size_bytes[ti];
-    let evs = &s.events[s.event_start[ti] as usize..s.event_start[ti + 1] as usize];
-    let persistent = prepared.persistent[ti];
-    let given = s.initial[ti];
-    let residency = if persistent {
-        given.unwrap_or(Residency::Device)
-    } else {
-        Residency::Host
-    };
-    if !persistent && given.is_some() {
-        v.push(Violation {
-            at: None,
-            kind: ViolationKind::Malformed {
-                reason: format!("initial residency given for {t_id}, which is not persistent"),
-            },
-        });
+    #[inline(never)]
+    fn event_outlined(&mut self, t: TensorId, access: Access, h: &Here) {
+        self.event(t, access, h);
     }
-    // Inputs and labels arrive on the device with the batch (and exist on the host).
-    let arrives_with_batch = prepared.batch_input[ti];
-    let mut present = match residency {
-        Residency::Device | Residency::DeviceAndHost => true,
-        Residency::Host => arrives_with_batch,
-    };
-    let mut dev_version: u32 = 0;
-    let mut host_version: Option<u32> = match residency {
-        Residency::DeviceAndHost | Residency::Host if persistent => Some(0),
-        _ if arrives_with_batch => Some(0),
-        _ => None,
-    };
-    let mut alloc_at: Option<usize> = None;
-    let mut resident_from_start = present;
-    let mut last_nonread: Option<usize> = None;
-    s.reads_since.clear();
-    for (k, e) in evs.iter().enumerate() {
-        let step = e.step as usize;
-        let at = Some(s.refs[step]);
-        // Ordering: a non-read must follow everything before it; a read must
-        // follow the last non-read.
-        if let Some(prev) = last_nonread
-            && prev != step
-            && !s.hb(prev, step)
-        {
-            v.push(Violation {
-                at,
-                kind: ViolationKind::Unordered {
-                    tensor: t_id,
-                    other: s.refs[prev],
-                },
-            });
+
+    /// One event on storage owner `t` at step `h`: its ordering against the
+    /// tensor's earlier events, then the state machine (residency, versions,
+    /// host copies).
+    ///
+    /// Ordering: every event other than a read must follow every earlier event
+    /// on the tensor; a read must follow the last non-read. Only the last
+    /// non-read and, per stream, the latest read since it are kept: along one
+    /// stream happens-before is monotone, so a step after a stream's latest
+    /// read is after every earlier one.
+    #[inline(always)]
+    fn event(&mut self, t: TensorId, access: Access, h: &Here) {
+        self.events = self.events.saturating_add(1);
+        let key = tensor_key(t, self.events);
+        let found = &mut *self.found;
+        let st = &mut self.tensors[t.index()];
+        let c = &h.cover;
+        let nonread_stream = st.nonread_stream as usize % 3;
+        if c[nonread_stream] < st.nonread_index {
+            let other = StepRef {
+                stream: Stream::ALL[nonread_stream],
+                index: st.nonread_index as u32,
+            };
+            report(
+                found,
+                key,
+                h.at,
+                ViolationKind::Unordered { tensor: t, other },
+            );
         }
-        if !e.kind.is_read() {
-            for &r in &s.reads_since {
-                if r != step && !s.hb(r, step) {
-                    v.push(Violation {
-                        at,
-                        kind: ViolationKind::Unordered {
-                            tensor: t_id,
-                            other: s.refs[r],
-                        },
-                    });
-                    break;
-                }
-            }
-            s.reads_since.clear();
-            last_nonread = Some(step);
+        let k = h.at.stream.index();
+        if access.is_read() {
+            // Steps are visited in stream order: this is the stream's latest read.
+            st.read_max[k] = h.at.index as i32;
+            self.reads.push((h.id, st.last_read));
+            st.last_read = (self.reads.len() - 1) as u32;
         } else {
-            s.reads_since.push(step);
+            let m = &st.read_max;
+            if (m[0] > c[0]) | (m[1] > c[1]) | (m[2] > c[2]) {
+                report_race(found, self.reads, st.last_read, &self.layout, t, key, h);
+            }
+            st.read_max = [-1; 3];
+            st.last_read = NONE;
+            st.nonread_stream = k as u8;
+            st.nonread_index = h.at.index as i32;
         }
-        match e.kind {
-            EventKind::Produce | EventKind::Rematerialise | EventKind::SwapIn => {
-                if present {
-                    v.push(Violation {
-                        at,
-                        kind: ViolationKind::AlreadyResident { tensor: t_id },
-                    });
-                    continue;
+        if st.pending_free != NONE && access != Access::Free {
+            if access == Access::SwapIn {
+                report_pending_free(found, &self.layout, t, st);
+            }
+            st.pending_free = NONE;
+        }
+        let problem = match access {
+            Access::Produce | Access::SwapIn => materialise(st, access, h.id),
+            Access::Read(expected) => check_access(st, expected),
+            Access::Write(expected) => {
+                let problem = check_access(st, expected);
+                st.dev_version = expected + 1;
+                problem
+            }
+            Access::SwapOut => {
+                if st.present {
+                    st.host_version = Some(st.dev_version);
+                    None
+                } else {
+                    Some(Problem::NotResident)
                 }
-                if e.kind == EventKind::SwapIn {
-                    match host_version {
-                        Some(h) => dev_version = h,
-                        None => {
-                            v.push(Violation {
-                                at,
-                                kind: ViolationKind::SwapInWithoutHostCopy { tensor: t_id },
-                            });
-                        }
+            }
+            Access::Free => {
+                if st.present {
+                    if st.host_version != Some(st.dev_version) {
+                        // A violation only if the tensor is needed later: decided
+                        // by its next event other than a free (see `TensorState`).
+                        st.pending_free = h.id;
+                        st.pending_event = self.events;
                     }
+                    let alloc = if st.resident_from_start {
+                        NONE
+                    } else {
+                        st.alloc_at
+                    };
+                    st.resident_from_start = false;
+                    st.present = false;
+                    push_buffer(
+                        self.buffers,
+                        self.resident_bytes,
+                        self.prepared.size_bytes[t.index()],
+                        alloc,
+                        h.at,
+                    );
+                    None
                 } else {
-                    dev_version = 0;
-                }
-                present = true;
-                alloc_at = Some(step);
-            }
-            EventKind::Read {
-                expected,
-                by_recompute,
-            } => {
-                let missing = if by_recompute {
-                    ViolationKind::RecomputeInputMissing { tensor: t_id }
-                } else {
-                    ViolationKind::ReadNotResident { tensor: t_id }
-                };
-                check_access(t_id, (present, dev_version, expected), missing, at, v);
-            }
-            EventKind::Write { expected } => {
-                let missing = ViolationKind::ReadNotResident { tensor: t_id };
-                check_access(t_id, (present, dev_version, expected), missing, at, v);
-                dev_version = expected + 1;
-            }
-            EventKind::SwapOut => {
-                if !present {
-                    v.push(Violation {
-                        at,
-                        kind: ViolationKind::NotResident { tensor: t_id },
-                    });
-                } else {
-                    host_version = Some(dev_version);
+                    Some(Problem::NotResident)
                 }
             }
-            EventKind::Free => {
-                if !present {
-                    v.push(Violation {
-                        at,
-                        kind: ViolationKind::NotResident { tensor: t_id },
-                    });
-                    continue;
-                }
-                // Needed later: the next materialising or reading event is a
-                // swap-in, or (persistent) the tensor must survive the iteration.
-                let next = evs[k + 1..]
-                    .iter()
-                    .find(|n| !matches!(n.kind, EventKind::Free));
-                let needs_host = match next {
-                    Some(n) => n.kind == EventKind::SwapIn,
-                    None => persistent,
-                };
-                if needs_host && host_version != Some(dev_version) {
-                    v.push(Violation {
-                        at,
-                        kind: ViolationKind::FreedWithoutHostCopy { tensor: t_id },
-                    });
-                }
-                s.buffers.push(Buffer {
-                    size_bytes,
-                    alloc: if resident_from_start { None } else { alloc_at },
-                    free: Some(step),
-                });
-                resident_from_start = false;
-                present = false;
-            }
+        };
+        if let Some(problem) = problem {
+            report_problem(found, key, t, problem, h);
         }
     }
-    if present {
-        s.buffers.push(Buffer {
-            size_bytes,
-            alloc: if resident_from_start { None } else { alloc_at },
-            free: None,
-        });
-    }
-    check_end(
-        prepared,
-        t_id,
-        persistent,
-        residency,
-        present,
-        dev_version,
-        host_version,
-        v,
-    );
 }
 
-/// A kernel's access (read or in-place write) of `tensor` needs it resident
-/// (`missing` otherwise) at the version graph order implies.
-fn check_access(
-    tensor: TensorId,
-    (present, dev_version, expected): (bool, u32, u32),
-    missing: ViolationKind,
-    at: Option<StepRef>,
-    v: &mut Vec<Violation>,
+/// Records a tensor's violation.
+#[cold]
+fn report(
+    found: &mut Vec<(TensorKey, Violation)>,
+    key: TensorKey,
+    at: StepRef,
+    kind: ViolationKind,
 ) {
-    let kind = if !present {
-        missing
-    } else if dev_version != expected {
-        ViolationKind::StaleVersion {
+    found.push((key, Violation { at: Some(at), kind }));
+}
+
+/// Records an event's problem as a violation.
+#[cold]
+#[inline(never)]
+fn report_problem(
+    found: &mut Vec<(TensorKey, Violation)>,
+    key: TensorKey,
+    tensor: TensorId,
+    problem: Problem,
+    h: &Here,
+) {
+    let kind = match problem {
+        Problem::AlreadyResident => ViolationKind::AlreadyResident { tensor },
+        Problem::SwapInWithoutHostCopy => ViolationKind::SwapInWithoutHostCopy { tensor },
+        Problem::Missing if h.recompute => ViolationKind::RecomputeInputMissing { tensor },
+        Problem::Missing => ViolationKind::ReadNotResident { tensor },
+        Problem::Stale { expected, found } => ViolationKind::StaleVersion {
             tensor,
             expected,
-            found: dev_version,
+            found,
+        },
+        Problem::NotResident => ViolationKind::NotResident { tensor },
+    };
+    report(found, key, h.at, kind);
+}
+
+/// Records a race of a non-read of `tensor` at `h` with a read since the
+/// tensor's last non-read: the first such read in walk order that is not
+/// ordered before `h`. The reads are chained from `latest` back.
+#[cold]
+#[inline(never)]
+fn report_race(
+    found: &mut Vec<(TensorKey, Violation)>,
+    reads: &[(u32, u32)],
+    latest: u32,
+    layout: &Layout,
+    tensor: TensorId,
+    key: TensorKey,
+    h: &Here,
+) {
+    let mut first = None;
+    let mut read = latest;
+    while let Some(&(step, previous)) = reads.get(read as usize) {
+        let r = layout.step_ref(step as usize);
+        if h.cover[r.stream.index()] < r.index as i32 {
+            first = Some(r);
+        }
+        read = previous;
+    }
+    // The caller saw such a read; `h.at` is never reported.
+    let other = first.unwrap_or(h.at);
+    report(found, key, h.at, ViolationKind::Unordered { tensor, other });
+}
+
+/// Records the pending free of `t` as a free while needed later.
+#[cold]
+#[inline(never)]
+fn report_pending_free(
+    found: &mut Vec<(TensorKey, Violation)>,
+    layout: &Layout,
+    t: TensorId,
+    st: &TensorState,
+) {
+    let at = layout.step_ref(st.pending_free as usize);
+    let kind = ViolationKind::FreedWithoutHostCopy { tensor: t };
+    report(found, tensor_key(t, st.pending_event), at, kind);
+}
+
+/// Records a device buffer for the memory bound (see `Checker::push_buffer`).
+#[inline]
+fn push_buffer(
+    buffers: &mut Vec<Buffer>,
+    resident_bytes: &mut i128,
+    size_bytes: u64,
+    alloc: u32,
+    free: StepRef,
+) {
+    if alloc == NONE && free.index == NONE {
+        *resident_bytes += size_bytes as i128;
+    } else {
+        buffers.push(Buffer {
+            size_bytes,
+            alloc,
+            free_stream: free.stream.index() as u8,
+            free_index: free.index,
+        });
+    }
+}
+
+/// A produce, rematerialisation or swap-in at step `id`.
+#[inline]
+fn materialise(st: &mut TensorState, access: Access, id: u32) -> Option<Problem> {
+    if st.present {
+        return Some(Problem::AlreadyResident);
+    }
+    let mut problem = None;
+    if access == Access::SwapIn {
+        match st.host_version {
+            Some(h) => st.dev_version = h,
+            None => problem = Some(Problem::SwapInWithoutHostCopy),
         }
     } else {
-        return;
-    };
-    v.push(Violation { at, kind });
+        st.dev_version = 0;
+    }
+    st.present = true;
+    st.alloc_at = id;
+    problem
+}
+
+/// A kernel's access (read or in-place write) needs the tensor resident at
+/// the version graph order implies.
+#[inline]
+fn check_access(st: &TensorState, expected: u32) -> Option<Problem> {
+    if !st.present {
+        Some(Problem::Missing)
+    } else if st.dev_version != expected {
+        Some(Problem::Stale {
+            expected,
+            found: st.dev_version,
+        })
+    } else {
+        None
+    }
+}
+
+/// "Resident to the end" as a buffer's free.
+const END: StepRef = StepRef {
+    stream: Stream::Compute,
+    index: NONE,
+};
+
+/// The end of the iteration for every storage owner: a pending free, the
+/// buffer still resident, and the residency the next iteration starts from.
+fn finish_tensors(prepared: &PreparedGraph, s: &mut VerifyScratch) {
+    for (ti, st) in s.tensors.iter().enumerate() {
+        if !prepared.allocates[ti] {
+            continue;
+        }
+        let persistent = prepared.persistent[ti];
+        // Most tensors are freed and owe nothing; most persistent ones stay
+        // on the device at their final version.
+        if !persistent {
+            if !st.present && st.pending_free == NONE && !st.given {
+                continue;
+            }
+        } else if st.present
+            && st.residency == Residency::Device
+            && st.pending_free == NONE
+            && st.dev_version == prepared.writers(TensorId(ti as u32)).len() as u32
+        {
+            let alloc = if st.resident_from_start {
+                NONE
+            } else {
+                st.alloc_at
+            };
+            let size_bytes = prepared.size_bytes[ti];
+            push_buffer(
+                &mut s.buffers,
+                &mut s.resident_bytes,
+                size_bytes,
+                alloc,
+                END,
+            );
+            continue;
+        }
+        finish_tensor(
+            prepared,
+            ti,
+            st,
+            &s.layout,
+            &mut s.tensor_violations,
+            &mut s.buffers,
+            &mut s.resident_bytes,
+        );
+    }
+}
+
+/// [`finish_tensors`] for one owner, in full.
+#[inline(never)]
+fn finish_tensor(
+    prepared: &PreparedGraph,
+    ti: usize,
+    st: &TensorState,
+    layout: &Layout,
+    found: &mut Vec<(TensorKey, Violation)>,
+    buffers: &mut Vec<Buffer>,
+    resident_bytes: &mut i128,
+) {
+    let t = TensorId(ti as u32);
+    let persistent = prepared.persistent[ti];
+    if !persistent && st.given {
+        let reason = format!("initial residency given for {t}, which is not persistent");
+        found.push((
+            tensor_key(t, 0),
+            Violation {
+                at: None,
+                kind: ViolationKind::Malformed { reason },
+            },
+        ));
+    }
+    if st.pending_free != NONE && persistent {
+        report_pending_free(found, layout, t, st);
+    }
+    if st.present {
+        let alloc = if st.resident_from_start {
+            NONE
+        } else {
+            st.alloc_at
+        };
+        push_buffer(buffers, resident_bytes, prepared.size_bytes[ti], alloc, END);
+    }
+    let final_version = prepared.writers(t).len() as u32;
+    if let Some(kind) = check_end(t, persistent, final_version, st) {
+        found.push((tensor_key(t, u32::MAX), Violation { at: None, kind }));
+    }
 }
 
 /// The residency at the end of the iteration must equal the start's.
-#[allow(clippy::too_many_arguments)]
 fn check_end(
-    prepared: &PreparedGraph,
     t: TensorId,
     persistent: bool,
-    residency: Residency,
-    present: bool,
-    dev_version: u32,
-    host_version: Option<u32>,
-    v: &mut Vec<Violation>,
-) {
-    let final_version = prepared.writers(t).len() as u32;
-    let describe = |present: bool, host: Option<u32>| -> String {
-        match (present, host == Some(final_version)) {
-            (true, true) => "on the device and host".into(),
-            (true, false) => "on the device".into(),
-            (false, true) => "on the host".into(),
-            (false, false) => "nowhere (its data is lost)".into(),
-        }
-    };
-    if persistent {
-        let ok = match residency {
-            Residency::Device => present && dev_version == final_version,
-            Residency::DeviceAndHost => {
-                present && dev_version == final_version && host_version == Some(final_version)
-            }
-            Residency::Host => !present && host_version == Some(final_version),
-        };
-        if !ok {
-            let expected = match residency {
-                Residency::Device => "on the device",
-                Residency::DeviceAndHost => "on the device and host",
-                Residency::Host => "on the host",
-            };
-            v.push(Violation {
-                at: None,
-                kind: ViolationKind::EndResidency {
-                    tensor: t,
-                    expected: expected.into(),
-                    found: describe(present, host_version),
-                },
-            });
-        }
-    } else if present {
-        v.push(Violation {
-            at: None,
-            kind: ViolationKind::EndResidency {
-                tensor: t,
-                expected: "freed".into(),
-                found: "still on the device".into(),
-            },
+    final_version: u32,
+    st: &TensorState,
+) -> Option<ViolationKind> {
+    let (present, host_version) = (st.present, st.host_version);
+    if !persistent {
+        return present.then(|| ViolationKind::EndResidency {
+            tensor: t,
+            expected: "freed".into(),
+            found: "still on the device".into(),
         });
     }
+    let ok = match st.residency {
+        Residency::Device => present && st.dev_version == final_version,
+        Residency::DeviceAndHost => {
+            present && st.dev_version == final_version && host_version == Some(final_version)
+        }
+        Residency::Host => !present && host_version == Some(final_version),
+    };
+    if ok {
+        return None;
+    }
+    let expected = match st.residency {
+        Residency::Device => "on the device",
+        Residency::DeviceAndHost => "on the device and host",
+        Residency::Host => "on the host",
+    };
+    let found = match (present, host_version == Some(final_version)) {
+        (true, true) => "on the device and host",
+        (true, false) => "on the device",
+        (false, true) => "on the host",
+        (false, false) => "nowhere (its data is lost)",
+    };
+    Some(ViolationKind::EndResidency {
+        tensor: t,
+        expected: expected.into(),
+        found: found.into(),
+    })
 }
 
 /// Bounds, at every allocating step, the bytes that may be resident while it
@@ -881,81 +1122,56 @@ fn check_budget<P: Program>(
     let budget_bytes = program.budget_bytes();
     let mut bound = MemoryBound::default();
     for st in Stream::ALL {
-        let n = layout.len[st.index()];
-        if n == 0 {
+        let k = st.index();
+        let n = layout.len[k];
+        // The bound is checked at allocating steps only (a well-formed d2h
+        // stream has none).
+        if s.allocating_steps[k] == 0 {
             continue;
         }
-        let base = layout.offset[st.index()];
-        // For each other stream `col` and step `k` on it: the first step on `st`
-        // that `k` happens before. Vector clocks only grow along a stream, so
-        // one merge-like sweep per stream pair replaces a binary search per buffer.
-        for col in Stream::ALL.iter().map(|c| c.index()) {
-            let table = &mut s.first_after[col];
-            table.clear();
-            if col == st.index() {
-                continue;
-            }
-            let mut i = 0;
-            for k in 0..layout.len[col] {
-                while i < n && s.vc[base + i][col] < k as i32 {
-                    i += 1;
-                }
-                table.push(i as u32);
-            }
-        }
+        let steps = layout.offset[k]..layout.offset[k] + n;
+        let clocks = &s.vc[steps.clone()];
+        first_after(&layout, k, clocks, &mut s.first_after);
         s.delta.clear();
         s.delta.resize(n + 1, 0);
         for b in &s.buffers {
-            // Steps i on stream st with `step_i hb alloc` form a prefix: i <= vc[alloc][st].
-            let lo = match b.alloc {
-                None => 0,
-                Some(a) => {
-                    let ra = s.refs[a];
-                    if ra.stream == st {
-                        ra.index as usize
-                    } else {
-                        (s.vc[a][st.index()] + 1) as usize
-                    }
-                }
+            // Steps i on stream st with `step_i hb alloc` form a prefix: i <= vc[alloc][st]
+            // (on the allocation's own stream, vc[alloc][st] + 1 is its index).
+            let lo = if b.alloc == NONE {
+                0
+            } else {
+                (s.vc[b.alloc as usize][k] + 1) as usize
             };
-            // Steps with `free hb step_i` form a suffix; find its start by binary search.
-            let hi = match b.free {
-                None => n,
-                Some(f) => {
-                    let rf = s.refs[f];
-                    if rf.stream == st {
-                        rf.index as usize + 1
-                    } else {
-                        s.first_after[rf.stream.index()][rf.index as usize] as usize
-                    }
-                }
+            // Steps with `free hb step_i` form a suffix.
+            let hi = if b.free_index == NONE {
+                n
+            } else if b.free_stream as usize == k {
+                b.free_index as usize + 1
+            } else {
+                s.first_after[b.free_stream as usize % 3][b.free_index as usize] as usize
             };
             if lo < hi {
                 s.delta[lo] += b.size_bytes as i128;
                 s.delta[hi] -= b.size_bytes as i128;
             }
         }
-        let mut cur: i128 = 0;
+        let mut cur: i128 = s.resident_bytes;
         let mut worst: Option<(usize, u64)> = None;
-        for i in 0..n {
-            cur += s.delta[i];
-            let allocates = matches!(
-                program.instr(st, i),
-                StepInstr::Compute(_) | StepInstr::Recompute { .. } | StepInstr::SwapIn(_)
-            );
+        let allocating = &s.allocating[steps];
+        for (i, (&d, &allocates)) in s.delta[..n].iter().zip(allocating).enumerate() {
+            cur += d;
             if !allocates {
                 continue;
             }
             let bytes = cur.clamp(0, u64::MAX as i128) as u64;
-            let here = StepRef {
-                stream: st,
-                index: i as u32,
-            };
             // The first step (compute, then h2d, then d2h) with the largest bound.
             if bound.at.is_none() || bytes > bound.peak_bytes {
                 bound = MemoryBound {
                     peak_bytes: bytes,
-                    at: Some(here),
+                    at: Some(StepRef {
+                        stream: st,
+                        index: i as u32,
+                    }),
                 };
             }
             if cur > budget_bytes as i128 && worst.is_none_or(|(_, w)| cur as u64 > w) {
@@ -976,4 +1192,28 @@ fn check_budget<P: Program>(
         }
     }
     bound
+}
+
+/// For each stream `col` other than `k` and each step `j` on it: the first
+/// step on stream `k` that `j` happens before (`clocks` are stream `k`'s
+/// vector clocks, which only grow along the stream), so one sweep fills them.
+fn first_after(layout: &Layout, k: usize, clocks: &[[i32; 3]], tables: &mut [Vec<u32>; 3]) {
+    let n = clocks.len();
+    let mut filled = [0usize; 3];
+    for (col, table) in tables.iter_mut().enumerate() {
+        table.clear();
+        if col != k {
+            table.resize(layout.len[col], n as u32);
+        }
+    }
+    for (i, clock) in clocks.iter().enumerate() {
+        for col in (0..3).filter(|&c| c != k) {
+            // Steps of `col` up to clock[col] complete before step i starts.
+            let upto = (clock[col] + 1) as usize;
+            if upto > filled[col] {
+                tables[col][filled[col]..upto].fill(i as u32);
+                filled[col] = upto;
+            }
+        }
+    }
 }

@@ -4,14 +4,16 @@
 mod baseline;
 mod capuchin;
 mod checkmate;
-mod checkpoint;
+pub mod checkpoint;
 mod dtr;
 pub mod framework;
+pub mod home;
 mod lms;
 mod odswap;
 mod range_tree;
 mod remat;
 mod superneurons;
+pub mod swapadvisor;
 mod vdnn;
 mod window;
 
@@ -21,12 +23,14 @@ pub use checkmate::{
     CheckmateMilp, MAX_OPS as MILP_MAX_OPS, MilpAnswer, MilpSolution, MilpStats,
     solve as solve_recompute_milp,
 };
-pub use checkpoint::{Checkpoint, CheckpointDecision, Segments};
+pub use checkpoint::{Checkpoint, Segments};
 pub use dtr::Dtr;
+pub use home::{Home, Scoring};
 pub use lms::{Lms, LmsKnobs};
 pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
 pub use superneurons::{SuperNeurons, SuperNeuronsDecision, is_cheap};
+pub use swapadvisor::SwapAdvisor;
 pub use vdnn::{Vdnn, VdnnScope};
 pub use window::Window;
 
@@ -57,12 +61,27 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Checkpoint {
             segments: Segments::Sqrt,
         }),
+        Box::new(Checkpoint {
+            segments: Segments::Greedy,
+        }),
         Box::new(SuperNeurons),
         Box::new(Lms),
         Box::new(Window),
         Box::new(Capuchin),
         Box::new(OdSwap),
+        Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
         Box::new(Dtr),
+    ]
+}
+
+/// Planners reachable by name but left out of [`all`]: SwapAdvisor's
+/// ablations (Sec. 6.4), each a search as long as the full one, and `home`
+/// (not yet measured in the conformance suite, so it has no floor there).
+pub fn ablations() -> Vec<Box<dyn Planner>> {
+    vec![
+        Box::new(Home::default()),
+        Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::OrderOnly)),
+        Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::AllocationOnly)),
     ]
 }
 
@@ -78,17 +97,21 @@ pub fn names() -> Vec<&'static str> {
     all().iter().map(|p| p.name()).collect()
 }
 
-/// Looks a planner (or a reference) up by name; the error lists the names.
+/// Looks a planner up by name (in [`all`], then [`ablations`], then
+/// [`references`]); the error lists the names.
 pub fn by_name(name: &str) -> Result<Box<dyn Planner>, String> {
     all()
         .into_iter()
+        .chain(ablations())
         .chain(references())
         .find(|p| p.name() == name)
         .ok_or_else(|| {
+            let ablation_names: Vec<&str> = ablations().iter().map(|p| p.name()).collect();
             let references: Vec<&str> = references().iter().map(|p| p.name()).collect();
             format!(
-                "unknown planner `{name}`; the planners are: {}, and the references: {}",
+                "unknown planner `{name}`; the planners are: {}, by name only: {}, and the references: {}",
                 names().join(", "),
+                ablation_names.join(", "),
                 references.join(", ")
             )
         })

@@ -9,10 +9,9 @@ use outcore_graph::{DType, Graph, OpClass, OpId, Phase, TensorId, footprint};
 use outcore_plan::{
     Instr, PlanOutcome, PlanRequest, Planner, Restore, Stream, random_topological_order, verify,
 };
+use outcore_planners::checkpoint::{self, CutChoice, Segmentation};
 use outcore_planners::framework::{Ctx, graph_order};
-use outcore_planners::{
-    Checkpoint, Lms, LmsKnobs, Segments, SuperNeurons, Vdnn, VdnnScope, is_cheap,
-};
+use outcore_planners::{Checkpoint, Lms, LmsKnobs, SuperNeurons, Vdnn, VdnnScope, is_cheap};
 
 fn cost() -> RooflineModel {
     RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"))
@@ -150,33 +149,40 @@ fn checkpoint_sqrt_keeps_about_sqrt_n_boundaries() {
 }
 
 fn checkpoint_sqrt_on(g: &Graph, cost: &RooflineModel, order: &[OpId], layers: usize) {
-    {
-        let an = Ctx::new(g, cost, order.to_vec());
-        let d = Checkpoint {
-            segments: Segments::Sqrt,
-        }
-        .decide(&an);
-        let n = d.candidates.len();
-        let sqrt_n = (n as f64).sqrt();
-        assert!(n >= layers - 1, "{n} candidates for {layers} layers");
-        assert!(
-            (d.boundaries.len() as f64 - sqrt_n).abs() <= 1.5,
-            "{} boundaries for n = {n}",
-            d.boundaries.len()
-        );
-        for t in &d.boundaries {
-            assert!(d.gaps[t.index()].is_empty(), "boundary {t} was dropped");
-        }
-        let recomputed: Vec<_> = d.gaps.iter().flatten().collect();
-        assert!(!recomputed.is_empty());
-        assert!(recomputed.iter().all(|gap| gap.how == Restore::Recompute));
-        // checkpoint-all drops at least as much.
-        let all = Checkpoint {
-            segments: Segments::All,
-        }
-        .decide(&an);
-        assert!(all.gaps.iter().flatten().count() >= recomputed.len());
+    let ctx = Ctx::new(g, cost, order.to_vec());
+    let candidates = Checkpoint::candidates(&ctx);
+    let n = candidates.len();
+    let sqrt_n = (n as f64).sqrt();
+    assert!(n >= layers - 1, "{n} candidates for {layers} layers");
+    // A chain: every candidate is an articulation point.
+    let cuts = checkpoint::cuts(&ctx);
+    assert!(cuts.iter().all(|c| c.members.len() == 1));
+    let len = (sqrt_n.round() as usize).max(2);
+    let seg = Segmentation::sqrt(&ctx, &cuts, &candidates, len, CutChoice::First);
+    assert!(
+        (seg.boundaries.len() as f64 - sqrt_n).abs() <= 1.5,
+        "{} boundaries for n = {n}",
+        seg.boundaries.len()
+    );
+    let all = seg.droppable();
+    let m = checkpoint::segment_gaps(&ctx, &seg, &all).expect("no op recomputed twice");
+    for t in &seg.kept {
+        assert!(m.gaps[t.index()].is_empty(), "boundary {t} was dropped");
     }
+    let recomputed: Vec<_> = m.gaps.iter().flatten().collect();
+    assert!(!recomputed.is_empty());
+    assert!(recomputed.iter().all(|gap| gap.how == Restore::Recompute));
+    // Each dropped tensor comes back once, at its segment's recompute position.
+    for s in &seg.segments {
+        for &t in &s.dropped {
+            let gaps = &m.gaps[t.index()];
+            assert_eq!(gaps.len(), 1, "{t}");
+            assert_eq!(gaps[0].before, s.recompute_at);
+        }
+    }
+    // Recomputing a prefix of the segments drops a subset.
+    let some = checkpoint::segment_gaps(&ctx, &seg, &all[..all.len() / 2]).expect("once");
+    assert!(some.gaps.iter().flatten().count() <= recomputed.len());
 }
 
 /// Cheap layers read the input batch (resident until the first convolution's
@@ -331,6 +337,7 @@ fn at_full_budget_every_baseline_returns_the_none_plan() {
         "vdnn-conv-sync",
         "checkpoint-all",
         "checkpoint-sqrt",
+        "checkpoint-greedy",
         "superneurons",
         "lms",
     ] {

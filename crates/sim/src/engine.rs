@@ -20,6 +20,9 @@ pub struct SimOptions {
     pub record_trace: bool,
     /// Record every allocate / free as an allocation trace.
     pub record_alloc_trace: bool,
+    /// Record the order in which the last iteration's steps start (see
+    /// [`SimOutput::start_order`]).
+    pub record_start_order: bool,
 }
 
 impl Default for SimOptions {
@@ -28,6 +31,7 @@ impl Default for SimOptions {
             iterations: 2,
             record_trace: false,
             record_alloc_trace: false,
+            record_start_order: false,
         }
     }
 }
@@ -40,6 +44,11 @@ pub struct SimOutput {
     pub trace: Option<serde_json::Value>,
     /// Allocation trace, when asked for.
     pub alloc_trace: Option<Trace>,
+    /// The last iteration's steps in the order they started (ties in the order
+    /// the event loop took them), when asked for. An executor that issues steps
+    /// in this order hands its allocator the simulated sequence of allocations
+    /// and frees, which is what a real allocator's feasibility was checked on.
+    pub start_order: Option<Vec<StepRef>>,
 }
 
 /// An error that stops a simulation before it can report (not an out-of-memory,
@@ -68,113 +77,152 @@ pub enum SimErrorKind {
     BadReference(String),
 }
 
+/// What a step does over time.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Work {
     /// Fixed duration on the compute stream.
     Kernel { time_s: f64, recompute: bool },
-    /// A copy: fixed latency, then bytes at a rate that depends on the other direction.
-    Copy { bytes: u64 },
-    /// No duration.
-    Instant,
+    /// A copy (a swap-in, or else a swap-out): fixed latency, then bytes at a
+    /// rate that depends on the other direction.
+    Copy { bytes: u64, swap_in: bool },
+    /// No duration: a free.
+    Instant(TensorId),
 }
 
-/// One step, flattened for the inner loop.
-#[derive(Debug, Clone)]
-struct SimStep {
-    at: StepRef,
-    work: Work,
-    waits: std::ops::Range<usize>,
-    allocs: std::ops::Range<usize>,
-    frees: std::ops::Range<usize>,
-    /// Scratch bytes held only while the step runs.
-    scratch_bytes: u64,
-    label_op: Option<u32>,
-}
-
+/// A step that has started and not finished.
 #[derive(Debug, Clone, Copy)]
 struct Running {
     step: usize,
-    /// Kernels: end time. Copies: unused.
+    /// Kernels: end time. Copies: unused (infinite).
     end_s: f64,
     latency_left_s: f64,
     bytes_left: f64,
     started_s: f64,
+    /// Scratch bytes held until it finishes.
+    scratch_bytes: u64,
+    /// A recomputation: its time counts as recompute time.
+    recompute: bool,
 }
 
-/// Memory model: a perfect allocator (bytes only) or a real one over addresses.
-enum Memory {
-    Perfect { live: u64, peak_live: u64 },
-    Real { alloc: Box<dyn Allocator> },
+/// Device memory as the event loop sees it. Two models: [`Perfect`] (bytes
+/// only) and [`Real`] (an allocator over addresses); the loop is compiled
+/// once for each, so the perfect model's bookkeeping is a few additions.
+trait Memory {
+    fn allocate(&mut self, id: u64, size_bytes: u64, at: Option<StepRef>);
+    fn free(&mut self, id: u64, size_bytes: u64);
+    fn live(&self) -> u64;
+    /// Peak reserved bytes, fragmentation, peak live bytes and the first
+    /// allocation failure, at the end.
+    fn finish(self) -> (u64, Option<f64>, u64, Option<SimOom>);
 }
 
-impl Memory {
+/// A perfect allocator: every request fits exactly.
+#[derive(Debug, Default)]
+struct Perfect {
+    live: u64,
+    peak_live: u64,
+}
+
+impl Memory for Perfect {
+    #[inline]
+    fn allocate(&mut self, _id: u64, size_bytes: u64, _at: Option<StepRef>) {
+        self.live += size_bytes;
+        self.peak_live = self.peak_live.max(self.live);
+    }
+
+    #[inline]
+    fn free(&mut self, _id: u64, size_bytes: u64) {
+        self.live = self.live.saturating_sub(size_bytes);
+    }
+
+    #[inline]
     fn live(&self) -> u64 {
-        match self {
-            Memory::Perfect { live, .. } => *live,
-            Memory::Real { alloc } => alloc.stats().live_bytes,
-        }
+        self.live
+    }
+
+    fn finish(self) -> (u64, Option<f64>, u64, Option<SimOom>) {
+        (self.peak_live, Some(1.0), self.peak_live, None)
     }
 }
 
-struct Sim {
-    memory: Memory,
-    alloc_trace: Option<Trace>,
+/// A real allocator over addresses; its first failure is the plan's OOM.
+struct Real {
+    alloc: Box<dyn Allocator>,
     oom: Option<SimOom>,
+    /// Ids from here on are steps' scratch buffers, not tensors.
     scratch_id_base: u64,
 }
 
-impl Sim {
-    fn allocate(&mut self, id: u64, size_bytes: u64, at: Option<StepRef>) -> bool {
+impl Memory for Real {
+    fn allocate(&mut self, id: u64, size_bytes: u64, at: Option<StepRef>) {
+        let Err(e) = self.alloc.allocate(AllocId(id), size_bytes) else {
+            return;
+        };
+        if self.oom.is_some() {
+            return;
+        }
+        let (free_bytes, largest) = match e.kind() {
+            outcore_alloc::AllocErrorKind::OutOfMemory {
+                free_bytes,
+                largest_free_block_bytes,
+                ..
+            } => (*free_bytes, *largest_free_block_bytes),
+            _ => (0, 0),
+        };
+        let tensor = (id < self.scratch_id_base).then_some(TensorId(id as u32));
+        self.oom = Some(SimOom {
+            at,
+            tensor,
+            requested_bytes: size_bytes,
+            live_bytes: self.alloc.stats().live_bytes,
+            free_bytes,
+            largest_free_block_bytes: largest,
+            message: e.to_string(),
+        });
+    }
+
+    fn free(&mut self, id: u64, _size_bytes: u64) {
+        // A free of a failed allocation is not an error worth stopping for:
+        // the OOM is already reported.
+        let _ = self.alloc.free(AllocId(id));
+    }
+
+    fn live(&self) -> u64 {
+        self.alloc.stats().live_bytes
+    }
+
+    fn finish(self) -> (u64, Option<f64>, u64, Option<SimOom>) {
+        let st = self.alloc.stats();
+        (
+            st.peak_reserved_bytes,
+            st.fragmentation(),
+            st.peak_live_bytes,
+            self.oom,
+        )
+    }
+}
+
+/// A memory model with the optional allocation trace.
+struct Sim<M> {
+    memory: M,
+    alloc_trace: Option<Trace>,
+}
+
+impl<M: Memory> Sim<M> {
+    #[inline]
+    fn allocate(&mut self, id: u64, size_bytes: u64, at: Option<StepRef>) {
         if let Some(t) = self.alloc_trace.as_mut() {
             t.push_alloc(AllocId(id), size_bytes);
         }
-        match &mut self.memory {
-            Memory::Perfect { live, peak_live } => {
-                *live += size_bytes;
-                *peak_live = (*peak_live).max(*live);
-                true
-            }
-            Memory::Real { alloc } => match alloc.allocate(AllocId(id), size_bytes) {
-                Ok(_) => true,
-                Err(e) => {
-                    if self.oom.is_none() {
-                        let (free_bytes, largest) = match e.kind() {
-                            outcore_alloc::AllocErrorKind::OutOfMemory {
-                                free_bytes,
-                                largest_free_block_bytes,
-                                ..
-                            } => (*free_bytes, *largest_free_block_bytes),
-                            _ => (0, 0),
-                        };
-                        let tensor = (id < self.scratch_id_base).then_some(TensorId(id as u32));
-                        self.oom = Some(SimOom {
-                            at,
-                            tensor,
-                            requested_bytes: size_bytes,
-                            live_bytes: alloc.stats().live_bytes,
-                            free_bytes,
-                            largest_free_block_bytes: largest,
-                            message: e.to_string(),
-                        });
-                    }
-                    false
-                }
-            },
-        }
+        self.memory.allocate(id, size_bytes, at);
     }
 
+    #[inline]
     fn free(&mut self, id: u64, size_bytes: u64) {
         if let Some(t) = self.alloc_trace.as_mut() {
             t.push_free(AllocId(id));
         }
-        match &mut self.memory {
-            Memory::Perfect { live, .. } => *live = live.saturating_sub(size_bytes),
-            Memory::Real { alloc } => {
-                // A free of a failed allocation is not an error worth stopping for:
-                // the OOM is already reported.
-                let _ = alloc.free(AllocId(id));
-            }
-        }
+        self.memory.free(id, size_bytes);
     }
 }
 
@@ -207,10 +255,8 @@ impl SimPrepared {
 /// Reusable buffers of [`simulate_program`].
 #[derive(Debug, Clone, Default)]
 pub struct SimScratch {
-    steps: Vec<SimStep>,
-    waits: Vec<usize>,
-    allocs: Vec<(u64, u64)>,
-    frees: Vec<(u64, u64)>,
+    /// Per step (global id: compute, then h2d, then d2h): when it finished in
+    /// the current iteration (infinity: not yet).
     done_at: Vec<f64>,
     initial: Vec<Option<Residency>>,
     batch_inputs: Vec<(u64, u64)>,
@@ -234,137 +280,67 @@ pub fn simulate(
     )
 }
 
-/// Flattens a program's steps for the event loop; returns the swapped-in and
-/// swapped-out bytes.
-fn flatten<P: Program>(
+/// Checks that every wait, op and tensor a program names exists (stream by
+/// stream, step by step); returns the swapped-in and swapped-out bytes.
+#[cold]
+fn check_program<P: Program>(
     graph: &Graph,
     prepared: &SimPrepared,
     program: &P,
-    s: &mut SimScratch,
 ) -> Result<(u64, u64), SimError> {
     let pg = &prepared.graph;
     let n_t = pg.n_tensors();
-    s.steps.clear();
-    s.waits.clear();
-    s.allocs.clear();
-    s.frees.clear();
-    let mut offset = [0usize; 3];
-    let mut total = 0;
-    for st in Stream::ALL {
-        offset[st.index()] = total;
-        total += program.stream_len(st);
-    }
     let bad = |what: String| SimError {
         kind: SimErrorKind::BadReference(what),
     };
-    let tensor_ok = |t: TensorId| -> Result<(), SimError> {
-        if t.index() < n_t {
-            Ok(())
-        } else {
-            Err(bad(format!("tensor {t}")))
+    let size = |t: TensorId| -> Result<u64, SimError> {
+        match pg.size_bytes.get(t.index()) {
+            Some(&size) if t.index() < n_t => Ok(size),
+            _ => Err(bad(format!("tensor {t}"))),
         }
     };
     let mut swap_in_bytes = 0u64;
     let mut swap_out_bytes = 0u64;
     for st in Stream::ALL {
         for i in 0..program.stream_len(st) {
-            let at = StepRef {
-                stream: st,
-                index: i as u32,
-            };
-            let w0 = s.waits.len();
             for w in program.waits(st, i) {
                 if w.index as usize >= program.stream_len(w.stream) {
                     return Err(bad(format!("step {w}")));
                 }
-                s.waits.push(offset[w.stream.index()] + w.index as usize);
             }
-            let a0 = s.allocs.len();
-            let f0 = s.frees.len();
-            let mut scratch_bytes = 0;
-            let mut label_op = None;
-            let instr = program.instr(st, i);
-            let work = match instr {
+            match program.instr(st, i) {
                 StepInstr::Compute(op) | StepInstr::Recompute { op, .. } => {
                     if op.index() >= graph.ops.len() {
                         return Err(bad(format!("op {op}")));
                     }
-                    label_op = Some(op.0);
-                    let kept = match instr {
-                        StepInstr::Recompute { outputs, .. } => Some(outputs),
-                        _ => None,
-                    };
-                    scratch_bytes += pg.workspace_bytes[op.index()];
-                    for &o in pg.op_allocated(op) {
-                        let size = pg.size_bytes[o.index()];
-                        if kept.is_none_or(|k| k.contains(&o)) {
-                            s.allocs.push((o.0 as u64, size));
-                        } else {
-                            scratch_bytes += size;
-                        }
-                    }
-                    Work::Kernel {
-                        time_s: prepared.op_time_s[op.index()],
-                        recompute: kept.is_some(),
-                    }
                 }
-                StepInstr::SwapIn(t) => {
-                    tensor_ok(t)?;
-                    let size = pg.size_bytes[t.index()];
-                    s.allocs.push((t.0 as u64, size));
-                    swap_in_bytes += size;
-                    Work::Copy { bytes: size }
-                }
-                StepInstr::SwapOut(t) => {
-                    tensor_ok(t)?;
-                    let size = pg.size_bytes[t.index()];
-                    swap_out_bytes += size;
-                    Work::Copy { bytes: size }
-                }
+                StepInstr::SwapIn(t) => swap_in_bytes += size(t)?,
+                StepInstr::SwapOut(t) => swap_out_bytes += size(t)?,
                 StepInstr::Free(t) => {
-                    tensor_ok(t)?;
-                    s.frees.push((t.0 as u64, pg.size_bytes[t.index()]));
-                    Work::Instant
+                    size(t)?;
                 }
-            };
-            s.steps.push(SimStep {
-                at,
-                work,
-                waits: w0..s.waits.len(),
-                allocs: a0..s.allocs.len(),
-                frees: f0..s.frees.len(),
-                scratch_bytes,
-                label_op,
-            });
+            }
         }
     }
     Ok((swap_in_bytes, swap_out_bytes))
 }
 
-/// The memory model for an allocator over `budget_bytes`.
-fn memory_model(allocator: &AllocatorSpec, budget_bytes: u64) -> Result<Memory, SimError> {
-    Ok(match allocator.config() {
-        None => Memory::Perfect {
-            live: 0,
-            peak_live: 0,
-        },
-        Some(config) => {
-            let alloc = outcore_alloc::build(&config, budget_bytes).map_err(|e| SimError {
-                kind: SimErrorKind::BadAllocator(e.to_string()),
-            })?;
-            Memory::Real { alloc }
-        }
-    })
-}
-
 /// The label of a finished step in the trace.
-fn trace_name<P: Program>(graph: &Graph, program: &P, step: &SimStep) -> String {
-    match program.instr(step.at.stream, step.at.index as usize) {
+fn trace_name<P: Program>(graph: &Graph, program: &P, at: StepRef) -> String {
+    match program.instr(at.stream, at.index as usize) {
         StepInstr::Compute(op) => graph.op(op).name.clone(),
         StepInstr::Recompute { op, .. } => format!("recompute {}", graph.op(op).name),
         StepInstr::SwapIn(t) => format!("swap-in {}", graph.tensor(t).name),
         StepInstr::SwapOut(t) => format!("swap-out {}", graph.tensor(t).name),
         StepInstr::Free(_) => String::new(),
+    }
+}
+
+/// The op a step runs, for the trace.
+fn label_op<P: Program>(program: &P, at: StepRef) -> Option<u32> {
+    match program.instr(at.stream, at.index as usize) {
+        StepInstr::Compute(op) | StepInstr::Recompute { op, .. } => Some(op.0),
+        _ => None,
     }
 }
 
@@ -378,274 +354,486 @@ pub fn simulate_program<P: Program>(
     options: &SimOptions,
     scratch: &mut SimScratch,
 ) -> Result<SimOutput, SimError> {
-    let pg = &prepared.graph;
-    let n_t = pg.n_tensors();
-    let latency_s = prepared.copy.latency_s;
-    let one_way = prepared.copy.one_way_bytes_per_s;
-    let duplex = prepared.copy.duplex_bytes_per_s;
-    let (swap_in_bytes, swap_out_bytes) = flatten(graph, prepared, program, scratch)?;
-    let budget_bytes = program.budget_bytes();
-    let mut sim = Sim {
-        memory: memory_model(allocator, budget_bytes)?,
-        alloc_trace: options.record_alloc_trace.then(|| Trace::new(None)),
-        oom: None,
-        scratch_id_base: n_t as u64,
-    };
-    let SimScratch {
-        steps,
-        waits,
-        allocs,
-        frees,
-        done_at,
-        initial,
-        batch_inputs,
-    } = scratch;
-    let mut offset = [0usize; 3];
-    let mut total = 0;
-    for st in Stream::ALL {
-        offset[st.index()] = total;
-        total += program.stream_len(st);
-    }
-
-    // Persistent tensors resident at the start stay allocated across iterations.
-    initial.clear();
-    initial.resize(n_t, None);
-    for &(t, r) in program.initial_residency() {
-        if let Some(slot) = initial.get_mut(t.index()) {
-            *slot = Some(r);
-        }
-    }
-    for &t in &pg.persistent_ids {
-        let residency = initial[t.index()].unwrap_or(Residency::Device);
-        if residency != Residency::Host {
-            sim.allocate(t.0 as u64, pg.size_bytes[t.index()], None);
-        }
-    }
-    batch_inputs.clear();
-    batch_inputs.extend(
-        (0..n_t)
-            .filter(|&i| pg.batch_input[i] && pg.allocates[i])
-            .map(|i| (i as u64, pg.size_bytes[i])),
-    );
-
-    let iterations = options.iterations.max(1);
-    done_at.clear();
-    done_at.resize(total, f64::INFINITY);
-    let mut now: f64;
-    let mut per_iteration = Vec::with_capacity(iterations);
-    let mut busy = StreamBusy::default();
-    let mut recompute_time_s = 0.0;
-    let mut peak_live = 0u64;
-    let mut tracer = TraceBuilder::new();
-    let len = [
-        program.stream_len(Stream::Compute),
-        program.stream_len(Stream::H2d),
-        program.stream_len(Stream::D2h),
-    ];
-    for iter in 0..iterations {
-        let last = iter + 1 == iterations;
-        // Iterations are separated by a barrier (the plan's waits are within one
-        // iteration), so each runs on its own clock from zero.
-        now = 0.0;
-        let start_s = now;
-        done_at.iter_mut().for_each(|d| *d = f64::INFINITY);
-        for &(id, size) in batch_inputs.iter() {
-            sim.allocate(id, size, None);
-        }
-        peak_live = peak_live.max(sim.memory.live());
-        let mut next = [0usize; 3];
-        let mut running: [Option<Running>; 3] = [None; 3];
-        let mut it_busy = StreamBusy::default();
-        let mut it_recompute_s = 0.0;
-        loop {
-            // Start every step that can start now; instant steps complete at once.
-            let mut progressed = true;
-            while progressed {
-                progressed = false;
-                for s in 0..3 {
-                    if running[s].is_some() || next[s] >= len[s] {
-                        continue;
-                    }
-                    let id = offset[s] + next[s];
-                    let step = &steps[id];
-                    if waits[step.waits.clone()].iter().any(|&w| done_at[w] > now) {
-                        continue;
-                    }
-                    for &(tid, size) in &allocs[step.allocs.clone()] {
-                        sim.allocate(tid, size, Some(step.at));
-                    }
-                    let scratch_id = sim.scratch_id_base + id as u64;
-                    if step.scratch_bytes > 0 {
-                        sim.allocate(scratch_id, step.scratch_bytes, Some(step.at));
-                    }
-                    peak_live = peak_live.max(sim.memory.live());
-                    if last && options.record_trace {
-                        tracer.memory(now - start_s, sim.memory.live());
-                    }
-                    match step.work {
-                        Work::Instant => {
-                            for &(tid, size) in &frees[step.frees.clone()] {
-                                sim.free(tid, size);
-                            }
-                            if last && options.record_trace {
-                                tracer.memory(now - start_s, sim.memory.live());
-                            }
-                            done_at[id] = now;
-                            next[s] += 1;
-                            progressed = true;
-                        }
-                        Work::Kernel { time_s, .. } => {
-                            running[s] = Some(Running {
-                                step: id,
-                                end_s: now + time_s,
-                                latency_left_s: 0.0,
-                                bytes_left: 0.0,
-                                started_s: now,
-                            });
-                        }
-                        Work::Copy { bytes } => {
-                            running[s] = Some(Running {
-                                step: id,
-                                end_s: f64::INFINITY,
-                                latency_left_s: latency_s,
-                                bytes_left: bytes as f64,
-                                started_s: now,
-                            });
-                        }
-                    }
-                }
-            }
-            if (0..3).all(|s| next[s] >= len[s] && running[s].is_none()) {
-                break;
-            }
-            // Next completion. Copy rates depend on whether the other direction is busy.
-            let both_copying = running[1].is_some() && running[2].is_some();
-            let rate = |s: usize| {
-                if both_copying {
-                    duplex[s - 1]
-                } else {
-                    one_way[s - 1]
-                }
-            };
-            let mut t_next = f64::INFINITY;
-            for (s, slot) in running.iter().enumerate() {
-                if let Some(r) = slot {
-                    let end = if s == 0 {
-                        r.end_s
-                    } else {
-                        now + r.latency_left_s + r.bytes_left / rate(s)
-                    };
-                    t_next = t_next.min(end);
-                }
-            }
-            // Something is running but never ends: a rate of 0 or an infinite
-            // op time, not a deadlock.
-            if !t_next.is_finite()
-                && let Some(r) = running.iter().flatten().next()
-            {
-                return Err(SimError {
-                    kind: SimErrorKind::InfiniteTime(steps[r.step].at),
-                });
-            }
-            if !t_next.is_finite() {
-                let stuck = (0..3)
-                    .find(|&s| next[s] < len[s])
-                    .map(|s| steps[offset[s] + next[s]].at)
-                    .unwrap_or(StepRef {
-                        stream: Stream::Compute,
-                        index: 0,
-                    });
-                return Err(SimError {
-                    kind: SimErrorKind::Deadlock(stuck),
-                });
-            }
-            let dt = t_next - now;
-            for s in 0..3 {
-                let Some(mut r) = running[s] else { continue };
-                let finished = if s == 0 {
-                    r.end_s <= t_next
-                } else {
-                    // Decide completion from the end time computed before advancing,
-                    // so rounding in the remaining bytes cannot end a copy early or late.
-                    let end = now + r.latency_left_s + r.bytes_left / rate(s);
-                    let lat = r.latency_left_s.min(dt);
-                    r.latency_left_s -= lat;
-                    r.bytes_left = (r.bytes_left - (dt - lat) * rate(s)).max(0.0);
-                    end <= t_next + 1e-12 * t_next.abs().max(1.0)
+    let run = Run::new(graph, prepared, program, options);
+    let result = match allocator.config() {
+        None => run.simulate(Perfect::default(), scratch),
+        Some(config) => match outcore_alloc::build(&config, program.budget_bytes()) {
+            Ok(alloc) => {
+                let memory = Real {
+                    alloc,
+                    oom: None,
+                    scratch_id_base: prepared.graph.n_tensors() as u64,
                 };
-                if finished {
-                    let step = &steps[r.step];
-                    let dur = t_next - r.started_s;
-                    match (s, step.work) {
-                        (0, Work::Kernel { recompute, .. }) => {
-                            it_busy.compute_s += dur;
-                            if recompute {
-                                it_recompute_s += dur;
-                            }
-                        }
-                        (1, _) => it_busy.h2d_s += dur,
-                        _ => it_busy.d2h_s += dur,
-                    }
-                    if step.scratch_bytes > 0 {
-                        sim.free(sim.scratch_id_base + r.step as u64, step.scratch_bytes);
-                    }
-                    if last && options.record_trace {
-                        let name = trace_name(graph, program, step);
-                        tracer.span(s, &name, r.started_s - start_s, dur, step.label_op);
-                        tracer.memory(t_next - start_s, sim.memory.live());
-                    }
-                    done_at[r.step] = t_next;
-                    next[s] += 1;
-                    running[s] = None;
-                } else {
-                    running[s] = Some(r);
-                }
+                run.simulate(memory, scratch)
             }
-            now = t_next;
+            Err(e) => Err(SimError {
+                kind: SimErrorKind::BadAllocator(e.to_string()),
+            }),
+        },
+    };
+    // The run checks each reference as it meets it, so a program that runs
+    // through has none bad. When it fails, a bad reference (the first in
+    // stream order) is the error, whatever the run ran into first.
+    result.map_err(|e| check_program(graph, prepared, program).err().unwrap_or(e))
+}
+
+/// A reference the run met that the graph or program lacks; reported as
+/// `check_program` words it.
+fn bad_reference(what: String) -> SimError {
+    SimError {
+        kind: SimErrorKind::BadReference(what),
+    }
+}
+
+/// One simulation: the program, its shape and what to record.
+struct Run<'a, P> {
+    graph: &'a Graph,
+    prepared: &'a SimPrepared,
+    program: &'a P,
+    options: &'a SimOptions,
+    /// Per stream: the global id of its first step, and its length.
+    offset: [usize; 3],
+    len: [usize; 3],
+}
+
+/// What the loop records across iterations.
+struct Recorder {
+    peak_live: u64,
+    tracer: TraceBuilder,
+    start_order: Option<Vec<StepRef>>,
+    /// Bytes the last iteration copies in and out.
+    swap_in_bytes: u64,
+    swap_out_bytes: u64,
+}
+
+/// The event loop's state within one iteration.
+struct Iteration {
+    /// Iterations are separated by a barrier (the plan's waits are within one
+    /// iteration), so each runs on its own clock from zero.
+    now: f64,
+    start_s: f64,
+    next: [usize; 3],
+    running: [Option<Running>; 3],
+    /// Per stream: a wait of its next step known not to be done yet (a
+    /// global id, `usize::MAX`: none known), checked first when it polls.
+    blocker: [usize; 3],
+    /// Steps finished so far.
+    done: usize,
+    busy: StreamBusy,
+    recompute_s: f64,
+    /// The last iteration: the one traced and reported.
+    last: bool,
+}
+
+impl<'a, P: Program> Run<'a, P> {
+    fn new(
+        graph: &'a Graph,
+        prepared: &'a SimPrepared,
+        program: &'a P,
+        options: &'a SimOptions,
+    ) -> Self {
+        let mut offset = [0usize; 3];
+        let mut len = [0usize; 3];
+        let mut total = 0;
+        for st in Stream::ALL {
+            offset[st.index()] = total;
+            len[st.index()] = program.stream_len(st);
+            total += len[st.index()];
         }
-        per_iteration.push(now - start_s);
-        busy = it_busy;
-        recompute_time_s = it_recompute_s;
+        Run {
+            graph,
+            prepared,
+            program,
+            options,
+            offset,
+            len,
+        }
     }
 
-    let ideal_time_s = prepared.ideal_time_s;
-    let iter_time_s = per_iteration.last().copied().unwrap_or(0.0);
-    let (peak_reserved, fragmentation, peak_live_bytes) = match &sim.memory {
-        Memory::Perfect { peak_live, .. } => (*peak_live, Some(1.0), *peak_live),
-        Memory::Real { alloc } => {
-            let st = alloc.stats();
-            (
-                st.peak_reserved_bytes,
-                st.fragmentation(),
-                st.peak_live_bytes,
-            )
+    fn total(&self) -> usize {
+        self.offset[2] + self.len[2]
+    }
+
+    /// Runs every iteration and reports the last.
+    fn simulate<M: Memory>(
+        &self,
+        memory: M,
+        scratch: &mut SimScratch,
+    ) -> Result<SimOutput, SimError> {
+        let pg = &self.prepared.graph;
+        let n_t = pg.n_tensors();
+        let mut sim = Sim {
+            memory,
+            alloc_trace: self.options.record_alloc_trace.then(|| Trace::new(None)),
+        };
+        let SimScratch {
+            done_at,
+            initial,
+            batch_inputs,
+        } = scratch;
+        // Persistent tensors resident at the start stay allocated across iterations.
+        initial.clear();
+        initial.resize(n_t, None);
+        for &(t, r) in self.program.initial_residency() {
+            if let Some(slot) = initial.get_mut(t.index()) {
+                *slot = Some(r);
+            }
         }
-    };
-    let report = SimReport {
-        iter_time_s,
-        ideal_time_s,
-        throughput_vs_ideal: if iter_time_s > 0.0 {
-            ideal_time_s / iter_time_s
-        } else {
-            1.0
-        },
-        peak_live_bytes: peak_live_bytes.max(peak_live),
-        peak_reserved_bytes: peak_reserved,
-        fragmentation,
-        swap_in_bytes,
-        swap_out_bytes,
-        recompute_time_s,
-        stall_time_s: (iter_time_s - busy.compute_s).max(0.0),
-        busy,
-        iterations,
-        per_iteration_time_s: per_iteration,
-        oom: sim.oom,
-    };
-    Ok(SimOutput {
-        report,
-        trace: options
-            .record_trace
-            .then(|| tracer.finish(&graph.meta.model)),
-        alloc_trace: sim.alloc_trace,
-    })
+        for &t in &pg.persistent_ids {
+            let residency = initial[t.index()].unwrap_or(Residency::Device);
+            if residency != Residency::Host {
+                sim.allocate(t.0 as u64, pg.size_bytes[t.index()], None);
+            }
+        }
+        batch_inputs.clear();
+        batch_inputs.extend(
+            (0..n_t)
+                .filter(|&i| pg.batch_input[i] && pg.allocates[i])
+                .map(|i| (i as u64, pg.size_bytes[i])),
+        );
+
+        let iterations = self.options.iterations.max(1);
+        done_at.clear();
+        done_at.resize(self.total(), f64::INFINITY);
+        let mut rec = Recorder {
+            peak_live: 0,
+            tracer: TraceBuilder::new(),
+            start_order: self.options.record_start_order.then(Vec::new),
+            swap_in_bytes: 0,
+            swap_out_bytes: 0,
+        };
+        let mut per_iteration = Vec::with_capacity(iterations);
+        let mut busy = StreamBusy::default();
+        let mut recompute_time_s = 0.0;
+        for iter in 0..iterations {
+            done_at.iter_mut().for_each(|d| *d = f64::INFINITY);
+            for &(id, size) in batch_inputs.iter() {
+                sim.allocate(id, size, None);
+            }
+            rec.peak_live = rec.peak_live.max(sim.memory.live());
+            let mut it = Iteration {
+                now: 0.0,
+                start_s: 0.0,
+                next: [0; 3],
+                running: [None; 3],
+                blocker: [usize::MAX; 3],
+                done: 0,
+                busy: StreamBusy::default(),
+                recompute_s: 0.0,
+                last: iter + 1 == iterations,
+            };
+            loop {
+                self.start_ready(&mut it, &mut sim, done_at, &mut rec)?;
+                if it.done == self.total() {
+                    break;
+                }
+                self.advance(&mut it, &mut sim, done_at, &mut rec)?;
+            }
+            per_iteration.push(it.now - it.start_s);
+            busy = it.busy;
+            recompute_time_s = it.recompute_s;
+        }
+
+        let ideal_time_s = self.prepared.ideal_time_s;
+        let iter_time_s = per_iteration.last().copied().unwrap_or(0.0);
+        let (peak_reserved, fragmentation, peak_live_bytes, oom) = sim.memory.finish();
+        let report = SimReport {
+            iter_time_s,
+            ideal_time_s,
+            throughput_vs_ideal: if iter_time_s > 0.0 {
+                ideal_time_s / iter_time_s
+            } else {
+                1.0
+            },
+            peak_live_bytes: peak_live_bytes.max(rec.peak_live),
+            peak_reserved_bytes: peak_reserved,
+            fragmentation,
+            swap_in_bytes: rec.swap_in_bytes,
+            swap_out_bytes: rec.swap_out_bytes,
+            recompute_time_s,
+            stall_time_s: (iter_time_s - busy.compute_s).max(0.0),
+            busy,
+            iterations,
+            per_iteration_time_s: per_iteration,
+            oom,
+        };
+        Ok(SimOutput {
+            report,
+            trace: self
+                .options
+                .record_trace
+                .then(|| rec.tracer.finish(&self.graph.meta.model)),
+            alloc_trace: sim.alloc_trace,
+            start_order: rec.start_order,
+        })
+    }
+
+    /// Starts every step that can start now, sweeping the streams in order
+    /// until a sweep completes no instant step (a free completes at once and
+    /// may unblock a step of another stream).
+    fn start_ready<M: Memory>(
+        &self,
+        it: &mut Iteration,
+        sim: &mut Sim<M>,
+        done_at: &mut [f64],
+        rec: &mut Recorder,
+    ) -> Result<(), SimError> {
+        let mut progressed = true;
+        while progressed {
+            progressed = false;
+            for s in 0..3 {
+                if it.running[s].is_some() || it.next[s] >= self.len[s] {
+                    continue;
+                }
+                let blocker = it.blocker[s];
+                if blocker != usize::MAX && done_at[blocker] > it.now {
+                    continue;
+                }
+                let st = Stream::ALL[s];
+                let i = it.next[s];
+                let mut pending = None;
+                for w in self.program.waits(st, i) {
+                    let ws = w.stream.index();
+                    if w.index as usize >= self.len[ws] {
+                        return Err(bad_reference(format!("step {w}")));
+                    }
+                    let w = self.offset[ws] + w.index as usize;
+                    if done_at[w] > it.now {
+                        pending = Some(w);
+                        break;
+                    }
+                }
+                if let Some(w) = pending {
+                    it.blocker[s] = w;
+                    continue;
+                }
+                it.blocker[s] = usize::MAX;
+                let at = StepRef {
+                    stream: st,
+                    index: i as u32,
+                };
+                let id = self.offset[s] + i;
+                if it.last
+                    && let Some(order) = rec.start_order.as_mut()
+                {
+                    order.push(at);
+                }
+                let (work, scratch_bytes) = self.allocate_step(sim, at, id)?;
+                let record_trace = it.last && self.options.record_trace;
+                rec.peak_live = rec.peak_live.max(sim.memory.live());
+                if record_trace {
+                    rec.tracer.memory(it.now - it.start_s, sim.memory.live());
+                }
+                let (end_s, latency_left_s, bytes_left, recompute) = match work {
+                    Work::Instant(t) => {
+                        sim.free(t.0 as u64, self.prepared.graph.size_bytes[t.index()]);
+                        if record_trace {
+                            rec.tracer.memory(it.now - it.start_s, sim.memory.live());
+                        }
+                        done_at[id] = it.now;
+                        it.next[s] += 1;
+                        it.done += 1;
+                        progressed = true;
+                        continue;
+                    }
+                    Work::Kernel { time_s, recompute } => (it.now + time_s, 0.0, 0.0, recompute),
+                    Work::Copy { bytes, swap_in } => {
+                        if it.last {
+                            match swap_in {
+                                true => rec.swap_in_bytes += bytes,
+                                false => rec.swap_out_bytes += bytes,
+                            }
+                        }
+                        let latency_s = self.prepared.copy.latency_s;
+                        (f64::INFINITY, latency_s, bytes as f64, false)
+                    }
+                };
+                it.running[s] = Some(Running {
+                    step: id,
+                    end_s,
+                    latency_left_s,
+                    bytes_left,
+                    started_s: it.now,
+                    scratch_bytes,
+                    recompute,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the allocations of step `at` (global id `id`) as it starts;
+    /// returns its work and the scratch bytes it holds while it runs. A
+    /// reference to an op or tensor the graph lacks is an error.
+    fn allocate_step<M: Memory>(
+        &self,
+        sim: &mut Sim<M>,
+        at: StepRef,
+        id: usize,
+    ) -> Result<(Work, u64), SimError> {
+        let pg = &self.prepared.graph;
+        let instr = self.program.instr(at.stream, at.index as usize);
+        let size = |t: TensorId| match pg.size_bytes.get(t.index()) {
+            Some(&size) if t.index() < pg.n_tensors() => Ok(size),
+            _ => Err(bad_reference(format!("tensor {t}"))),
+        };
+        let mut scratch_bytes = 0;
+        let work = match instr {
+            StepInstr::Compute(op) | StepInstr::Recompute { op, .. } => {
+                if op.index() >= self.graph.ops.len() {
+                    return Err(bad_reference(format!("op {op}")));
+                }
+                let kept = match instr {
+                    StepInstr::Recompute { outputs, .. } => Some(outputs),
+                    _ => None,
+                };
+                scratch_bytes += pg.workspace_bytes[op.index()];
+                for &o in pg.op_allocated(op) {
+                    let size = pg.size_bytes[o.index()];
+                    if kept.is_none_or(|k| k.contains(&o)) {
+                        sim.allocate(o.0 as u64, size, Some(at));
+                    } else {
+                        // Outputs not asked for live in scratch for the step only.
+                        scratch_bytes += size;
+                    }
+                }
+                Work::Kernel {
+                    time_s: self.prepared.op_time_s[op.index()],
+                    recompute: kept.is_some(),
+                }
+            }
+            StepInstr::SwapIn(t) => {
+                let size = size(t)?;
+                sim.allocate(t.0 as u64, size, Some(at));
+                Work::Copy {
+                    bytes: size,
+                    swap_in: true,
+                }
+            }
+            StepInstr::SwapOut(t) => Work::Copy {
+                bytes: size(t)?,
+                swap_in: false,
+            },
+            StepInstr::Free(t) => {
+                size(t)?;
+                Work::Instant(t)
+            }
+        };
+        if scratch_bytes > 0 {
+            let scratch_id = pg.n_tensors() as u64 + id as u64;
+            sim.allocate(scratch_id, scratch_bytes, Some(at));
+        }
+        Ok((work, scratch_bytes))
+    }
+
+    /// Advances the clock to the next completion and finishes every step that
+    /// completes then. Copy rates depend on whether the other direction is busy.
+    fn advance<M: Memory>(
+        &self,
+        it: &mut Iteration,
+        sim: &mut Sim<M>,
+        done_at: &mut [f64],
+        rec: &mut Recorder,
+    ) -> Result<(), SimError> {
+        let copy = &self.prepared.copy;
+        let now = it.now;
+        let both_copying = it.running[1].is_some() && it.running[2].is_some();
+        let rate = |s: usize| {
+            if both_copying {
+                copy.duplex_bytes_per_s[s - 1]
+            } else {
+                copy.one_way_bytes_per_s[s - 1]
+            }
+        };
+        let mut t_next = f64::INFINITY;
+        let mut ends = [f64::INFINITY; 3];
+        for (s, slot) in it.running.iter().enumerate() {
+            if let Some(r) = slot {
+                ends[s] = if s == 0 {
+                    r.end_s
+                } else {
+                    now + r.latency_left_s + r.bytes_left / rate(s)
+                };
+                t_next = t_next.min(ends[s]);
+            }
+        }
+        if !t_next.is_finite() {
+            return Err(self.stuck(it));
+        }
+        let dt = t_next - now;
+        for (s, &end) in ends.iter().enumerate() {
+            let Some(r) = &mut it.running[s] else {
+                continue;
+            };
+            let finished = if s == 0 {
+                r.end_s <= t_next
+            } else {
+                // Decide completion from the end time computed before advancing,
+                // so rounding in the remaining bytes cannot end a copy early or late.
+                let lat = r.latency_left_s.min(dt);
+                r.latency_left_s -= lat;
+                r.bytes_left = (r.bytes_left - (dt - lat) * rate(s)).max(0.0);
+                end <= t_next + 1e-12 * t_next.abs().max(1.0)
+            };
+            if !finished {
+                continue;
+            }
+            let r = *r;
+            let dur = t_next - r.started_s;
+            match s {
+                0 => {
+                    it.busy.compute_s += dur;
+                    if r.recompute {
+                        it.recompute_s += dur;
+                    }
+                }
+                1 => it.busy.h2d_s += dur,
+                _ => it.busy.d2h_s += dur,
+            }
+            if r.scratch_bytes > 0 {
+                let scratch_id = self.prepared.graph.n_tensors() as u64 + r.step as u64;
+                sim.free(scratch_id, r.scratch_bytes);
+            }
+            if it.last && self.options.record_trace {
+                let at = StepRef {
+                    stream: Stream::ALL[s],
+                    index: (r.step - self.offset[s]) as u32,
+                };
+                let name = trace_name(self.graph, self.program, at);
+                let op = label_op(self.program, at);
+                rec.tracer.span(s, &name, r.started_s - it.start_s, dur, op);
+                rec.tracer.memory(t_next - it.start_s, sim.memory.live());
+            }
+            done_at[r.step] = t_next;
+            it.next[s] += 1;
+            it.done += 1;
+            it.running[s] = None;
+        }
+        it.now = t_next;
+        Ok(())
+    }
+
+    /// Why nothing can complete: something running never ends (a rate of 0
+    /// or an infinite op time), or nothing runs and steps remain (a deadlock).
+    fn stuck(&self, it: &Iteration) -> SimError {
+        let step_at = |s: usize, id: usize| StepRef {
+            stream: Stream::ALL[s],
+            index: (id - self.offset[s]) as u32,
+        };
+        if let Some((s, r)) = (0..3).find_map(|s| it.running[s].map(|r| (s, r))) {
+            return SimError {
+                kind: SimErrorKind::InfiniteTime(step_at(s, r.step)),
+            };
+        }
+        let stuck = (0..3)
+            .find(|&s| it.next[s] < self.len[s])
+            .map(|s| step_at(s, self.offset[s] + it.next[s]))
+            .unwrap_or(StepRef {
+                stream: Stream::Compute,
+                index: 0,
+            });
+        SimError {
+            kind: SimErrorKind::Deadlock(stuck),
+        }
+    }
 }

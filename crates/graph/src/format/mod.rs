@@ -1,5 +1,6 @@
 //! Graph file formats: outcore's own versioned JSON and the `dnn-train-graph/1` import.
 
+pub mod aten_rewrite;
 pub mod dnn_train_graph;
 pub mod native;
 

@@ -1,0 +1,206 @@
+//! outcore-bound: a lower bound on the iteration time of *any* plan for a
+//! (graph, device, budget), computed from the graph and the cost model alone,
+//! independently of every planner, so that a plan's gap to it says how much
+//! any planner could still gain.
+//!
+//! # Derivation
+//!
+//! Let `T` be the iteration time of some valid plan (any compute order, any
+//! swaps, recomputations and layout) under budget `B`. Op times `t(o)` are the
+//! cost model's; copies move at most `r_in` bytes/s host-to-device and `r_out`
+//! device-to-host (the larger of each direction's one-way and duplex rates;
+//! latency is ignored, which only lowers the bound).
+//!
+//! 1. **Compute.** Every op runs at least once on the one compute stream:
+//!    `T >= C = sum t(o)` (the "ideal" time).
+//! 2. **Working sets.** An op runs with its inputs, outputs and workspace
+//!    allocated, so if some op's working set exceeds `B`, no plan exists
+//!    ([`Bound::NoPlan`]).
+//! 3. **A cut.** Pick an op `c`. In every valid order the ancestors `A(c)` of
+//!    `c` (and `c`) run before `c` ends, at time `t_c`, and its descendants
+//!    `D(c)` run after. A storage produced by an op of `A(c) ∪ {c}` and read
+//!    by an op of `D(c)` is needed across `t_c`, and so is a persistent tensor
+//!    (parameter, buffer, optimizer state) or batch input that an op of `D(c)`
+//!    reads or writes. At `t_c` at most `B` bytes are allocated, so at least
+//!    `E = (bytes of those storages) - B` bytes of them are *absent* at `t_c`.
+//!    An absent storage is brought back after `t_c` by
+//!    - a swap-in: `s` bytes host-to-device after `t_c`; for an activation
+//!      also `s` bytes device-to-host before `t_c` (it was produced on the
+//!      device, and its memory was only freed once its copy-out had
+//!      finished), and for an updated persistent tensor `s` bytes
+//!      device-to-host somewhere in the iteration (the plan ends with the
+//!      residency it started with, and the update happens on the device);
+//!    - or a recomputation of its producer, after `t_c`, taking at least that
+//!      op's time (one recomputation restores every output of the op; inputs
+//!      that must be restored first only add time). Persistent tensors, batch
+//!      inputs and outputs of ops that are not recomputable cannot be.
+//!
+//!    With `a` activation bytes and `p` persistent bytes swapped and `R` the
+//!    recomputation time:
+//!    `T >= max(F, a / r_out) + max(G + R, (a + p) / r_in)`, where `F` is the
+//!    compute time of `A(c) ∪ {c}` and `G` that of `D(c)` (the compute stream
+//!    is serial; copy-outs of absent activations end before `t_c`, copy-ins
+//!    and recomputations start after it);
+//!    `T >= C + R`; and `T >= (a + p_updated) / r_out`.
+//! 4. **Relaxation.** Choosing which storages are absent and how is a
+//!    knapsack; its fractional relaxation is a lower bound of it. For fixed
+//!    `(p, a)`, the best fractional choice swaps persistent bytes that are not
+//!    updated first (they need no copy-out), swaps the activations that are
+//!    dearest to recompute (per byte), and recomputes the cheapest remaining
+//!    `m = E - p - a` bytes: `R(m)` is a prefix sum of increasing ratios, so
+//!    convex in `m`, and every term above is convex in `(p, a)`. The minimum
+//!    over `(p, a)` is found by nested ternary search (see [`solve`]).
+//!
+//! The bound is `max(C, max over cuts c of T*(c))`. Cuts are spread over the
+//! graph's order (at most [`MAX_CUTS`] of them, always including the first op
+//! of the backward phase, where the most is saved for later).
+//!
+//! What it deliberately leaves out (each would only raise the bound): copy
+//! latency, the inputs of a recomputation that must themselves be restored,
+//! allocator fragmentation, and storages live across `t_c` that no op of
+//! `D(c)` reads.
+
+mod cut;
+mod solve;
+
+use outcore_cost::CostModel;
+use outcore_graph::{Graph, OpId};
+use serde::Serialize;
+
+pub use cut::{CutItems, Recompute, cut_items};
+pub use solve::{Relaxed, solve};
+
+/// At most this many cuts are tried (each costs a pass over the graph).
+pub const MAX_CUTS: usize = 64;
+
+/// The bound, or the proof that no plan exists.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Bound {
+    /// No plan is faster than `time_s`.
+    Time(TimeBound),
+    /// Op `op` needs `working_set_bytes` allocated at once, more than the budget.
+    NoPlan {
+        op: String,
+        working_set_bytes: u64,
+        budget_bytes: u64,
+    },
+}
+
+impl Bound {
+    /// The bound in seconds (`None` when no plan exists).
+    pub fn time_s(&self) -> Option<f64> {
+        match self {
+            Bound::Time(t) => Some(t.time_s),
+            Bound::NoPlan { .. } => None,
+        }
+    }
+}
+
+/// A lower bound on the iteration time and what sets it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimeBound {
+    /// The bound: no plan's iteration is shorter.
+    pub time_s: f64,
+    /// The compute time of every op once (the ideal time).
+    pub compute_s: f64,
+    /// The cut whose relaxation gives the bound, when it is above `compute_s`.
+    pub cut: Option<CutBound>,
+}
+
+/// The relaxation at the binding cut.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CutBound {
+    /// The op the cut is after.
+    pub op: String,
+    /// Bytes that must be absent at the cut.
+    pub absent_bytes: u64,
+    /// The relaxation's optimum there.
+    pub relaxed: Relaxed,
+}
+
+/// The lower bound for `graph` on `cost`'s device under `budget_bytes`.
+pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bound {
+    let op_time_s: Vec<f64> = (0..graph.ops.len())
+        .map(|i| cost.op_time_s(graph, OpId(i as u32)).max(0.0))
+        .collect();
+    if let Some((op, working_set_bytes)) = largest_working_set_over(graph, budget_bytes) {
+        return Bound::NoPlan {
+            op,
+            working_set_bytes,
+            budget_bytes,
+        };
+    }
+    let compute_s: f64 = op_time_s.iter().sum();
+    let rates = cost.copy_rates();
+    // The fastest either direction can ever move bytes.
+    let in_rate = rates.one_way_bytes_per_s[0].max(rates.duplex_bytes_per_s[0]);
+    let out_rate = rates.one_way_bytes_per_s[1].max(rates.duplex_bytes_per_s[1]);
+    let mut best = TimeBound {
+        time_s: compute_s,
+        compute_s,
+        cut: None,
+    };
+    for c in cut_candidates(graph) {
+        let items = cut_items(graph, &op_time_s, c);
+        let absent_bytes = items.total_bytes().saturating_sub(budget_bytes);
+        if absent_bytes == 0 {
+            continue;
+        }
+        let relaxed = solve(&items, absent_bytes as f64, compute_s, in_rate, out_rate);
+        if relaxed.time_s > best.time_s {
+            best.time_s = relaxed.time_s;
+            best.cut = Some(CutBound {
+                op: graph.op(c).name.clone(),
+                absent_bytes,
+                relaxed,
+            });
+        }
+    }
+    Bound::Time(best)
+}
+
+/// The first op whose inputs, outputs (storage owners, each once) and
+/// workspace exceed the budget, with that working set.
+fn largest_working_set_over(graph: &Graph, budget_bytes: u64) -> Option<(String, u64)> {
+    let mut owners = Vec::new();
+    for op in &graph.ops {
+        owners.clear();
+        owners.extend(
+            op.inputs
+                .iter()
+                .chain(&op.outputs)
+                .map(|&t| graph.storage_owner(t)),
+        );
+        owners.sort_unstable();
+        owners.dedup();
+        let bytes = owners
+            .iter()
+            .map(|&t| graph.tensor(t).size_bytes)
+            .fold(op.workspace_bytes, u64::saturating_add);
+        if bytes > budget_bytes {
+            return Some((op.name.clone(), bytes));
+        }
+    }
+    None
+}
+
+/// Ops to cut after: evenly spread over the graph's order, plus the first
+/// backward op (the end of the forward pass, where activations peak).
+fn cut_candidates(graph: &Graph) -> Vec<OpId> {
+    let n = graph.ops.len();
+    let step = n.div_ceil(MAX_CUTS).max(1);
+    let mut cuts: Vec<OpId> = (0..n).step_by(step).map(|i| OpId(i as u32)).collect();
+    if let Some(first_backward) = graph
+        .ops
+        .iter()
+        .find(|o| o.phase == outcore_graph::Phase::Backward)
+    {
+        // The op just before it is the last one the forward pass needs.
+        let i = first_backward.id.index();
+        cuts.push(OpId(i.saturating_sub(1) as u32));
+        cuts.push(first_backward.id);
+    }
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
+}

@@ -1,0 +1,161 @@
+//! The bound is a bound: on zoo models at budgets from 100% down to 30% of the
+//! footprint, no planner's verified plan simulates faster than it, and it
+//! behaves as its derivation says at the ends (the compute time with room to
+//! spare; no plan when one op's working set exceeds the budget).
+
+use outcore_bound::{Bound, lower_bound};
+use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
+use outcore_graph::{Graph, OpId, footprint, zoo};
+use outcore_plan::{AllocatorSpec, PlanOutcome, PlanRequest, verify};
+use outcore_sim::{SimOptions, simulate};
+use std::collections::BTreeMap;
+
+fn model(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
+    let knobs: BTreeMap<String, u64> = knobs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    zoo::build(name, Some(batch), &knobs, None).expect("zoo model builds")
+}
+
+fn v100() -> RooflineModel {
+    RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("builtin"))
+}
+
+fn compute_s(g: &Graph, cost: &dyn CostModel) -> f64 {
+    (0..g.ops.len())
+        .map(|i| cost.op_time_s(g, OpId(i as u32)))
+        .sum()
+}
+
+#[test]
+fn no_plan_is_faster_than_the_bound() {
+    let cost = v100();
+    let graphs = [
+        model("resnet50", 16, &[]),
+        model("vgg16", 16, &[]),
+        model("gpt2", 2, &[("layers", 4), ("seq", 128)]),
+        model("lstm", 8, &[]),
+    ];
+    let mut above_compute = 0;
+    for g in &graphs {
+        let (fp, _) = footprint(g);
+        let mut previous = f64::INFINITY;
+        for pct in [100u64, 70, 50, 30] {
+            let budget = fp * pct / 100;
+            let bound = match lower_bound(g, &cost, budget) {
+                Bound::Time(bound) => bound,
+                Bound::NoPlan { .. } => {
+                    // Then no planner may find one either.
+                    assert_no_planner_fits(g, &cost, budget);
+                    previous = f64::INFINITY;
+                    continue;
+                }
+            };
+            // A smaller budget never lowers the bound.
+            assert!(bound.time_s >= previous * (1.0 - 1e-9) || previous.is_infinite());
+            previous = bound.time_s;
+            if bound.time_s > bound.compute_s * 1.001 {
+                above_compute += 1;
+            }
+            for planner in outcore_planners::all() {
+                let request = PlanRequest {
+                    graph: g,
+                    cost: &cost,
+                    budget_bytes: budget,
+                    seed: 0,
+                    time_limit_s: 2.0,
+                    allocator: &AllocatorSpec::Perfect,
+                    order: None,
+                };
+                let Ok(PlanOutcome::Feasible(plan)) = planner.plan(&request) else {
+                    continue;
+                };
+                // `ideal` ignores the budget (it is the unlimited-memory
+                // reference): only plans held to the budget count.
+                if plan.budget_bytes > budget || !verify(&plan, g).is_empty() {
+                    continue;
+                }
+                let sim = simulate(g, &plan, &cost, &SimOptions::default()).expect("simulates");
+                if sim.report.oom.is_some() {
+                    continue;
+                }
+                assert!(
+                    sim.report.iter_time_s >= bound.time_s,
+                    "{} at {pct}%: {} simulates {} s, below the bound {} s ({:?})",
+                    g.meta.model,
+                    planner.name(),
+                    sim.report.iter_time_s,
+                    bound.time_s,
+                    bound.cut
+                );
+            }
+        }
+    }
+    // The link part of the bound does bite somewhere (else it would be the
+    // compute time everywhere and this test would check little).
+    assert!(
+        above_compute > 0,
+        "the bound never rose above the compute time"
+    );
+}
+
+fn assert_no_planner_fits(g: &Graph, cost: &dyn CostModel, budget: u64) {
+    for planner in outcore_planners::all() {
+        let request = PlanRequest {
+            graph: g,
+            cost,
+            budget_bytes: budget,
+            seed: 0,
+            time_limit_s: 2.0,
+            allocator: &AllocatorSpec::Perfect,
+            order: None,
+        };
+        if let Ok(PlanOutcome::Feasible(plan)) = planner.plan(&request) {
+            assert!(
+                plan.budget_bytes > budget || !verify(&plan, g).is_empty(),
+                "{} fits {} in {budget} bytes, where the bound says no plan exists",
+                planner.name(),
+                g.meta.model
+            );
+        }
+    }
+}
+
+#[test]
+fn with_room_to_spare_the_bound_is_the_compute_time() {
+    let cost = v100();
+    let g = model("resnet50", 8, &[]);
+    let (fp, _) = footprint(&g);
+    let Bound::Time(b) = lower_bound(&g, &cost, fp) else {
+        panic!("no plan at 100%");
+    };
+    let c = compute_s(&g, &cost);
+    assert!((b.time_s - c).abs() <= 1e-12 * c, "{} vs {c}", b.time_s);
+    assert!(b.cut.is_none());
+}
+
+#[test]
+fn a_working_set_over_the_budget_means_no_plan() {
+    let cost = v100();
+    let g = model("vgg16", 8, &[]);
+    // The largest working set of any op, counted as the bound counts it.
+    let largest = g
+        .ops
+        .iter()
+        .map(|op| {
+            let mut owners: Vec<_> = op
+                .inputs
+                .iter()
+                .chain(&op.outputs)
+                .map(|&t| g.storage_owner(t))
+                .collect();
+            owners.sort_unstable();
+            owners.dedup();
+            owners.iter().map(|&t| g.tensor(t).size_bytes).sum::<u64>() + op.workspace_bytes
+        })
+        .max()
+        .expect("ops");
+    assert!(matches!(
+        lower_bound(&g, &cost, largest - 1),
+        Bound::NoPlan { working_set_bytes, .. } if working_set_bytes == largest
+    ));
+    assert!(matches!(lower_bound(&g, &cost, largest), Bound::Time(_)));
+}

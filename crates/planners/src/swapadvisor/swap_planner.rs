@@ -1,0 +1,834 @@
+//! SwapAdvisor's swap planner (paper 000, Sec. 4.2): for one operator schedule
+//! and one memory pool, which tensors to swap out and when to swap out and in.
+//!
+//! The planner scans the schedule and keeps, per size class of the pool, which
+//! tensors hold its objects. An op needs its operands resident and an object
+//! for each output and its workspace; an absent operand is swapped in. When a
+//! class has no free object, the victim is chosen by Belady's rule within that
+//! class: the resident tensor (not used by this op) whose next use is furthest
+//! away, among those last used at least a threshold of time ago. Each
+//! swap-out / swap-in pair is placed as early as is safe: the swap-out right
+//! after the victim's last use, and the swap-in once the object is free. The
+//! double pass fixes the parameters resident at the iteration start so that the
+//! plan repeats: pass one starts with every persistent tensor on the host, pass
+//! two starts with those pass one ends with on the device, and evicting one of
+//! them before its first use removes it from that set.
+//!
+//! In outcore's terms a pair is two gaps of the shared lowering: the victim's
+//! gap starts at its last use, and the compute op at `reclaim_before` waits for
+//! its free; the swap-in's gap is triggered (`prefetch_after`) at or after that
+//! op. Every object therefore passes from one tensor to the next in an order
+//! that holds in every timing: the previous holder's free happens before the
+//! next holder's allocation. So in any timing each class holds at most its
+//! count (the plan never fails in the pool), and at every compute step the
+//! bytes `verify()` counts fit in the pool, which fits in the budget.
+//! `verify()` is stricter at a swap-in step: a copy may run at any time
+//! between its trigger and its use, so every buffer allocated in that window
+//! counts against it. A final sweep therefore delays a trigger (never past the
+//! op before the use, where the bound is the pool's again) until the bytes
+//! that may be live at the swap-in fit the budget.
+//!
+//! Choices where the paper is vague:
+//! - Threshold: a candidate qualifies when the compute time between its last
+//!   use and the op that needs the room covers its own swap-out (none when
+//!   its host copy is current) plus, for room needed by a swap-in, that
+//!   swap-in. When none qualifies, the least recently used candidate is taken
+//!   (the one whose object frees soonest).
+//! - The reclaim point is the first op after the last use by which the
+//!   swap-out should be done at the compute rate (never later than needed).
+//! - A swap-out whose host copy is current costs nothing (the lowering frees
+//!   on the compute stream); the reclaim wait is kept anyway, so the ordering
+//!   holds even if the lowering disagrees about the copy.
+//! - Pass two: persistent tensors ending pass one resident start resident, in
+//!   order of first use while their classes have objects left (batch inputs
+//!   take theirs first). A persistent tensor resident at the end of pass two
+//!   but not at its start is swapped out after its last use; one resident at
+//!   the start but not at the end starts on the host instead and is swapped in
+//!   at the iteration start into the object it held.
+
+use super::encoding::PoolModel;
+use outcore_graph::{Graph, OpId, TensorId};
+use outcore_plan::{Gap, PreparedGraph, Residency, Restore, Schedule};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+const NONE: u32 = u32::MAX;
+
+/// What the swap planner needs of a graph, computed once per search.
+#[derive(Debug)]
+pub struct Facts<'g> {
+    pub graph: &'g Graph,
+    pub prepared: PreparedGraph,
+    /// Seconds of each op, by op id.
+    pub op_time_s: Vec<f64>,
+    /// Seconds to copy each tensor in and out.
+    pub h2d_s: Vec<f64>,
+    pub d2h_s: Vec<f64>,
+    /// Storage owners, ascending.
+    pub owners: Vec<TensorId>,
+}
+
+impl<'g> Facts<'g> {
+    pub fn new(graph: &'g Graph, cost: &dyn outcore_cost::CostModel, op_time_s: &[f64]) -> Self {
+        let prepared = PreparedGraph::new(graph);
+        let h2d_s = graph
+            .tensors
+            .iter()
+            .map(|t| cost.h2d_time_s(t.size_bytes))
+            .collect();
+        let d2h_s = graph
+            .tensors
+            .iter()
+            .map(|t| cost.d2h_time_s(t.size_bytes))
+            .collect();
+        let owners = graph
+            .tensors
+            .iter()
+            .filter(|t| t.allocates())
+            .map(|t| t.id)
+            .collect();
+        Facts {
+            graph,
+            prepared,
+            op_time_s: op_time_s.to_vec(),
+            h2d_s,
+            d2h_s,
+            owners,
+        }
+    }
+}
+
+/// The op that the pool could not serve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolShortfall {
+    /// Position in the schedule.
+    pub position: usize,
+    /// Object size of the class that ran out.
+    pub class_bytes: u64,
+    pub message: String,
+}
+
+/// A swap plan: the schedule to lower, and what it took.
+#[derive(Debug, Clone)]
+pub struct SwapPlan {
+    pub schedule: Schedule,
+    /// Swap-outs that copy (the others free a tensor whose host copy is current).
+    pub swap_outs: usize,
+    pub swap_ins: usize,
+    /// Persistent tensors resident at the iteration start.
+    pub initial_resident: usize,
+    /// Swap-in triggers the final sweep delayed for `verify()`'s bound.
+    pub delayed_prefetches: usize,
+}
+
+/// The first pass alone, with every persistent tensor on the host at the
+/// start (what the paper's Fig. 3 walks through), finished like
+/// [`plan_swaps`]: whatever it ends with on the device is swapped out after
+/// its last use.
+pub fn plan_first_pass(
+    facts: &Facts<'_>,
+    order: &[OpId],
+    pool: &PoolModel,
+    budget_bytes: u64,
+) -> Result<SwapPlan, PoolShortfall> {
+    let setup = Setup::new(facts, order, pool)?;
+    let first = Scan::run(&setup, &vec![false; facts.graph.tensors.len()])?;
+    Ok(finish(&setup, first, budget_bytes))
+}
+
+/// Plans the swaps of `order` (a topological order of `facts.graph`) under
+/// `pool` and `budget_bytes` (module doc).
+pub fn plan_swaps(
+    facts: &Facts<'_>,
+    order: &[OpId],
+    pool: &PoolModel,
+    budget_bytes: u64,
+) -> Result<SwapPlan, PoolShortfall> {
+    let setup = Setup::new(facts, order, pool)?;
+    let n_t = facts.graph.tensors.len();
+    let first = Scan::run(&setup, &vec![false; n_t])?;
+    let second = Scan::run(&setup, &first.resident_at_end)?;
+    Ok(finish(&setup, second, budget_bytes))
+}
+
+/// Per-order and per-pool tables shared by both passes.
+struct Setup<'a, 'g> {
+    facts: &'a Facts<'g>,
+    order: &'a [OpId],
+    pool: &'a PoolModel,
+    /// `prefix_s[p]`: compute time of positions `0..p`.
+    prefix_s: Vec<f64>,
+    /// Per tensor: its class (owners only).
+    class: Vec<u32>,
+    /// Per op: the class of its workspace (`NONE`: none).
+    ws_class: Vec<u32>,
+    /// Per storage owner: use positions, as compressed rows.
+    use_start: Vec<u32>,
+    use_items: Vec<u32>,
+}
+
+impl<'a, 'g> Setup<'a, 'g> {
+    fn new(
+        facts: &'a Facts<'g>,
+        order: &'a [OpId],
+        pool: &'a PoolModel,
+    ) -> Result<Self, PoolShortfall> {
+        let g = facts.graph;
+        let pg = &facts.prepared;
+        let n = order.len();
+        let mut prefix_s = Vec::with_capacity(n + 1);
+        let mut acc = 0.0;
+        prefix_s.push(acc);
+        for &op in order {
+            acc += facts.op_time_s[op.index()].max(0.0);
+            prefix_s.push(acc);
+        }
+        let too_large = |size: u64, position: usize| PoolShortfall {
+            position,
+            class_bytes: pool.class_bytes.last().copied().unwrap_or(0),
+            message: format!(
+                "a buffer of {} is larger than every class of the pool",
+                outcore_plan::fmt_bytes(size)
+            ),
+        };
+        let mut class = vec![NONE; g.tensors.len()];
+        for &t in &facts.owners {
+            let size = pg.size_bytes[t.index()];
+            class[t.index()] = pool.class_of(size).ok_or_else(|| too_large(size, 0))? as u32;
+        }
+        let mut ws_class = vec![NONE; g.ops.len()];
+        for (pos, &op) in order.iter().enumerate() {
+            let ws = pg.workspace_bytes[op.index()];
+            if ws > 0 {
+                ws_class[op.index()] = pool.class_of(ws).ok_or_else(|| too_large(ws, pos))? as u32;
+            }
+        }
+        let mut use_start = vec![0u32; g.tensors.len() + 1];
+        for &op in order {
+            for &o in pg.op_owners(op) {
+                use_start[o.index() + 1] += 1;
+            }
+        }
+        for i in 0..g.tensors.len() {
+            use_start[i + 1] += use_start[i];
+        }
+        let mut fill = use_start.clone();
+        let mut use_items = vec![0u32; use_start[g.tensors.len()] as usize];
+        for (pos, &op) in order.iter().enumerate() {
+            for &o in pg.op_owners(op) {
+                use_items[fill[o.index()] as usize] = pos as u32;
+                fill[o.index()] += 1;
+            }
+        }
+        Ok(Setup {
+            facts,
+            order,
+            pool,
+            prefix_s,
+            class,
+            ws_class,
+            use_start,
+            use_items,
+        })
+    }
+
+    fn n(&self) -> usize {
+        self.order.len()
+    }
+
+    fn uses(&self, t: TensorId) -> &[u32] {
+        &self.use_items[self.use_start[t.index()] as usize..self.use_start[t.index() + 1] as usize]
+    }
+
+    /// Compute time of positions `lo..hi`.
+    fn time_s(&self, lo: usize, hi: usize) -> f64 {
+        if hi <= lo {
+            0.0
+        } else {
+            self.prefix_s[hi.min(self.n())] - self.prefix_s[lo.min(self.n())]
+        }
+    }
+
+    fn size(&self, t: TensorId) -> u64 {
+        self.facts.prepared.size_bytes[t.index()]
+    }
+}
+
+/// Per tensor state of a scan.
+#[derive(Debug, Clone, Copy)]
+struct TState {
+    resident: bool,
+    last_use: u32,
+    /// Index into the tensor's uses of the next use not yet reached.
+    cursor: u32,
+    host_current: bool,
+    /// Resident from the iteration start and not used yet (pass two).
+    initial_unused: bool,
+    /// Starts the iteration on the device.
+    initial: bool,
+    /// The gap (by index) the tensor is in, waiting for its swap-in.
+    open_gap: u32,
+    /// The buffer (by index) of its current residency.
+    buf: u32,
+    /// The buffer it held from the iteration start (`NONE`: none).
+    init_buf: u32,
+    /// Key in its class's victim set (`u64::MAX`: not in it).
+    key: u64,
+}
+
+/// Per class state of a scan.
+#[derive(Debug, Default)]
+struct ClassState {
+    /// Objects never used (free from the start).
+    fresh: u64,
+    /// Freed objects by the position from which they are free.
+    recycled: BinaryHeap<Reverse<u32>>,
+    /// Victim candidates by next use: `(key, tensor)`.
+    victims: BTreeSet<(u64, u32)>,
+}
+
+/// One residency of one buffer, as positions `[start, end]` that `verify()`
+/// may count it at (see the module doc).
+#[derive(Debug, Clone, Copy)]
+struct Buffer {
+    size: u64,
+    start: u32,
+    end: u32,
+    /// The gap whose swap-in allocates it (`NONE`: made by an op, or resident
+    /// from the start).
+    swap_in_gap: u32,
+}
+
+/// What a pass ends with.
+struct Scanned {
+    gaps: Vec<Gap>,
+    buffers: Vec<Buffer>,
+    state: Vec<TState>,
+    resident_at_end: Vec<bool>,
+    swap_outs: usize,
+}
+
+/// One pass over the schedule.
+struct Scan<'s, 'a, 'g> {
+    s: &'s Setup<'a, 'g>,
+    t: Vec<TState>,
+    classes: Vec<ClassState>,
+    gaps: Vec<Gap>,
+    buffers: Vec<Buffer>,
+    swap_outs: usize,
+}
+
+impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
+    /// Runs a pass with the persistent tensors of `initial` starting resident
+    /// (as many as their classes hold, by first use).
+    fn run(s: &'s Setup<'a, 'g>, initial: &[bool]) -> Result<Scanned, PoolShortfall> {
+        let pg = &s.facts.prepared;
+        let n_t = s.facts.graph.tensors.len();
+        let mut scan = Scan {
+            s,
+            t: vec![
+                TState {
+                    resident: false,
+                    last_use: NONE,
+                    cursor: 0,
+                    host_current: false,
+                    initial_unused: false,
+                    initial: false,
+                    open_gap: NONE,
+                    buf: NONE,
+                    init_buf: NONE,
+                    key: u64::MAX,
+                };
+                n_t
+            ],
+            classes: s
+                .pool
+                .count
+                .iter()
+                .map(|&c| ClassState {
+                    fresh: c,
+                    ..ClassState::default()
+                })
+                .collect(),
+            gaps: Vec::new(),
+            buffers: Vec::new(),
+            swap_outs: 0,
+        };
+        for &t in &s.facts.owners {
+            let i = t.index();
+            scan.t[i].host_current = pg.batch_input[i] || pg.persistent[i];
+        }
+        // Batch inputs arrive with the batch.
+        for &t in &s.facts.owners {
+            if pg.batch_input[t.index()] {
+                scan.take_fresh(t, "an input of the batch")?;
+            }
+        }
+        // Initial residents, by first use, while their classes have objects.
+        let mut wanted: Vec<(u32, TensorId)> = s
+            .facts
+            .owners
+            .iter()
+            .filter(|t| initial[t.index()] && pg.persistent[t.index()])
+            .filter_map(|&t| s.uses(t).first().map(|&u| (u, t)))
+            .collect();
+        wanted.sort_unstable();
+        for (first, t) in wanted {
+            let k = s.class[t.index()] as usize;
+            if scan.classes[k].fresh == 0 {
+                continue;
+            }
+            scan.classes[k].fresh -= 1;
+            let st = &mut scan.t[t.index()];
+            st.resident = true;
+            st.initial = true;
+            st.initial_unused = true;
+            st.host_current = false;
+            scan.new_buffer(t, 0, NONE);
+            scan.t[t.index()].init_buf = scan.t[t.index()].buf;
+            scan.set_victim(t, first as u64);
+        }
+        for q in 0..s.n() {
+            scan.step(q)?;
+        }
+        let resident_at_end = scan.t.iter().map(|st| st.resident).collect();
+        Ok(Scanned {
+            gaps: scan.gaps,
+            buffers: scan.buffers,
+            state: scan.t,
+            resident_at_end,
+            swap_outs: scan.swap_outs,
+        })
+    }
+
+    fn take_fresh(&mut self, t: TensorId, what: &str) -> Result<(), PoolShortfall> {
+        let k = self.s.class[t.index()] as usize;
+        if self.classes[k].fresh == 0 {
+            return Err(self.shortfall(0, k, what));
+        }
+        self.classes[k].fresh -= 1;
+        self.t[t.index()].resident = true;
+        self.new_buffer(t, 0, NONE);
+        Ok(())
+    }
+
+    fn shortfall(&self, position: usize, class: usize, what: &str) -> PoolShortfall {
+        let class_bytes = self.s.pool.class_bytes[class];
+        let op = self.s.order.get(position).map_or_else(
+            || "the iteration start".to_string(),
+            |&op| format!("op `{}`", self.s.facts.graph.op(op).name),
+        );
+        PoolShortfall {
+            position,
+            class_bytes,
+            message: format!(
+                "{op} finds no object of the {} class ({} objects) for {what}: every one holds an operand of the op or nothing can leave in time",
+                outcore_plan::fmt_bytes(class_bytes),
+                self.s.pool.count[class]
+            ),
+        }
+    }
+
+    fn new_buffer(&mut self, t: TensorId, start: u32, swap_in_gap: u32) {
+        self.t[t.index()].buf = self.buffers.len() as u32;
+        self.buffers.push(Buffer {
+            size: self.s.size(t),
+            start,
+            end: self.s.n().saturating_sub(1) as u32,
+            swap_in_gap,
+        });
+    }
+
+    fn set_victim(&mut self, t: TensorId, key: u64) {
+        let k = self.s.class[t.index()] as usize;
+        self.t[t.index()].key = key;
+        self.classes[k].victims.insert((key, t.0));
+    }
+
+    fn clear_victim(&mut self, t: TensorId) {
+        let key = self.t[t.index()].key;
+        if key != u64::MAX {
+            let k = self.s.class[t.index()] as usize;
+            self.classes[k].victims.remove(&(key, t.0));
+            self.t[t.index()].key = u64::MAX;
+        }
+    }
+
+    /// One op: its operands resident, room for its outputs and workspace, then
+    /// the bookkeeping of its uses.
+    fn step(&mut self, q: usize) -> Result<(), PoolShortfall> {
+        let s = self.s;
+        let pg = &s.facts.prepared;
+        let op = s.order[q];
+        for &o in pg.op_owners(op) {
+            if self.t[o.index()].resident {
+                self.clear_victim(o);
+            }
+        }
+        let allocated = pg.op_allocated(op);
+        for &o in pg.op_owners(op) {
+            if !self.t[o.index()].resident && !allocated.contains(&o) {
+                self.swap_in(o, q)?;
+            }
+        }
+        for &o in allocated {
+            let k = s.class[o.index()] as usize;
+            self.room(k, q, 0.0, q, "an output")?;
+            self.t[o.index()].resident = true;
+            self.new_buffer(o, q as u32, NONE);
+        }
+        let ws = s.ws_class[op.index()];
+        if ws != NONE {
+            self.room(ws as usize, q, 0.0, q, "its workspace")?;
+            let size = pg.workspace_bytes[op.index()];
+            self.buffers.push(Buffer {
+                size,
+                start: q as u32,
+                end: q as u32,
+                swap_in_gap: NONE,
+            });
+        }
+        for &o in pg.op_owners(op) {
+            self.after_use(o, q);
+        }
+        for &w in pg.op_written(op) {
+            self.t[w.index()].host_current = false;
+        }
+        if ws != NONE {
+            self.classes[ws as usize]
+                .recycled
+                .push(Reverse(q as u32 + 1));
+        }
+        Ok(())
+    }
+
+    /// Brings `x` back for its use at `q`: an object, then the trigger.
+    fn swap_in(&mut self, x: TensorId, q: usize) -> Result<(), PoolShortfall> {
+        let s = self.s;
+        let k = s.class[x.index()] as usize;
+        let gap = self.t[x.index()].open_gap;
+        // Triggers must precede the use; an object free from the start also
+        // serves a swap-in issued at the iteration start.
+        let limit = q.saturating_sub(1);
+        let free_since = self.room(k, limit, s.facts.h2d_s[x.index()], q, "a swap-in")?;
+        let start = if gap == NONE {
+            let prefetch = (free_since > 0).then_some(free_since);
+            if prefetch.is_some_and(|p| p >= q) {
+                return Err(self.shortfall(q, k, "a swap-in"));
+            }
+            self.gaps.push(Gap {
+                tensor: x,
+                after: None,
+                before: Some(q),
+                how: Restore::Swap,
+                prefetch_after: prefetch,
+                reclaim_before: None,
+            });
+            free_since
+        } else {
+            let g = &mut self.gaps[gap as usize];
+            let t = free_since.max(g.after.unwrap_or(0));
+            g.prefetch_after = Some(t);
+            t
+        };
+        let gap_index = if gap == NONE {
+            self.gaps.len() - 1
+        } else {
+            gap as usize
+        };
+        let st = &mut self.t[x.index()];
+        st.resident = true;
+        st.open_gap = NONE;
+        self.new_buffer(x, start as u32, gap_index as u32);
+        Ok(())
+    }
+
+    /// An object of class `k` free by position `limit` (from the free list, or
+    /// by evicting a victim), for a need at `q`; returns the position from
+    /// which it is free.
+    fn room(
+        &mut self,
+        k: usize,
+        limit: usize,
+        need_s: f64,
+        q: usize,
+        what: &str,
+    ) -> Result<usize, PoolShortfall> {
+        let c = &mut self.classes[k];
+        if c.fresh > 0 {
+            c.fresh -= 1;
+            return Ok(0);
+        }
+        if let Some(&Reverse(f)) = c.recycled.peek()
+            && f as usize <= limit
+        {
+            c.recycled.pop();
+            return Ok(f as usize);
+        }
+        let Some(victim) = self.choose_victim(k, limit, need_s, q) else {
+            return Err(self.shortfall(q, k, what));
+        };
+        Ok(self.evict(victim, limit))
+    }
+
+    /// Belady's choice within class `k` (module doc).
+    fn choose_victim(&self, k: usize, limit: usize, need_s: f64, q: usize) -> Option<TensorId> {
+        let s = self.s;
+        let mut fallback: Option<(u32, TensorId)> = None;
+        for &(_, ti) in self.classes[k].victims.iter().rev() {
+            let t = TensorId(ti);
+            let st = &self.t[t.index()];
+            if st.initial_unused {
+                return Some(t);
+            }
+            let a = st.last_use as usize;
+            if a + 1 > limit {
+                continue;
+            }
+            let out_s = if st.host_current {
+                0.0
+            } else {
+                s.facts.d2h_s[t.index()]
+            };
+            if s.time_s(a + 1, q) >= out_s + need_s {
+                return Some(t);
+            }
+            if fallback.is_none_or(|(fa, _)| (a as u32) < fa) {
+                fallback = Some((a as u32, t));
+            }
+        }
+        fallback.map(|f| f.1)
+    }
+
+    /// Takes `t` off the device; returns the position from which its object
+    /// is free (never after `limit`).
+    fn evict(&mut self, t: TensorId, limit: usize) -> usize {
+        self.clear_victim(t);
+        let s = self.s;
+        let n = s.n();
+        let st = self.t[t.index()];
+        self.t[t.index()].resident = false;
+        if st.initial_unused {
+            // Not resident at the start after all: it is swapped in before
+            // its first use, and its object was never used.
+            let tt = &mut self.t[t.index()];
+            tt.initial_unused = false;
+            tt.initial = false;
+            tt.host_current = true;
+            self.buffers[st.buf as usize].size = 0;
+            return 0;
+        }
+        let a = st.last_use as usize;
+        let uses = s.uses(t);
+        let before = uses.get(st.cursor as usize).map(|&u| u as usize);
+        let (reclaim, free_since) = if st.host_current {
+            (a + 1, a + 1)
+        } else {
+            self.swap_outs += 1;
+            let out_s = s.facts.d2h_s[t.index()];
+            // The first op by which the copy is done, at most `limit`.
+            let lo = a + 1;
+            let target = s.prefix_s[lo] + out_s;
+            let r = s.prefix_s[lo..=limit.min(n)].partition_point(|&p| p < target) + lo;
+            let r = r.min(limit);
+            (r, r)
+        };
+        self.t[t.index()].host_current = true;
+        self.buffers[st.buf as usize].end = (free_since - 1) as u32;
+        self.gaps.push(Gap {
+            tensor: t,
+            after: Some(a),
+            before,
+            how: Restore::Swap,
+            prefetch_after: None,
+            reclaim_before: Some(reclaim),
+        });
+        if before.is_some() {
+            self.t[t.index()].open_gap = (self.gaps.len() - 1) as u32;
+        }
+        free_since
+    }
+
+    /// Bookkeeping after `o` is used at `q`.
+    fn after_use(&mut self, o: TensorId, q: usize) {
+        let s = self.s;
+        let pg = &s.facts.prepared;
+        let n = s.n();
+        let uses = s.uses(o);
+        let st = &mut self.t[o.index()];
+        st.last_use = q as u32;
+        st.initial_unused = false;
+        while (st.cursor as usize) < uses.len() && uses[st.cursor as usize] as usize <= q {
+            st.cursor += 1;
+        }
+        let next = uses.get(st.cursor as usize).copied();
+        let i = o.index();
+        if let Some(b) = next {
+            self.set_victim(o, b as u64);
+        } else if pg.persistent[i] {
+            let first = uses.first().copied().unwrap_or(0) as u64;
+            self.set_victim(o, n as u64 + first);
+        } else if !pg.output_storage[i] {
+            // Dead: freed right after this op.
+            self.t[i].resident = false;
+            let buf = self.t[i].buf as usize;
+            self.buffers[buf].end = q as u32;
+            let k = s.class[i] as usize;
+            self.classes[k].recycled.push(Reverse(q as u32 + 1));
+        }
+    }
+}
+
+/// Pass two's end fixed up (module doc), the swap-in triggers swept against
+/// `verify()`'s bound, and the schedule.
+fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPlan {
+    let pg = &s.facts.prepared;
+    for &t in &s.facts.owners {
+        let i = t.index();
+        if !pg.persistent[i] {
+            continue;
+        }
+        let uses = s.uses(t);
+        let (Some(&first), Some(&last)) = (uses.first(), uses.last()) else {
+            continue;
+        };
+        let st = scanned.state[i];
+        let resident = scanned.resident_at_end[i];
+        if st.initial && !resident {
+            // Starts on the host, swapped in at the start into its object.
+            scanned.state[i].initial = false;
+            scanned.gaps.push(Gap {
+                tensor: t,
+                after: None,
+                before: Some(first as usize),
+                how: Restore::Swap,
+                prefetch_after: None,
+                reclaim_before: None,
+            });
+            if st.init_buf != NONE {
+                scanned.buffers[st.init_buf as usize].swap_in_gap = (scanned.gaps.len() - 1) as u32;
+            }
+        } else if !st.initial && resident {
+            scanned.gaps.push(Gap {
+                tensor: t,
+                after: Some(last as usize),
+                before: None,
+                how: Restore::Swap,
+                prefetch_after: None,
+                reclaim_before: None,
+            });
+        }
+    }
+    let delayed = sweep(s, &mut scanned, budget_bytes);
+    let mut initial_residency: Vec<(TensorId, Residency)> = pg
+        .persistent_ids
+        .iter()
+        .filter(|t| !scanned.state[t.index()].initial)
+        .map(|&t| (t, Residency::Host))
+        .collect();
+    initial_residency.sort_by_key(|e| e.0);
+    let swap_ins = scanned.gaps.iter().filter(|g| g.before.is_some()).count();
+    let initial_resident = pg
+        .persistent_ids
+        .iter()
+        .filter(|t| scanned.state[t.index()].initial)
+        .count();
+    SwapPlan {
+        schedule: Schedule {
+            order: s.order.to_vec(),
+            gaps: scanned.gaps,
+            initial_residency,
+        },
+        swap_outs: scanned.swap_outs,
+        swap_ins,
+        initial_resident,
+        delayed_prefetches: delayed,
+    }
+}
+
+/// Delays swap-in triggers until the bytes that may be live at each swap-in
+/// fit the budget (module doc); returns how many were delayed.
+fn sweep(s: &Setup<'_, '_>, scanned: &mut Scanned, budget_bytes: u64) -> usize {
+    let n = s.n();
+    if n == 0 {
+        return 0;
+    }
+    let mut live = Fenwick::new(n + 1);
+    let mut starts = Fenwick::new(n + 1);
+    for b in &scanned.buffers {
+        if b.size == 0 || b.end < b.start {
+            continue;
+        }
+        let size = b.size as i128;
+        live.add(b.start as usize, size);
+        live.add(b.end as usize + 1, -size);
+        starts.add(b.start as usize, size);
+    }
+    let mut swap_ins: Vec<usize> = (0..scanned.buffers.len())
+        .filter(|&i| scanned.buffers[i].swap_in_gap != NONE && scanned.buffers[i].size > 0)
+        .collect();
+    swap_ins.sort_by_key(|&i| (scanned.buffers[i].start, i));
+    let budget = budget_bytes as i128;
+    let mut delayed = 0;
+    for bi in swap_ins {
+        let b = scanned.buffers[bi];
+        let g = b.swap_in_gap as usize;
+        let Some(before) = scanned.gaps[g].before else {
+            continue;
+        };
+        let t0 = b.start as usize;
+        let mut t = t0;
+        // Live at `t` (prefix of the difference array) plus what starts in
+        // `(t, before)`.
+        while t + 1 < before {
+            let bound = live.prefix(t) + starts.prefix(before - 1) - starts.prefix(t);
+            if bound <= budget {
+                break;
+            }
+            t += 1;
+        }
+        if t > t0 {
+            let size = b.size as i128;
+            live.add(t0, -size);
+            live.add(t, size);
+            starts.add(t0, -size);
+            starts.add(t, size);
+            scanned.buffers[bi].start = t as u32;
+            scanned.gaps[g].prefetch_after = Some(t);
+            delayed += 1;
+        }
+    }
+    delayed
+}
+
+/// Prefix sums with point updates (a Fenwick tree over `i128`).
+struct Fenwick {
+    tree: Vec<i128>,
+}
+
+impl Fenwick {
+    fn new(n: usize) -> Self {
+        Fenwick {
+            tree: vec![0; n + 1],
+        }
+    }
+
+    fn add(&mut self, i: usize, v: i128) {
+        let mut i = i + 1;
+        while i < self.tree.len() {
+            self.tree[i] += v;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Sum of entries `0..=i`.
+    fn prefix(&self, i: usize) -> i128 {
+        let mut i = (i + 1).min(self.tree.len() - 1);
+        let mut sum = 0;
+        while i > 0 {
+            sum += self.tree[i];
+            i -= i & i.wrapping_neg();
+        }
+        sum
+    }
+}

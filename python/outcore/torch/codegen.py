@@ -1,0 +1,441 @@
+"""Straight-line Python generated from an outcore plan.
+
+``generate`` turns a verified ``outcore-plan/1`` plan of a converted step into
+the source of one function ``step(x, y)``: one statement (or a few) per plan
+step, no interpreter loop.  What each instruction becomes:
+
+* ``Compute(op)`` -- the op's ATen calls on the current (compute) stream,
+  then its riders (nodes on pinned state).
+* ``Recompute(op, outputs)`` -- the same calls again, pinned arguments the op
+  writes replaced by scratch (``_zl``), and only the listed outputs kept;
+  views of a recomputed tensor are derived again before their next use.
+* ``SwapOut(t)`` -- ``_so``: the d2h stream waits for the step's events, copies
+  the tensor's whole storage into its pinned host buffer, records an event.
+* ``SwapIn(t)`` -- ``_si``: the storage is re-allocated (``resize_``) on the
+  compute stream, so the caching allocator's stream order covers later
+  compute readers, the h2d stream waits for the compute stream up to here and
+  for the step's events, and copies the host buffer back.  The tensor object
+  and its views stay the same, so parameters and optimizer state are updated
+  in place.
+* ``Free(t)`` -- ``_free``: the storage is resized to 0 bytes.  A free on the
+  compute stream happens at once.  A free on a copy stream is deferred to the
+  first compute step that the plan orders after it, where the compute stream
+  first waits for the free's event: device memory goes back to the allocator
+  only after the last reader's event.
+* Waits -- ``_wait_c`` / the ``waits`` argument of the copy helpers, on events
+  recorded after exactly the steps that other streams wait for.
+
+Emission order is a topological merge of the three programs that issues
+copies as early as their waits allow.  On the CPU the stream helpers are no-ops
+and copies are plain ``copy_`` calls: the same source runs there (the tests).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import PlanError, UnsupportedOpError
+from .convert import Converted, _arg_nodes
+
+STREAMS = ("compute", "h2d", "d2h")
+
+
+@dataclass
+class Generated:
+    """Generated source and the values its globals refer to."""
+
+    source: str
+    globals: dict[str, Any]
+    #: host buffers needed: tensor id -> storage bytes
+    host_buffers: dict[int, int]
+    #: persistent tensor id -> initial residency ("device", "host", "device_and_host")
+    initial_residency: dict[int, str]
+    #: batch inputs (placeholder index) that need a host copy at the start
+    batch_host_copies: list[int]
+    #: compute ops timed (op id) in order, when profiling
+    timed_ops: list[int] = field(default_factory=list)
+    #: copies timed: (tensor id, "h2d"/"d2h")
+    timed_copies: list[tuple[int, str]] = field(default_factory=list)
+    n_recomputes: int = 0
+    n_swap_outs: int = 0
+    n_swap_ins: int = 0
+
+
+def _step_key(s: dict[str, Any]) -> tuple[int, int]:
+    return STREAMS.index(s["stream"]), int(s["index"])
+
+
+def _emission_order(streams: list[list[dict[str, Any]]]) -> list[tuple[int, int]]:
+    """A topological merge of the three programs: every copy as soon as its
+    waits allow, then one compute step, and again."""
+    pos = [0, 0, 0]
+    done: set[tuple[int, int]] = set()
+    order: list[tuple[int, int]] = []
+    total = sum(len(s) for s in streams)
+
+    def ready(s: int) -> bool:
+        if pos[s] >= len(streams[s]):
+            return False
+        return all(_step_key(w) in done for w in streams[s][pos[s]].get("waits", []))
+
+    def take(s: int) -> None:
+        done.add((s, pos[s]))
+        order.append((s, pos[s]))
+        pos[s] += 1
+
+    while len(order) < total:
+        progressed = False
+        for s in (1, 2):
+            while ready(s):
+                take(s)
+                progressed = True
+        if ready(0):
+            take(0)
+            progressed = True
+        if not progressed:
+            raise PlanError("the plan's waits form a cycle; it cannot be issued (re-plan)")
+    return order
+
+
+def _vector_clocks(streams, order) -> dict[tuple[int, int], list[int]]:
+    """For each step, the last index of each stream that happens before or at it."""
+    vc: dict[tuple[int, int], list[int]] = {}
+    last = [[-1, -1, -1] for _ in range(3)]
+    for s, i in order:
+        clock = list(last[s])
+        for w in streams[s][i].get("waits", []):
+            ws, wi = _step_key(w)
+            clock = [max(a, b) for a, b in zip(clock, vc[(ws, wi)])]
+        clock[s] = i
+        vc[(s, i)] = clock
+        last[s] = clock
+    return vc
+
+
+class _Emitter:
+    def __init__(self, conv: Converted, plan: dict[str, Any], profile: bool):
+        self.conv = conv
+        self.plan = plan
+        self.profile = profile
+        self.lines: list[str] = []
+        self.globals: dict[str, Any] = {}
+        self.fn_names: dict[Any, str] = {}
+        self.consts: dict[int, str] = {}
+        self.epoch: dict[int, int] = {}
+        self.view_epoch: dict[torch.fx.Node, int] = {}
+        self.getitems: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        for n in conv.captured.gm.graph.nodes:
+            if n.op == "call_function" and n.target is operator.getitem:
+                self.getitems.setdefault(n.args[0], []).append(n)
+        self.timed_ops: list[int] = []
+        self.timed_copies: list[tuple[int, str]] = []
+
+    # ------------------------------------------------------------- naming
+    @staticmethod
+    def var(n: torch.fx.Node) -> str:
+        return "v_" + n.name
+
+    def fn(self, target: Any) -> str:
+        name = self.fn_names.get(target)
+        if name is None:
+            name = f"_f{len(self.fn_names)}"
+            self.fn_names[target] = name
+            self.globals[name] = target
+        return name
+
+    def const(self, value: Any) -> str:
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        if isinstance(value, float):
+            if math.isfinite(value):
+                return repr(value)
+        if isinstance(value, (list, tuple)):
+            inner = ", ".join(self.const(v) for v in value)
+            return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+        name = f"_k{len(self.consts)}"
+        self.consts[len(self.consts)] = name
+        self.globals[name] = value
+        return name
+
+    def arg(self, a: Any, scratch: bool = False) -> str:
+        if isinstance(a, torch.fx.Node):
+            return f"_zl({self.var(a)})" if scratch else self.var(a)
+        if isinstance(a, (list, tuple)):
+            inner = ", ".join(self.arg(v) for v in a)
+            return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+        if isinstance(a, dict):
+            return "{" + ", ".join(f"{k!r}: {self.arg(v)}" for k, v in a.items()) + "}"
+        return self.const(a)
+
+    # ------------------------------------------------------------- nodes
+    def call(self, n: torch.fx.Node, scratch_positions: tuple[int, ...] = ()) -> str:
+        target = self.conv.functional.get(n, n.target)
+        args = [self.arg(a, scratch=i in scratch_positions and a is not None) for i, a in enumerate(n.args)]
+        kwargs = [f"{k}={self.arg(v)}" for k, v in n.kwargs.items()]
+        return f"{self.fn(target)}({', '.join(args + kwargs)})"
+
+    def emit_node(self, n: torch.fx.Node, keep: set[torch.fx.Node] | None = None, scratch: bool = False) -> None:
+        """One trace node; ``keep``: on recomputation, the values to assign."""
+        for a in _arg_nodes((n.args, n.kwargs)):
+            self.ensure_view(a)
+        positions = tuple(self.conv.pinned_writes.get(n, ())) if scratch else ()
+        expr = self.call(n, positions)
+        children = self.getitems.get(n)
+        val = n.meta.get("val")
+        if isinstance(val, (tuple, list)):
+            self.lines.append(f"_r = {expr}")
+            for g in children or []:
+                if keep is None or g in keep:
+                    self.lines.append(f"{self.var(g)} = _r[{g.args[1]}]")
+                    self.view_epoch.pop(g, None)
+            self.lines.append("_r = None")
+        elif keep is None or n in keep:
+            self.lines.append(f"{self.var(n)} = {expr}")
+        else:
+            self.lines.append(f"_ = {expr}")
+            self.lines.append("_ = None")
+
+    def ensure_view(self, a: torch.fx.Node) -> None:
+        """Derives a view again when its owner was recomputed since."""
+        tid = self.conv.tensor_of.get(a)
+        if tid is None:
+            return
+        t = self.conv.tensors[tid]
+        if t.view_of is None or t.version or t.placeholder is not None:
+            return
+        owner_epoch = self.epoch.get(t.owner, 0)
+        if self.view_epoch.get(a, 0) == owner_epoch:
+            return
+        src = a.args[0] if a.target is operator.getitem else a
+        for b in _arg_nodes((src.args, src.kwargs)):
+            self.ensure_view(b)
+        keep = set(self.getitems.get(src, [])) | {src}
+        self.emit_node(src, keep=keep)
+        for g in keep:
+            if g in self.conv.tensor_of:
+                self.view_epoch[g] = owner_epoch
+
+    def owner_var(self, tid: int) -> str:
+        t = self.conv.tensors[tid]
+        if t.node is None:
+            raise PlanError(f"tensor {tid} ({t.name}) has no value to swap or free")
+        return self.var(t.node)
+
+
+def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False) -> Generated:
+    """The step function's source for ``plan`` (see the module docs)."""
+    e = _Emitter(conv, plan, profile)
+    streams = plan["streams"]
+    ops = conv.ops
+    tensors = conv.tensors
+    cap = conv.captured
+    order = _emission_order(streams)
+    vc = _vector_clocks(streams, order)
+
+    # Which steps need an event: those waited for, and frees on copy streams.
+    needs_event: set[tuple[int, int]] = set()
+    for s in range(3):
+        for step in streams[s]:
+            for w in step.get("waits", []):
+                needs_event.add(_step_key(w))
+    # Deferred frees: copy-stream free -> first compute step ordered after it.
+    deferred: dict[int, list[tuple[int, int, int]]] = {}
+    compute_clocks = [vc[(0, i)] for i in range(len(streams[0]))]
+    for s in (1, 2):
+        for i, step in enumerate(streams[s]):
+            instr = step["instr"]
+            if isinstance(instr, dict) and "free" in instr:
+                needs_event.add((s, i))
+                at = next((c for c, clock in enumerate(compute_clocks) if clock[s] >= i), None)
+                if at is not None:
+                    deferred.setdefault(at, []).append((s, i, int(instr["free"])))
+
+    def ev(s: int, i: int) -> str:
+        return f"e_{STREAMS[s]}_{i}"
+
+    def waits_of(s: int, i: int) -> list[str]:
+        return [ev(*_step_key(w)) for w in streams[s][i].get("waits", [])]
+
+    residency = {int(t): r for t, r in plan.get("initial_residency", [])}
+    host_buffers: dict[int, int] = {}
+    batch_host: list[int] = []
+    # host copies that are current (for in-place writes the plan cannot see)
+    host_valid: dict[int, bool] = {}
+    for t in tensors:
+        if t.placeholder is not None and t.view_of is None:
+            role = cap.placeholders[t.placeholder].role
+            if role in ("input", "label"):
+                host_valid[t.id] = True
+            elif residency.get(t.id, "device") != "device":
+                host_valid[t.id] = True
+                host_buffers[t.id] = t.storage_nbytes
+    writes_in_place: dict[int, list[int]] = {}
+    for op in ops:
+        for t in op.outputs:
+            info = tensors[t]
+            if info.version:
+                writes_in_place.setdefault(op.id, []).append(info.owner)
+
+    L = e.lines
+    # prologue: bind inputs, pinned state, riders before the first op
+    for i, ph in enumerate(cap.placeholders):
+        node = [n for n in cap.gm.graph.nodes if n.op == "placeholder"][i]
+        if ph.role == "input":
+            L.append(f"{e.var(node)} = x")
+        elif ph.role == "label":
+            L.append(f"{e.var(node)} = y")
+        else:
+            L.append(f"{e.var(node)} = _ph[{i}]")
+    for n in cap.gm.graph.nodes:
+        if n.op == "get_attr":
+            L.append(f"{e.var(n)} = {e.const(getattr(cap.gm, n.target))}")
+    L.append("_start()")
+    swapped_in_first: set[int] = set()
+    first_swap: dict[int, str] = {}
+    for s, i in order:
+        instr = streams[s][i]["instr"]
+        if isinstance(instr, dict):
+            for k in ("swap_in", "swap_out"):
+                if k in instr:
+                    first_swap.setdefault(int(instr[k]), k)
+    for tid, k in first_swap.items():
+        t = tensors[tid]
+        if k == "swap_in" and t.placeholder is not None and cap.placeholders[t.placeholder].role in ("input", "label"):
+            batch_host.append(tid)
+            host_buffers[tid] = t.storage_nbytes
+            swapped_in_first.add(tid)
+    if batch_host:
+        L.append("_batch_host(" + ", ".join(f"({e.owner_var(t)}, _H[{t}])" for t in batch_host) + ")")
+    for n in conv.prologue:
+        e.emit_node(n)
+
+    out_node = [n for n in cap.gm.graph.nodes if n.op == "output"][0]
+    returned = {tensors[conv.tensor_of[a]].owner for a in _arg_nodes(out_node.args) if a in conv.tensor_of}
+    n_rec = n_out = n_in = 0
+    pending: dict[tuple[int, int], int] = {}
+    for s, i in order:
+        step = streams[s][i]
+        instr = step["instr"]
+        waits = waits_of(s, i)
+        if s == 0:
+            for fs, fi, tid in deferred.get(i, []):
+                if (fs, fi) in pending:
+                    del pending[(fs, fi)]
+                    L.append(f"_wait_c({ev(fs, fi)})")
+                    L.append(f"_free(_pf_{fs}_{fi})")
+                    L.append(f"_pf_{fs}_{fi} = None")
+        if isinstance(instr, dict) and "compute" in instr:
+            op = ops[int(instr["compute"])]
+            if waits:
+                L.append(f"_wait_c({', '.join(waits)})")
+            L.append(f"# op {op.id}: {op.name}" + (f" [{op.module}]" if op.module else ""))
+            if profile:
+                L.append("_t0 = _tick()")
+            for n in op.nodes:
+                e.emit_node(n)
+                for g in [n] + e.getitems.get(n, []):
+                    if g in conv.tensor_of:
+                        e.view_epoch[g] = e.epoch.get(tensors[conv.tensor_of[g]].owner, 0)
+            if profile:
+                L.append(f"_tock({op.id}, _t0)")
+                e.timed_ops.append(op.id)
+            for r in op.riders:
+                e.emit_node(r)
+            for owner in writes_in_place.get(op.id, []):
+                host_valid[owner] = False
+        elif isinstance(instr, dict) and "recompute" in instr:
+            rc = instr["recompute"]
+            op = ops[int(rc["op"])]
+            if not op.recomputable:
+                raise UnsupportedOpError(
+                    f"the plan recomputes op `{op.name}` ({op.label}), which cannot be recomputed: "
+                    f"{op.why_not_recomputable}; re-plan (the graph marks it not recomputable)"
+                )
+            if waits:
+                L.append(f"_wait_c({', '.join(waits)})")
+            keep = {tensors[int(t)].node for t in rc["outputs"]}
+            L.append(f"# recompute op {op.id}: {op.name} -> {', '.join(str(tensors[int(t)].name) for t in rc['outputs'])}")
+            for n in op.nodes:
+                e.emit_node(n, keep=keep, scratch=True)
+            for t in rc["outputs"]:
+                owner = tensors[int(t)].owner
+                e.epoch[owner] = e.epoch.get(owner, 0) + 1
+                node = tensors[int(t)].node
+                e.view_epoch[node] = e.epoch[owner]
+            n_rec += 1
+        elif isinstance(instr, dict) and "swap_out" in instr:
+            tid = int(instr["swap_out"])
+            host_buffers[tid] = tensors[tid].storage_nbytes
+            name = ev(s, i) if (s, i) in needs_event else "_"
+            L.append(f"{name} = _so({e.owner_var(tid)}, _H[{tid}], ({', '.join(waits)}{',' if len(waits) == 1 else ''}), {tid})")
+            host_valid[tid] = True
+            n_out += 1
+            if profile:
+                e.timed_copies.append((tid, "d2h"))
+        elif isinstance(instr, dict) and "swap_in" in instr:
+            tid = int(instr["swap_in"])
+            if not host_valid.get(tid, False):
+                raise PlanError(
+                    f"the plan swaps in `{tensors[tid].name}` from a host copy that an in-place op "
+                    "has made stale (outcore's lowering does not see in-place writes to activations); "
+                    "re-plan with another planner or a larger budget"
+                )
+            host_buffers.setdefault(tid, tensors[tid].storage_nbytes)
+            for key, pt in list(pending.items()):
+                if pt == tid:
+                    # freed on a copy stream but not yet released: the storage
+                    # is still there; the copy below rewrites the same bytes
+                    del pending[key]
+                    L.append(f"_pf_{key[0]}_{key[1]} = None")
+            name = ev(s, i) if (s, i) in needs_event else "_"
+            L.append(f"{name} = _si({e.owner_var(tid)}, _H[{tid}], {tensors[tid].storage_nbytes}, ({', '.join(waits)}{',' if len(waits) == 1 else ''}), {tid})")
+            n_in += 1
+            if profile:
+                e.timed_copies.append((tid, "h2d"))
+        elif isinstance(instr, dict) and "free" in instr:
+            tid = int(instr["free"])
+            if s == 0:
+                if waits:
+                    L.append(f"_wait_c({', '.join(waits)})")
+                if tid not in returned:  # a returned tensor belongs to the caller
+                    L.append(f"_free({e.owner_var(tid)})")
+            else:
+                # the event marks the free; the storage is released where a
+                # compute step is ordered after it (see `deferred`), through a
+                # reference taken now (a recomputation may rebind the name)
+                if waits:
+                    L.append(f"_wait_s({s}, {', '.join(waits)})")
+                L.append(f"{ev(s, i)} = _rec({s})")
+                if tid not in returned:
+                    L.append(f"_pf_{s}_{i} = {e.owner_var(tid)}")
+                    pending[(s, i)] = tid
+                continue
+        else:
+            raise PlanError(f"unknown plan instruction {instr!r}")
+        if (s, i) in needs_event and s == 0:
+            L.append(f"{ev(s, i)} = _rec(0)")
+    L.append("_join()")
+    for (fs, fi), tid in pending.items():
+        L.append(f"_free(_pf_{fs}_{fi})")
+    out = [n for n in cap.gm.graph.nodes if n.op == "output"][0]
+    outs = ", ".join(e.var(a) for a in out.args[0])
+    L.append(f"return ({outs},)")
+    body = "\n".join("    " + line for line in L)
+    source = "def step(x, y):\n" + body + "\n"
+    return Generated(
+        source=source,
+        globals=e.globals,
+        host_buffers=host_buffers,
+        initial_residency={t: r for t, r in residency.items()},
+        batch_host_copies=[tensors[t].placeholder for t in batch_host],
+        timed_ops=e.timed_ops,
+        timed_copies=e.timed_copies,
+        n_recomputes=n_rec,
+        n_swap_outs=n_out,
+        n_swap_ins=n_in,
+    )

@@ -1,0 +1,589 @@
+"""The step function: capture, plan, generate, and run under the plan.
+
+``compile_step`` captures one training step, converts it, plans it with
+outcore's Rust planners under the budget, generates straight-line code from
+the plan and returns a :class:`StepFunction`.  Calling it trains one step: the
+optimizer runs inside the generated code and updates the parameters and its
+state in place.  A change of batch shape, of hyper-parameters or of the
+optimizer's state structure (the first step creates SGD's momentum buffers)
+captures and plans again (cached per signature).
+
+Budgets: bytes (``int``), a size (``"12GiB"``), a percentage of the step's
+footprint (``"60%"``), or a fraction of the device's memory (``float`` in
+(0, 1]).  The planner gets the budget less the pinned state (batch-norm
+statistics, constants) and less ``headroom`` (kernel workspaces and the caching
+allocator's rounding, which the graph does not hold); ``enforce=True`` caps the
+CUDA caching allocator at the budget with
+``torch.cuda.set_per_process_memory_fraction`` (process-wide).
+
+Nothing is mutated before planning succeeds: a capture, conversion or
+planning error (unsupported op, budget below the largest op's working set,
+no feasible plan) raises and leaves model and optimizer as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+import outcore
+
+from ..errors import InfeasibleError, InvalidValueError, OutcoreError
+from .capture import Captured, capture_step, step_signature
+from .codegen import Generated, generate
+from .convert import Converted, convert
+
+DEFAULT_PLANNERS = (
+    "none,checkpoint-sqrt,checkpoint-all,superneurons,capuchin,window,odswap,lms,vdnn-conv,vdnn-all"
+)
+
+
+def _flat(t: torch.Tensor, nbytes: int | None = None) -> torch.Tensor:
+    """The whole storage of ``t`` as a flat uint8 tensor."""
+    st = t.untyped_storage()
+    n = st.nbytes() if nbytes is None else nbytes
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(st, 0, (n,), (1,))
+
+
+class _Runtime:
+    """What the generated code calls: streams, events, copies, frees.
+
+    On the CPU every stream operation is a no-op and copies are synchronous.
+    """
+
+    def __init__(self, device: torch.device, profile: bool = False):
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.profile = profile
+        self.op_times: dict[int, list[Any]] = {}
+        self.copy_times: dict[tuple[int, str], list[Any]] = {}
+        if self.cuda:
+            self.compute = torch.cuda.current_stream(device)
+            self.h2d = torch.cuda.Stream(device)
+            self.d2h = torch.cuda.Stream(device)
+            self.streams = [self.compute, self.h2d, self.d2h]
+
+    def bind(self) -> dict[str, Any]:
+        return {
+            "_start": self.start, "_join": self.join, "_rec": self.rec, "_wait_c": self.wait_c,
+            "_wait_s": self.wait_s, "_so": self.swap_out, "_si": self.swap_in, "_free": self.free,
+            "_zl": torch.zeros_like, "_batch_host": self.batch_host, "_tick": self.tick,
+            "_tock": self.tock,
+        }
+
+    # streams and events
+    def start(self) -> None:
+        if self.cuda:
+            self.compute = torch.cuda.current_stream(self.device)
+            self.streams[0] = self.compute
+            e = self.compute.record_event()
+            self.h2d.wait_event(e)
+            self.d2h.wait_event(e)
+
+    def join(self) -> None:
+        if self.cuda:
+            self.compute.wait_stream(self.h2d)
+            self.compute.wait_stream(self.d2h)
+
+    def rec(self, s: int) -> Any:
+        return self.streams[s].record_event() if self.cuda else None
+
+    def wait_c(self, *events: Any) -> None:
+        if self.cuda:
+            for e in events:
+                if e is not None:
+                    self.compute.wait_event(e)
+
+    def wait_s(self, s: int, *events: Any) -> None:
+        if self.cuda:
+            for e in events:
+                if e is not None:
+                    self.streams[s].wait_event(e)
+
+    # copies and memory
+    def swap_out(self, dev: torch.Tensor, host: torch.Tensor, waits: tuple, tid: int) -> Any:
+        if not self.cuda:
+            t0 = time.perf_counter() if self.profile else 0.0
+            host.copy_(_flat(dev))
+            if self.profile:
+                self.copy_times.setdefault((tid, "d2h"), []).append(time.perf_counter() - t0)
+            return None
+        s = self.d2h
+        for e in waits:
+            if e is not None:
+                s.wait_event(e)
+        with torch.cuda.stream(s):
+            start = s.record_event(torch.cuda.Event(enable_timing=True)) if self.profile else None
+            host.copy_(_flat(dev), non_blocking=True)
+            end = s.record_event(torch.cuda.Event(enable_timing=self.profile))
+        if self.profile:
+            self.copy_times.setdefault((tid, "d2h"), []).append((start, end))
+        return end
+
+    def swap_in(self, dev: torch.Tensor, host: torch.Tensor, nbytes: int, waits: tuple, tid: int) -> Any:
+        st = dev.untyped_storage()
+        if st.nbytes() != nbytes:
+            st.resize_(nbytes)  # allocated on the compute stream (see codegen)
+        if not self.cuda:
+            t0 = time.perf_counter() if self.profile else 0.0
+            _flat(dev, nbytes).copy_(host)
+            if self.profile:
+                self.copy_times.setdefault((tid, "h2d"), []).append(time.perf_counter() - t0)
+            return None
+        s = self.h2d
+        s.wait_event(self.compute.record_event())
+        for e in waits:
+            if e is not None:
+                s.wait_event(e)
+        with torch.cuda.stream(s):
+            start = s.record_event(torch.cuda.Event(enable_timing=True)) if self.profile else None
+            _flat(dev, nbytes).copy_(host, non_blocking=True)
+            end = s.record_event(torch.cuda.Event(enable_timing=self.profile))
+        if self.profile:
+            self.copy_times.setdefault((tid, "h2d"), []).append((start, end))
+        return end
+
+    @staticmethod
+    def free(t: torch.Tensor) -> None:
+        t.untyped_storage().resize_(0)
+
+    def batch_host(self, *pairs: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Host copies of batch inputs that the plan swaps in before any swap-out."""
+        for dev, host in pairs:
+            if self.cuda:
+                self.d2h.wait_event(self.compute.record_event())
+                with torch.cuda.stream(self.d2h):
+                    host.copy_(_flat(dev), non_blocking=True)
+                self.compute.wait_stream(self.d2h)
+            else:
+                host.copy_(_flat(dev))
+
+    # profiling
+    def tick(self) -> Any:
+        if self.cuda:
+            return self.compute.record_event(torch.cuda.Event(enable_timing=True))
+        return time.perf_counter()
+
+    def tock(self, op: int, t0: Any) -> None:
+        if self.cuda:
+            end = self.compute.record_event(torch.cuda.Event(enable_timing=True))
+            self.op_times.setdefault(op, []).append((t0, end))
+        else:
+            self.op_times.setdefault(op, []).append(time.perf_counter() - t0)
+
+    def resolve_times(self) -> tuple[dict[int, list[float]], dict[tuple[int, str], list[float]]]:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+        def sec(v: Any) -> float:
+            if isinstance(v, tuple):
+                return v[0].elapsed_time(v[1]) / 1e3
+            return float(v)
+
+        ops = {k: [sec(v) for v in vs] for k, vs in self.op_times.items()}
+        copies = {k: [sec(v) for v in vs] for k, vs in self.copy_times.items()}
+        return ops, copies
+
+
+@dataclass
+class Compiled:
+    """One captured, planned and generated step (for one signature)."""
+
+    captured: Captured
+    converted: Converted
+    graph: Any
+    graph_path: str
+    plan_result: Any
+    plan_json: dict[str, Any]
+    generated: Generated
+    fn: Callable[..., Any]
+    runtime: _Runtime
+    planner_budget_bytes: int
+    budget_bytes: int
+    host: dict[int, torch.Tensor] = field(default_factory=dict)
+    profile_fn: Callable[..., Any] | None = None
+    profile_runtime: _Runtime | None = None
+
+
+def available_host_bytes() -> int | None:
+    """Host memory available now (``MemAvailable``), or ``None`` if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _device_profile_for(device: torch.device) -> str:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device).lower()
+        for key, prof in (("h200", "h200-141gb"), ("h100", "h100-80gb"), ("a100", "a100-40gb"),
+                          ("a6000", "a6000-48gb"), ("v100", "v100-16gb-pcie3"), ("2080", "rtx2080ti-11gb")):
+            if key in name:
+                return prof
+    return "a100-40gb"
+
+
+def _device_memory_bytes(device: torch.device, profile: str) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return int(outcore.device_profile(profile)["memory_bytes"])
+
+
+def parse_budget(budget: int | float | str, *, footprint_bytes: int, device_memory_bytes: int) -> int:
+    """Bytes of a budget given as bytes, a size, a percentage of the footprint,
+    or a fraction of the device's memory."""
+    if isinstance(budget, bool):
+        raise InvalidValueError(f"budget `{budget!r}`: not a number of bytes, a size, a percentage or a fraction")
+    if isinstance(budget, float):
+        if not (0.0 < budget <= 1.0):
+            raise InvalidValueError(
+                f"budget fraction `{budget}`: out of range; accepted: a fraction in (0, 1] of the "
+                f"device's {device_memory_bytes} bytes, bytes (int), a size like '12GiB' or a percentage like '60%'"
+            )
+        return int(budget * device_memory_bytes)
+    if isinstance(budget, int):
+        if budget <= 0:
+            raise InvalidValueError(f"budget `{budget}`: must be a positive number of bytes")
+        return budget
+    if isinstance(budget, str):
+        return outcore._native.parse_budget(budget, footprint_bytes)
+    raise InvalidValueError(f"budget `{budget!r}`: not bytes, a size, a percentage or a fraction")
+
+
+def _largest_working_set(conv: Converted) -> tuple[int, str]:
+    size = {t.id: t.size_bytes for t in conv.tensors}
+    owner = {t.id: t.owner for t in conv.tensors}
+    best = (0, "")
+    for op in conv.ops:
+        owners = {owner[t] for t in op.inputs + op.outputs}
+        b = sum(size[o] for o in owners) + op.workspace_bytes
+        if b > best[0]:
+            best = (b, op.name)
+    return best
+
+
+class StepFunction:
+    """Trains one step under an outcore plan per call: ``loss = step(x, y)``.
+
+    Attributes of the current compilation: :attr:`plan_result` (the Rust
+    planner's result: plan, verification, simulated report), :attr:`source`
+    (the generated code), :attr:`stats` (measured peaks of the last call).
+    """
+
+    def __init__(self, model: nn.Module, loss_fn, optimizer, *, budget, planner: str,
+                 device_profile: str | None, allocator: str, headroom: float | int,
+                 latency_table: str | None, seed: int, time_limit_s: float, enforce: bool):
+        self.model = model
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.budget = budget
+        self.planner = planner
+        self.device_profile = device_profile
+        self.allocator = allocator
+        self.headroom = headroom
+        self.latency_table = latency_table
+        self.seed = seed
+        self.time_limit_s = time_limit_s
+        self.enforce = enforce
+        self._cache: dict[tuple, Compiled] = {}
+        self._current: Compiled | None = None
+        self._host_resident: dict[int, bool] = {}
+        self._budget_bytes: int | None = None
+        self.stats: dict[str, Any] = {}
+        self._tmp = tempfile.TemporaryDirectory(prefix="outcore-torch-")
+
+    # ------------------------------------------------------------- compile
+    def compile(self, batch: Sequence[torch.Tensor]) -> Compiled:
+        sig = step_signature(self.model, self.optimizer, batch)
+        hit = self._cache.get(sig)
+        if hit is not None:
+            self._current = hit
+            return hit
+        cap = capture_step(self.model, self.loss_fn, self.optimizer, batch)
+        conv = convert(cap)
+        path = os.path.join(self._tmp.name, f"graph{len(self._cache)}.json")
+        with open(path, "w") as f:
+            json.dump(conv.graph_json, f)
+        graph = outcore.load_graph(path=path)
+        profile = self.device_profile or _device_profile_for(cap.device)
+        memory = _device_memory_bytes(cap.device, profile)
+        if self._budget_bytes is None:
+            # Resolved once, on the first graph: later graphs of the same step
+            # (after the optimizer created its state) keep the same bytes.
+            self._budget_bytes = parse_budget(
+                self.budget, footprint_bytes=graph.footprint_bytes + conv.pinned_bytes, device_memory_bytes=memory
+            )
+        budget_bytes = self._budget_bytes
+        headroom = (int(self.headroom * budget_bytes) if isinstance(self.headroom, float) else int(self.headroom))
+        planner_budget = budget_bytes - conv.pinned_bytes - headroom
+        need, op_name = _largest_working_set(conv)
+        if planner_budget < need:
+            raise InfeasibleError(
+                f"the budget {budget_bytes} B leaves {planner_budget} B for the graph (pinned module "
+                f"state {conv.pinned_bytes} B, headroom {headroom} B), below op `{op_name}`'s working set of "
+                f"{need} B (its inputs, outputs and workspace must be on the device at once); give a budget "
+                f"of at least {need + conv.pinned_bytes + headroom} B or a smaller batch"
+            )
+        result = self._plan(graph, profile, planner_budget)
+        plan_json = json.loads(result.plan.to_json())
+        verification = outcore.verify(result.plan, graph)
+        if not verification.passed:
+            raise outcore.PlanError(f"the plan fails verification: {verification.violations[:3]}")
+        gen = generate(conv, plan_json)
+        runtime = _Runtime(cap.device)
+        glb = {"__builtins__": __builtins__, "_ph": [ph.tensor for ph in cap.placeholders], **gen.globals, **runtime.bind()}
+        code = compile(gen.source, f"<outcore step {cap.model_name}>", "exec")
+        exec(code, glb)  # noqa: S102 - our own generated source
+        compiled = Compiled(cap, conv, graph, path, result, plan_json, gen, glb["step"], runtime,
+                            planner_budget, budget_bytes)
+        glb["_H"] = compiled.host
+        self._alloc_host(compiled)
+        self._cache[sig] = compiled
+        self._current = compiled
+        return compiled
+
+    def _plan(self, graph, profile: str, planner_budget: int):
+        kw = dict(device=profile, budget=planner_budget, allocator=self.allocator, seed=self.seed,
+                  time_limit_s=self.time_limit_s, latency_table=self.latency_table)
+        if self.planner != "auto":
+            return outcore.plan(graph, self.planner, **kw)
+        comparison = outcore.compare(graph, DEFAULT_PLANNERS, **kw)
+        feasible = [r for r in comparison.results if r.feasible and r.report is not None]
+        if not feasible:
+            reasons = "; ".join(f"{r.planner}: {r.reason}" for r in comparison.results[:4])
+            raise InfeasibleError(
+                f"no planner fits {comparison.model} into {planner_budget} B for the graph: {reasons}"
+            )
+        best = min(feasible, key=lambda r: (r.report.iter_time_s, r.planner))
+        return outcore.plan(graph, best.planner, **kw)
+
+    def _alloc_host(self, c: Compiled) -> None:
+        pin = c.captured.device.type == "cuda"
+        need = sum(c.generated.host_buffers.values())
+        avail = available_host_bytes()
+        if avail is not None and need > 0.8 * avail:
+            raise InfeasibleError(
+                f"the plan keeps {need} B on the host (pinned buffers of swapped tensors) but only "
+                f"{avail} B of host memory is available (at most 80% is used); give a larger device "
+                "budget, a smaller batch, or a planner that recomputes more"
+            )
+        for tid, nbytes in c.generated.host_buffers.items():
+            c.host[tid] = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+
+    # ------------------------------------------------------------- running
+    def _enter_residency(self, c: Compiled) -> None:
+        """Moves persistent tensors the plan keeps on the host there (once)."""
+        for tid, r in c.generated.initial_residency.items():
+            if r == "device" or self._host_resident.get(tid):
+                continue
+            t = c.converted.tensors[tid]
+            dev = c.captured.placeholders[t.placeholder].tensor
+            c.host[tid].copy_(_flat(dev))
+            if r == "host":
+                dev.untyped_storage().resize_(0)
+            self._host_resident[tid] = True
+
+    def materialize(self) -> None:
+        """Brings every persistent tensor the plan keeps on the host back to the
+        device (for evaluation or saving); the next step moves them again."""
+        c = self._current
+        if c is None:
+            return
+        if c.captured.device.type == "cuda":
+            torch.cuda.synchronize(c.captured.device)
+        for tid, r in c.generated.initial_residency.items():
+            if not self._host_resident.get(tid):
+                continue
+            t = c.converted.tensors[tid]
+            dev = c.captured.placeholders[t.placeholder].tensor
+            nbytes = c.host[tid].numel()
+            if dev.untyped_storage().nbytes() != nbytes:
+                dev.untyped_storage().resize_(nbytes)
+                _flat(dev).copy_(c.host[tid])
+            self._host_resident[tid] = False
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Trains one step and returns the loss.  The batch is consumed: the
+        plan releases the device storage of ``x`` and ``y`` after their last
+        use (pass clones to keep them)."""
+        if self._cache.get(step_signature(self.model, self.optimizer, (x, y))) is not self._current:
+            self.materialize()  # another graph: its plan may keep other tensors on the host
+        c = self.compile((x, y))
+        cuda = c.captured.device.type == "cuda"
+        if cuda:
+            if self.enforce:
+                total = torch.cuda.get_device_properties(c.captured.device).total_memory
+                torch.cuda.set_per_process_memory_fraction(min(1.0, c.budget_bytes / total), c.captured.device)
+            torch.cuda.reset_peak_memory_stats(c.captured.device)
+        self._enter_residency(c)
+        with torch.no_grad():
+            outs = c.fn(x, y)
+        self._install_new_state(c, outs)
+        if cuda:
+            self.stats = {
+                "peak_allocated_bytes": torch.cuda.max_memory_allocated(c.captured.device),
+                "peak_reserved_bytes": torch.cuda.max_memory_reserved(c.captured.device),
+            }
+        self.stats.update({
+            "plan_peak_live_bytes": c.plan_result.report.peak_live_bytes + c.converted.pinned_bytes,
+            "plan_peak_reserved_bytes": c.plan_result.report.peak_reserved_bytes + c.converted.pinned_bytes,
+            "budget_bytes": c.budget_bytes,
+            "planner": c.plan_result.planner,
+        })
+        return outs[0]
+
+    def _install_new_state(self, c: Compiled, outs) -> None:
+        if not c.captured.new_state:
+            return
+        params = [ph.tensor for ph in c.captured.placeholders if ph.role == "param"]
+        for pi, key, pos in c.captured.new_state:
+            self.optimizer.state[params[pi]][key] = outs[pos]
+
+    # ------------------------------------------------------------- reports
+    @property
+    def compiled(self) -> Compiled:
+        if self._current is None:
+            raise OutcoreError("the step has not been compiled yet: call it (or .compile(batch)) first")
+        return self._current
+
+    @property
+    def plan_result(self):
+        return self.compiled.plan_result
+
+    @property
+    def source(self) -> str:
+        return self.compiled.generated.source
+
+    def measure(self, x: torch.Tensor, y: torch.Tensor, iterations: int = 10, warmup: int = 2) -> dict[str, Any]:
+        """Median measured iteration time beside the simulated one, and peaks."""
+        for _ in range(warmup):
+            self(x.clone(), y.clone())
+        c = self.compiled
+        cuda = c.captured.device.type == "cuda"
+        times = []
+        peaks = []
+        for _ in range(iterations):
+            if cuda:
+                torch.cuda.synchronize(c.captured.device)
+            xi, yi = x.clone(), y.clone()
+            t0 = time.perf_counter()
+            self(xi, yi)
+            if cuda:
+                torch.cuda.synchronize(c.captured.device)
+            times.append(time.perf_counter() - t0)
+            peaks.append(dict(self.stats))
+        measured = statistics.median(times)
+        simulated = c.plan_result.report.iter_time_s
+        return {
+            "planner": c.plan_result.planner,
+            "measured_iter_time_s": measured,
+            "simulated_iter_time_s": simulated,
+            "relative_error": abs(simulated - measured) / measured if measured > 0 else None,
+            "peak_allocated_bytes": max((p.get("peak_allocated_bytes", 0) for p in peaks), default=0),
+            "peak_reserved_bytes": max((p.get("peak_reserved_bytes", 0) for p in peaks), default=0),
+            "plan_peak_live_bytes": peaks[-1]["plan_peak_live_bytes"] if peaks else None,
+            "budget_bytes": c.budget_bytes,
+            "recomputes": c.generated.n_recomputes,
+            "swap_outs": c.generated.n_swap_outs,
+            "swap_ins": c.generated.n_swap_ins,
+        }
+
+    def profile(self, x: torch.Tensor, y: torch.Tensor, iterations: int = 5) -> dict[str, Any]:
+        """Runs the step ``iterations`` times with every op and copy timed and
+        returns an ``outcore-latency-table/1`` document (medians)."""
+        self(x.clone(), y.clone())
+        c = self.compiled
+        if c.profile_fn is None:
+            gen = generate(c.converted, c.plan_json, profile=True)
+            rt = _Runtime(c.captured.device, profile=True)
+            glb = {"__builtins__": __builtins__, "_ph": [ph.tensor for ph in c.captured.placeholders],
+                   **gen.globals, **rt.bind(), "_H": c.host}
+            exec(compile(gen.source, "<outcore step (profiled)>", "exec"), glb)  # noqa: S102
+            c.profile_fn, c.profile_runtime = glb["step"], rt
+        rt = c.profile_runtime
+        rt.op_times.clear()
+        rt.copy_times.clear()
+        for _ in range(iterations):
+            self._enter_residency(c)
+            with torch.no_grad():
+                outs = c.profile_fn(x.clone(), y.clone())
+            self._install_new_state(c, outs)
+        ops, copies = rt.resolve_times()
+        entries = [
+            {"op": op, "name": c.converted.ops[op].name, "kind": c.converted.ops[op].label,
+             "time_s": max(statistics.median(ts), 1e-9), "samples": len(ts)}
+            for op, ts in sorted(ops.items())
+        ]
+        copy_entries = [
+            {"tensor": tid, "name": c.converted.tensors[tid].name, "direction": d,
+             "size_bytes": c.converted.tensors[tid].storage_nbytes,
+             "time_s": max(statistics.median(ts), 1e-9), "samples": len(ts)}
+            for (tid, d), ts in sorted(copies.items())
+        ]
+        table: dict[str, Any] = {
+            "format": "outcore-latency-table/1",
+            "device": torch.cuda.get_device_name(c.captured.device) if c.captured.device.type == "cuda" else "cpu",
+            "graph_model": c.captured.model_name,
+            "entries": entries,
+        }
+        rates = {}
+        for d in ("h2d", "d2h"):
+            es = [e for e in copy_entries if e["direction"] == d]
+            tot_t = sum(e["time_s"] * e["samples"] for e in es)
+            tot_b = sum(e["size_bytes"] * e["samples"] for e in es)
+            if tot_t > 0 and tot_b > 0:
+                rates[f"{d}_bytes_per_s"] = tot_b / tot_t
+        if len(rates) == 2:
+            table["copies"] = rates
+        if copy_entries:
+            table["copy_entries"] = copy_entries
+        return table
+
+    def write_latency_table(self, path: str, table: dict[str, Any]) -> None:
+        """Writes a table from :meth:`profile`; ``latency_table=path`` of the
+        next :func:`compile_step` plans with it."""
+        with open(path, "w") as f:
+            json.dump(table, f, indent=1)
+
+
+def compile_step(
+    model: nn.Module,
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    example_batch: Sequence[torch.Tensor],
+    *,
+    budget: int | float | str,
+    planner: str = "auto",
+    device_profile: str | None = None,
+    allocator: str = "best-fit",
+    headroom: float | int = 0.0,
+    latency_table: str | None = None,
+    seed: int = 0,
+    time_limit_s: float = 10.0,
+    enforce: bool = False,
+) -> StepFunction:
+    """Captures, plans and generates a training step that runs under ``budget``.
+
+    ``planner``: an outcore planner name, or ``"auto"`` (every default planner
+    judged by the simulator, the fastest feasible plan kept).  The example batch
+    is captured at once, so errors (unsupported ops, an infeasible budget) are
+    raised here, before any training.
+    """
+    step = StepFunction(model, loss_fn, optimizer, budget=budget, planner=planner,
+                        device_profile=device_profile, allocator=allocator, headroom=headroom,
+                        latency_table=latency_table, seed=seed, time_limit_s=time_limit_s,
+                        enforce=enforce)
+    step.compile(tuple(example_batch))
+    return step

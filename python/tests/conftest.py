@@ -1,0 +1,6 @@
+"""Makes the test helpers importable (python/tests on sys.path)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))

@@ -1,0 +1,64 @@
+"""The Rust facade through Python: results as objects, errors as exceptions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import outcore
+
+
+def test_lists_are_not_empty_and_consistent():
+    names = [m["name"] for m in outcore.zoo_models()]
+    assert "resnet50" in names
+    assert "window" in outcore.planners()
+    assert "h100-80gb" in outcore.devices()
+    assert outcore.device_profile("h100-80gb")["memory_bytes"] > 0
+
+
+def test_plan_verify_simulate_compare_round_trip(tmp_path):
+    g = outcore.load_graph("resnet50", batch=8)
+    assert g.n_ops > 100 and g.footprint_bytes > 0
+    r = outcore.plan(g, "checkpoint-sqrt", device="v100-16gb-pcie3", budget="70%")
+    assert r.verification.passed
+    assert r.budget_bytes == round(0.7 * g.footprint_bytes)
+    assert r.report.peak_live_bytes <= r.budget_bytes
+    assert r.report.recompute_time_s > 0
+    assert outcore.verify(r.plan, g).passed
+    s = outcore.simulate(r.plan)
+    assert s.runnable and s.report.iter_time_s == pytest.approx(r.report.iter_time_s, rel=1e-9)
+    path = tmp_path / "p.json"
+    outcore.save_plan(r.plan, path)
+    back = outcore.load_plan(path)
+    assert json.loads(back.to_json()) == json.loads(r.plan.to_json())
+    c = outcore.compare(g, "none,checkpoint-sqrt", device="v100-16gb-pcie3", budget="70%")
+    by = {o.planner: o for o in c.results}
+    assert by["none"].status == "infeasible" and by["checkpoint-sqrt"].feasible
+    assert "checkpoint-sqrt" in str(c)
+
+
+def test_graph_files_round_trip(tmp_path):
+    g = outcore.load_graph("mlp", batch=4)
+    path = tmp_path / "g.json"
+    outcore.export_graph(g, path)
+    back = outcore.load_graph(path=path)
+    assert back.to_json() == g.to_json()
+
+
+def test_errors_are_typed_and_carry_the_message():
+    g = outcore.load_graph("resnet50", batch=8)
+    with pytest.raises(outcore.InvalidValueError, match="budget `12 parsecs`"):
+        outcore.plan(g, budget="12 parsecs")
+    with pytest.raises(ValueError, match="unknown planner `nope`"):
+        outcore.plan(g, "nope")
+    with pytest.raises(outcore.InfeasibleError, match="needs"):
+        outcore.plan(g, "window", device="v100-16gb-pcie3", budget="1MiB")
+    with pytest.raises(outcore.GraphError):
+        outcore.load_graph("no-such-model")
+    with pytest.raises(outcore.GraphError, match="cannot read /nonexistent/graph.json"):
+        outcore.load_graph(path="/nonexistent/graph.json")
+    with pytest.raises(outcore.OutcoreIOError, match="/nonexistent/p.json"):
+        outcore.load_plan("/nonexistent/p.json")
+    with pytest.raises(outcore.PlanError):
+        outcore.Plan.from_json("{}")

@@ -1,0 +1,237 @@
+"""outcore.torch: the generated code trains torchvision's ResNet-18 and a
+GPT-2-style transformer for 3 steps under plans that swap and recompute, bit
+for bit like eager training; bad input raises before anything is changed.
+
+On CPU tensors (the default, and CI) the stream operations are no-ops.  With
+``OUTCORE_TEST_DEVICE=cuda`` the same tests run on the GPU with deterministic
+algorithms (set ``CUBLAS_WORKSPACE_CONFIG=:4096:8``): real streams, events and
+pinned host buffers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import outcore
+import outcore.torch as ot
+
+torchvision = pytest.importorskip("torchvision")
+from models import TinyGPT, lm_loss  # noqa: E402
+
+DEVICE = torch.device(os.environ.get("OUTCORE_TEST_DEVICE", "cpu"))
+if DEVICE.type == "cuda":
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def _slow_link_device(tmp_path) -> str:
+    """A V100 profile with a 20x slower host link: copies no longer hide behind
+    compute, so planners mix recomputation with swapping."""
+    d = outcore.device_profile("v100-16gb-pcie3")
+    d["name"] = "v100-slow-link"
+    for k in ("h2d_bytes_per_s", "d2h_bytes_per_s", "duplex_bytes_per_s"):
+        d[k] = d[k] / 20
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def _steady_footprint(model, loss_fn, make_opt, batch) -> int:
+    """Bytes of the step once the optimizer has its state (planned with none)."""
+    m = copy.deepcopy(model).to(DEVICE)
+    batch = [t.to(DEVICE) for t in batch]
+    o = make_opt(m)
+    o.zero_grad()
+    loss_fn(m(batch[0]), batch[1]).backward()
+    o.step()
+    s = ot.compile_step(m, loss_fn, o, [t.clone() for t in batch], budget="100%", planner="none", allocator="perfect")
+    return s.compiled.graph.footprint_bytes + s.compiled.converted.pinned_bytes
+
+
+def _train_both(make_model, loss_fn, make_opt, batches, **compile_kw):
+    torch.manual_seed(1)
+    eager = make_model().to(DEVICE)
+    ours = copy.deepcopy(eager)
+    batches = [(x.to(DEVICE), y.to(DEVICE)) for x, y in batches]
+    opt_e, opt_o = make_opt(eager), make_opt(ours)
+    step = ot.compile_step(ours, loss_fn, opt_o, [t.clone() for t in batches[0]], **compile_kw)
+    losses = []
+    for i, (x, y) in enumerate(batches):
+        torch.manual_seed(100 + i)  # dropout draws the same numbers in both
+        opt_e.zero_grad()
+        le = loss_fn(eager(x), y)
+        le.backward()
+        opt_e.step()
+        torch.manual_seed(100 + i)
+        lo = step(x.clone(), y.clone())
+        losses.append((le.detach(), lo))
+    step.materialize()
+    return eager, ours, opt_e, opt_o, step, losses
+
+
+def _assert_identical(eager, ours, opt_e, opt_o, losses):
+    for le, lo in losses:
+        assert torch.equal(le, lo), (le.item(), lo.item())
+    for (n, a), (_, b) in zip(eager.state_dict().items(), ours.state_dict().items()):
+        assert torch.equal(a, b), n
+    pe = [p for g in opt_e.param_groups for p in g["params"]]
+    po = [p for g in opt_o.param_groups for p in g["params"]]
+    for a, b in zip(pe, po):
+        sa, sb = opt_e.state[a], opt_o.state[b]
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert torch.equal(sa[k], sb[k]), k
+
+
+def _sgd(m):
+    # foreach=False: one update op per parameter, which planners can place
+    # one by one (the CUDA default, foreach, merges every update into one op)
+    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4, foreach=False)
+
+
+def test_resnet18_three_steps_with_swaps_and_recomputation_match_eager(tmp_path):
+    def make():
+        return torchvision.models.resnet18(num_classes=10)
+
+    torch.manual_seed(0)
+    batches = [(torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,))) for _ in range(3)]
+    loss_fn = nn.functional.cross_entropy
+    torch.manual_seed(1)
+    footprint = _steady_footprint(make(), loss_fn, _sgd, batches[0])
+    run = _train_both(make, loss_fn, _sgd, batches, budget=int(0.97 * footprint), planner="superneurons",
+                      allocator="perfect", device_profile=_slow_link_device(tmp_path))
+    eager, ours, opt_e, opt_o, step, losses = run
+    gen = step.compiled.generated
+    assert gen.n_recomputes > 0 and gen.n_swap_outs > 0 and gen.n_swap_ins > 0
+    assert step.plan_result.report.peak_live_bytes <= step.compiled.planner_budget_bytes
+    _assert_identical(eager, ours, opt_e, opt_o, losses)
+
+
+def test_gpt2_style_three_steps_with_swaps_and_recomputation_match_eager(tmp_path):
+    def make():
+        return TinyGPT(vocab=128, d=64, heads=4, layers=2, seq=32)
+
+    torch.manual_seed(0)
+    batches = [(torch.randint(0, 128, (8, 32)), torch.randint(0, 128, (8, 32))) for _ in range(3)]
+    torch.manual_seed(1)
+    footprint = _steady_footprint(make(), lm_loss, _sgd, batches[0])
+    run = _train_both(make, lm_loss, _sgd, batches, budget=int(0.75 * footprint), planner="capuchin",
+                      allocator="perfect", device_profile=_slow_link_device(tmp_path))
+    eager, ours, opt_e, opt_o, step, losses = run
+    gen = step.compiled.generated
+    assert gen.n_recomputes > 0 and gen.n_swap_outs > 0 and gen.n_swap_ins > 0
+    _assert_identical(eager, ours, opt_e, opt_o, losses)
+
+
+def _snapshot(model, opt):
+    return (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()))
+
+
+def _same(a, b):
+    (ma, oa), (mb, ob) = a, b
+    return all(torch.equal(ma[k], mb[k]) for k in ma) and repr(oa) == repr(ob)
+
+
+def test_budget_below_the_largest_op_raises_and_changes_nothing():
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(num_classes=10)
+    o = _sgd(m)
+    x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+    before = _snapshot(m, o)
+    with pytest.raises(ot.InfeasibleError, match=r"working set of \d+ B"):
+        ot.compile_step(m, nn.functional.cross_entropy, o, (x, y), budget=1 << 20, allocator="perfect")
+    assert _same(before, _snapshot(m, o))
+
+
+def test_unsupported_op_in_capture_names_it_and_changes_nothing():
+    class DataDependent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            if x.sum().item() > 0:  # data-dependent control flow cannot be captured
+                return self.fc(x)
+            return -self.fc(x)
+
+    m = DataDependent()
+    o = _sgd(m)
+    before = _snapshot(m, o)
+    with pytest.raises(ot.CaptureError, match="cannot capture"):
+        ot.compile_step(m, nn.functional.cross_entropy, o, (torch.randn(3, 4), torch.randint(0, 2, (3,))), budget="100%")
+    assert _same(before, _snapshot(m, o))
+
+
+def test_complex_dtype_is_an_unsupported_op_error():
+    class Complexish(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            z = torch.view_as_complex(self.fc(x).reshape(-1, 2, 2).contiguous())
+            return torch.view_as_real(z * z).reshape(x.shape[0], -1)
+
+    m = Complexish()
+    o = _sgd(m)
+    with pytest.raises(ot.UnsupportedOpError, match="complex"):
+        ot.compile_step(m, nn.functional.mse_loss, o, (torch.randn(3, 4), torch.randn(3, 4)), budget="100%")
+
+
+def test_recomputing_a_random_op_is_refused_by_name():
+    torch.manual_seed(0)
+    m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8)
+    o = _sgd(m)
+    x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
+    step = ot.compile_step(m, lm_loss, o, (x, y), budget="100%", planner="none", allocator="perfect")
+    conv = step.compiled.converted
+    random_ops = [op for op in conv.ops if not op.recomputable and "random" in (op.why_not_recomputable or "")]
+    assert random_ops, "the dropout of TinyGPT must be a random op"
+    victim = random_ops[0]
+    plan = copy.deepcopy(step.compiled.plan_json)
+    out = victim.outputs[0]
+    compute = plan["streams"][0]
+    at = next(i for i, s in enumerate(compute) if s["instr"] == {"compute": victim.id})
+    compute.insert(at + 1, {"instr": {"recompute": {"op": victim.id, "outputs": [out]}}})
+    from outcore.torch.codegen import generate
+
+    with pytest.raises(ot.UnsupportedOpError, match=f"`{victim.name}`.*random"):
+        generate(conv, plan)
+
+
+def test_bad_budget_spellings_name_the_value():
+    with pytest.raises(outcore.InvalidValueError, match="out of range"):
+        ot.parse_budget(1.5, footprint_bytes=10, device_memory_bytes=100)
+    with pytest.raises(outcore.InvalidValueError, match="12 apples"):
+        ot.parse_budget("12 apples", footprint_bytes=10, device_memory_bytes=100)
+    assert ot.parse_budget("1KiB", footprint_bytes=10, device_memory_bytes=100) == 1024
+    assert ot.parse_budget(0.5, footprint_bytes=10, device_memory_bytes=100) == 50
+    assert ot.parse_budget("50%", footprint_bytes=10, device_memory_bytes=100) == 5
+
+
+def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
+    torch.manual_seed(0)
+    m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8, p=0.0).to(DEVICE)
+    o = _sgd(m)
+    x, y = torch.randint(0, 32, (2, 8), device=DEVICE), torch.randint(0, 32, (2, 8), device=DEVICE)
+    # 300% of the first step's graph: the steady-state graph adds momentum buffers
+    step = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="300%", planner="none", allocator="perfect")
+    step(x.clone(), y.clone())
+    table = step.profile(x, y, iterations=2)
+    assert table["format"] == "outcore-latency-table/1"
+    names = {op.id: op.name for op in step.compiled.converted.ops}
+    assert {e["op"] for e in table["entries"]} == set(names)
+    assert all(e["name"] == names[e["op"]] and e["time_s"] > 0 for e in table["entries"])
+    path = tmp_path / "lat.json"
+    step.write_latency_table(str(path), table)
+    again = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
+                            allocator="perfect", latency_table=str(path))
+    assert again.plan_result.verification.passed
