@@ -39,8 +39,9 @@ pub enum Command {
         graph: GraphArgs,
         #[command(flatten)]
         target: TargetArgs,
-        /// Planner name (`outcore compare --planners all` lists them all).
-        #[arg(long)]
+        /// Planner name (`outcore compare --planners all` lists them all);
+        /// `outcore`, the joint search seeded by every other planner, by default.
+        #[arg(long, default_value = "outcore")]
         planner: String,
         /// Where to write the plan JSON.
         #[arg(short = 'o', long = "output")]

@@ -216,7 +216,7 @@ impl From<AllocatorConfig> for AllocatorSpec {
 }
 
 /// A complete execution plan for one training iteration, repeated every iteration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
     pub format: String,
     pub planner: PlannerInfo,
@@ -235,6 +235,27 @@ pub struct Plan {
     pub initial_residency: Vec<(TensorId, Residency)>,
     /// Programs of the compute, h2d and d2h streams, in [`Stream::index`] order.
     pub streams: [Vec<Step>; 3],
+    /// The schedule this plan was lowered from ([`crate::lower_schedule`] sets
+    /// it), so that a search can start from another planner's decisions
+    /// instead of re-deriving them from the programs. Provenance held in
+    /// memory only: never written to a plan file, and not part of equality
+    /// (two plans with the same programs are the same plan).
+    #[serde(skip)]
+    pub lowered_from: Option<std::sync::Arc<crate::Schedule>>,
+}
+
+impl PartialEq for Plan {
+    fn eq(&self, other: &Plan) -> bool {
+        // Every field but `lowered_from` (see its doc).
+        self.format == other.format
+            && self.planner == other.planner
+            && self.graph == other.graph
+            && self.device == other.device
+            && self.budget_bytes == other.budget_bytes
+            && self.allocator == other.allocator
+            && self.initial_residency == other.initial_residency
+            && self.streams == other.streams
+    }
 }
 
 impl Plan {
@@ -272,6 +293,7 @@ impl Plan {
                 .map(|t| (t.id, Residency::Device))
                 .collect(),
             streams: [Vec::new(), Vec::new(), Vec::new()],
+            lowered_from: None,
         }
     }
 

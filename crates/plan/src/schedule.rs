@@ -121,6 +121,7 @@ pub fn lower_schedule(
         &mut LowerScratch::default(),
         &mut plan,
     )?;
+    plan.lowered_from = Some(std::sync::Arc::new(schedule.clone()));
     Ok(plan)
 }
 

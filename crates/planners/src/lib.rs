@@ -8,6 +8,7 @@ pub mod checkpoint;
 mod dtr;
 pub mod framework;
 pub mod home;
+pub mod joint;
 mod lms;
 mod odswap;
 mod range_tree;
@@ -26,6 +27,7 @@ pub use checkmate::{
 pub use checkpoint::{Checkpoint, Segments};
 pub use dtr::Dtr;
 pub use home::{Home, Scoring};
+pub use joint::Joint;
 pub use lms::{Lms, LmsKnobs};
 pub use odswap::{LOOKAHEAD_OPS, OdSwap};
 use outcore_plan::Planner;
@@ -71,6 +73,8 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(OdSwap),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
         Box::new(Dtr),
+        // Last: it runs every planner above as a seed.
+        Box::new(Joint::default()),
     ]
 }
 

@@ -1,0 +1,421 @@
+//! `outcore`: outcore's own planner. It runs every other planner in
+//! [`crate::all`] as a seed (a portfolio), then improves the fastest seeds'
+//! schedules by local search over keep / swap / recompute and swap timing
+//! ([`moves`], [`local`]), all scored by the one evaluator.
+//!
+//! Choices, and why:
+//! - **Seeds from every planner.** Each seed is the best answer to one slice
+//!   of the problem (recomputation for `checkpoint-*`, swap timing for
+//!   `window` and `lms`, order and pool for `swapadvisor`); starting from all
+//!   of them makes `outcore` at least as fast as each of them on the same
+//!   request by construction, and feasible wherever any of them is.
+//! - **Local search over gaps, on the seed's own order.** A seed's schedule
+//!   ([`outcore_plan::Plan::lowered_from`]) is a list of gaps; the moves edit
+//!   one or two gaps at a time. Editing the order as well (SwapAdvisor's
+//!   crossover) is left to the `swapadvisor` seed: a move of the order shifts
+//!   every gap's positions, and re-deriving them is a seed's job.
+//! - **Repair starts.** Besides the [`IMPROVED_SEEDS`] fastest seeds, the
+//!   search starts from schedules over the budget — every tensor kept, and
+//!   the recomputation planners' plans for 1.5x the budget — and repairs
+//!   them with moves that take tensors off the device (a swap hidden behind
+//!   compute, or a recomputation), then improves them as the others. Where
+//!   every seed is swap-bound (ResNet-50 b256 at 25%: no recomputation plan
+//!   fits), this is where mixed plans come from.
+//! - **Time split.** Half of the time limit goes to the seeds (each gets an
+//!   equal share of what is left when it starts: the fast rule-based seeds
+//!   return their share to the search seeds after them); the rest to the local
+//!   search, a share of what is left to each start in turn (a double one to
+//!   the fastest seed's).
+//! - **Not searched yet:** the allocator and its layout. The plan uses the
+//!   request's allocator, and every candidate is scored under it, so a plan
+//!   never fits in bytes but not in the allocator; choosing among allocators
+//!   is left to the caller (`--allocator`).
+//! - A seed planner's error (a bug of that planner) does not stop `outcore`:
+//!   it is recorded in the plan's settings (`seed_errors`) and the seed is
+//!   skipped. The conformance suite tests every seed on its own.
+
+pub mod local;
+pub mod moves;
+
+use crate::framework::{Ctx, Score, Scored, Scratch, Search};
+use local::Cost;
+use outcore_plan::{
+    Infeasible, InfeasibleKind, Plan, PlanOutcome, PlanRequest, Planner, PlannerError,
+    PlannerErrorKind, Schedule, check_order,
+};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The planner's name on the command line.
+pub const NAME: &str = "outcore";
+/// Seeds whose schedules the local search improves, fastest first.
+pub const IMPROVED_SEEDS: usize = 2;
+/// Share of the time limit the seeds get.
+const SEED_SHARE: f64 = 0.5;
+
+/// outcore's joint planner (module docs).
+#[derive(Debug, Clone)]
+pub struct Joint {
+    /// Seeds whose schedules the local search improves, fastest first.
+    pub improved_seeds: usize,
+    /// Also start from schedules over the budget, repaired (module docs).
+    pub repair_starts: bool,
+    /// Kicks per start after its first local optimum.
+    pub max_kicks: usize,
+    /// Moves scored per start, at most (besides the time limit).
+    pub max_moves: usize,
+    /// The SwapAdvisor seed's settings (its search runs until its share of
+    /// the time limit unless bounded here).
+    pub swapadvisor: crate::SwapAdvisor,
+}
+
+impl Default for Joint {
+    fn default() -> Self {
+        Joint {
+            improved_seeds: IMPROVED_SEEDS,
+            repair_starts: true,
+            max_kicks: local::MAX_KICKS,
+            max_moves: usize::MAX,
+            swapadvisor: crate::SwapAdvisor::new(crate::swapadvisor::SearchSpace::Joint),
+        }
+    }
+}
+
+/// One seed's answer.
+struct Seed {
+    name: &'static str,
+    plan: Box<Plan>,
+    /// Its time under this planner's evaluator (the seeds' own scoring path).
+    iter_time_s: f64,
+}
+
+impl Planner for Joint {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn description(&self) -> &'static str {
+        "outcore's own: every planner as a seed, then local search over keep / swap / recompute and swap timing on the evaluator"
+    }
+
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
+        let started = Instant::now();
+        let total = Duration::try_from_secs_f64(request.time_limit_s.max(0.0))
+            .unwrap_or(Duration::from_secs(u64::MAX / 4));
+        let seeds_until = started + total.mul_f64(SEED_SHARE);
+        let (mut seeds, infeasible, seed_errors) = self.run_seeds(request, seeds_until)?;
+        if seeds.is_empty() {
+            return Ok(PlanOutcome::Infeasible(no_seed(request, infeasible)));
+        }
+        seeds.sort_by(|a, b| a.iter_time_s.total_cmp(&b.iter_time_s));
+        let deadline = started.checked_add(total).unwrap_or(started);
+        let seed_summary: Vec<Value> = seeds
+            .iter()
+            .map(|s| json!({"planner": s.name, "iter_time_s": s.iter_time_s}))
+            .collect();
+        let context = Context {
+            request,
+            seed_summary: &seed_summary,
+            seed_errors: &seed_errors,
+        };
+        self.improve_best(&context, seeds, deadline)
+    }
+}
+
+/// The feasible seeds, the infeasibilities, and the seeds' errors as JSON.
+type Seeds = (Vec<Seed>, Vec<Infeasible>, Vec<Value>);
+
+/// What every candidate's settings record.
+struct Context<'a, 'r> {
+    request: &'a PlanRequest<'r>,
+    seed_summary: &'a [Value],
+    seed_errors: &'a [Value],
+}
+
+impl Joint {
+    /// Runs every other planner until `until`; returns the feasible seeds (with
+    /// their schedules' times under the evaluator), the infeasibilities, and the
+    /// seeds' errors as JSON.
+    fn run_seeds(&self, request: &PlanRequest<'_>, until: Instant) -> Result<Seeds, PlannerError> {
+        let planners: Vec<Box<dyn Planner>> = crate::all()
+            .into_iter()
+            .filter(|p| !matches!(p.name(), NAME | "ideal" | "none"))
+            .map(|p| {
+                if p.name() == "swapadvisor" {
+                    Box::new(self.swapadvisor.clone()) as Box<dyn Planner>
+                } else {
+                    p
+                }
+            })
+            .collect();
+        let mut seeds = Vec::new();
+        let mut infeasible = Vec::new();
+        let mut errors = Vec::new();
+        for (i, planner) in planners.iter().enumerate() {
+            let left_s = until
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64();
+            let share_s = left_s / (planners.len() - i) as f64;
+            let sub = PlanRequest {
+                time_limit_s: share_s,
+                ..*request
+            };
+            match planner.plan(&sub) {
+                Ok(PlanOutcome::Feasible(plan)) => {
+                    if let Some(iter_time_s) = seed_time(request, &plan)? {
+                        seeds.push(Seed {
+                            name: planner.name(),
+                            plan,
+                            iter_time_s,
+                        });
+                    }
+                }
+                Ok(PlanOutcome::Infeasible(why)) => infeasible.push(why),
+                Err(e) if e.kind == PlannerErrorKind::InvalidRequest => return Err(e),
+                Err(e) => errors.push(json!({"planner": planner.name(), "error": e.to_string()})),
+            }
+        }
+        Ok((seeds, infeasible, errors))
+    }
+
+    /// Where the local search starts: the fastest seeds' schedules, then the
+    /// repair starts — every tensor kept, and the recomputation seeds planned
+    /// for twice the budget — which the search first brings under the budget
+    /// with its own moves (a mix of swaps and recomputations none of the seeds
+    /// makes).
+    fn starts(&self, request: &PlanRequest<'_>, seeds: &[Seed]) -> Vec<Start> {
+        let mut out: Vec<Start> = seeds
+            .iter()
+            .filter_map(|s| {
+                s.plan.lowered_from.as_deref().map(|schedule| Start {
+                    label: s.name.to_string(),
+                    schedule: schedule.clone(),
+                })
+            })
+            .take(self.improved_seeds)
+            .collect();
+        if !self.repair_starts {
+            return out;
+        }
+        out.push(Start {
+            label: "keep-all (repaired)".into(),
+            schedule: Schedule::in_graph_order(request.graph),
+        });
+        let relaxed = PlanRequest {
+            budget_bytes: request
+                .budget_bytes
+                .saturating_add(request.budget_bytes / 2),
+            time_limit_s: 1.0,
+            ..*request
+        };
+        for name in RELAXED_SEEDS {
+            let Ok(planner) = crate::by_name(name) else {
+                continue;
+            };
+            if let Ok(PlanOutcome::Feasible(plan)) = planner.plan(&relaxed)
+                && let Some(schedule) = plan.lowered_from.as_deref()
+            {
+                out.push(Start {
+                    label: format!("{name} at 1.5x the budget (repaired)"),
+                    schedule: schedule.clone(),
+                });
+            }
+        }
+        // The same schedule twice (a relaxed plan that keeps everything) would
+        // search the same ground twice.
+        let mut unique: Vec<Start> = Vec::with_capacity(out.len());
+        for start in out {
+            if !unique.iter().any(|u| u.schedule == start.schedule) {
+                unique.push(start);
+            }
+        }
+        unique
+    }
+
+    /// Improves every start and returns the best plan found: an improved
+    /// schedule proven under this planner's name, or the fastest seed's plan
+    /// renamed if nothing beat it.
+    fn improve_best(
+        &self,
+        context: &Context<'_, '_>,
+        seeds: Vec<Seed>,
+        deadline: Instant,
+    ) -> Result<PlanOutcome, PlannerError> {
+        let request = context.request;
+        let mut best: Option<(f64, Value, Schedule)> = None;
+        let starts = self.starts(request, &seeds);
+        let mut tried = Vec::new();
+        for (k, start) in starts.iter().enumerate() {
+            if check_order(request.graph, &start.schedule.order).is_err() {
+                continue;
+            }
+            // The fastest seed's start gets a double share of what is left:
+            // it is the likeliest to end fastest.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let weight = |i: usize| if i == 0 { 2.0 } else { 1.0 };
+            let weights_left: f64 = (k..starts.len()).map(weight).sum();
+            let until = Instant::now() + left.mul_f64(weight(k) / weights_left);
+            let ctx = Ctx::new(request.graph, request.cost, start.schedule.order.clone());
+            let search = Search::new(&ctx, request, NAME);
+            let Some(cost) = start_cost(&search, &start.schedule) else {
+                continue;
+            };
+            let limits = local::Limits {
+                deadline: until,
+                max_kicks: self.max_kicks,
+                max_moves: self.max_moves,
+            };
+            let (improved, reached, stats) = local::improve(
+                &search,
+                &ctx,
+                request.cost,
+                (start.schedule.clone(), cost),
+                request.seed,
+                &limits,
+            );
+            let summary = json!({
+                "start": start.label,
+                "start_iter_time_s": cost.is_feasible().then_some(cost.time_s),
+                "start_excess_bytes": cost.excess_bytes,
+                "iter_time_s": reached.is_feasible().then_some(reached.time_s),
+                "excess_bytes": reached.excess_bytes,
+                "moves_scored": stats.moves_scored,
+                "moves_accepted": stats.moves_accepted,
+                "moves_invalid": stats.moves_invalid,
+                "moves_infeasible": stats.moves_infeasible,
+                "accepted_drop_toswap_torecompute_retime_exchange_repair": stats.accepted_by_kind,
+                "converged": stats.converged,
+                "kicks": stats.kicks,
+                "kicks_improved": stats.kicks_improved,
+            });
+            tried.push(summary);
+            if reached.is_feasible() && best.as_ref().is_none_or(|(t, _, _)| reached.time_s < *t) {
+                best = Some((reached.time_s, Value::String(start.label.clone()), improved));
+            }
+        }
+        let fastest = &seeds[0];
+        match best {
+            Some((time_s, label, schedule)) if time_s <= fastest.iter_time_s => {
+                let settings = json!({
+                    "start": label,
+                    "seeds": context.seed_summary,
+                    "seed_errors": context.seed_errors,
+                    "local_search": tried,
+                });
+                prove(request, settings, schedule, time_s)
+            }
+            _ => Ok(PlanOutcome::Feasible(renamed(fastest, context, tried))),
+        }
+    }
+}
+
+/// A seed plan's time under this request's evaluator, when it has a schedule
+/// the evaluator can score (every framework planner's plans do); else its own
+/// simulated time.
+fn seed_time(request: &PlanRequest<'_>, plan: &Plan) -> Result<Option<f64>, PlannerError> {
+    let Some(schedule) = &plan.lowered_from else {
+        return Ok(plan
+            .planner
+            .settings
+            .get("simulated_iter_time_s")
+            .and_then(Value::as_f64));
+    };
+    let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
+    let search = Search::new(&ctx, request, NAME);
+    match search.score(schedule, &mut Scratch::default()) {
+        Ok(Score::Feasible { iter_time_s, .. }) => Ok(Some(iter_time_s)),
+        // A seed scored with margins or its own pool may not score feasible
+        // here: its plan still stands, with its own time.
+        Ok(_) | Err(_) => Ok(plan
+            .planner
+            .settings
+            .get("simulated_iter_time_s")
+            .and_then(Value::as_f64)),
+    }
+}
+
+/// A schedule the local search starts from.
+struct Start {
+    label: String,
+    schedule: Schedule,
+}
+
+/// Recomputation planners whose plans at 1.5x the budget are repair starts.
+const RELAXED_SEEDS: [&str; 2] = ["checkpoint-greedy", "checkpoint-sqrt"];
+
+/// A start's cost under the evaluator; `None` if it cannot be scored (an
+/// order the graph rejects, a lowering error, an allocator failure).
+fn start_cost(search: &Search<'_, '_>, schedule: &Schedule) -> Option<Cost> {
+    match search.score(schedule, &mut Scratch::default()) {
+        Ok(Score::Feasible { iter_time_s, .. }) => Some(Cost::feasible(iter_time_s)),
+        Ok(Score::OverBudget { needed_bytes, .. }) => Some(Cost {
+            excess_bytes: needed_bytes
+                .saturating_sub(search.request.budget_bytes)
+                .max(1),
+            time_s: f64::INFINITY,
+        }),
+        Ok(_) | Err(_) => None,
+    }
+}
+
+/// Proves an improved schedule under this planner's name.
+fn prove(
+    request: &PlanRequest<'_>,
+    settings: Value,
+    schedule: Schedule,
+    time_s: f64,
+) -> Result<PlanOutcome, PlannerError> {
+    let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
+    let search = Search::new(&ctx, request, NAME);
+    let score = search.score(&schedule, &mut Scratch::default())?;
+    if !matches!(score, Score::Feasible { .. }) {
+        return Err(PlannerError::new(
+            NAME,
+            PlannerErrorKind::Verification,
+            format!("the improved schedule ({time_s:.6} s) no longer scores feasible"),
+        ));
+    }
+    search.prove(
+        Scored {
+            settings,
+            schedule: Some(schedule),
+            score,
+        },
+        &[],
+    )
+}
+
+/// The fastest seed's plan under this planner's name, its settings kept.
+fn renamed(seed: &Seed, context: &Context<'_, '_>, tried: Vec<Value>) -> Box<Plan> {
+    let mut plan = seed.plan.clone();
+    plan.planner.name = NAME.into();
+    plan.planner.settings = json!({
+        "seed": seed.name,
+        "seed_settings": seed.plan.planner.settings,
+        "seeds": context.seed_summary,
+        "seed_errors": context.seed_errors,
+        "local_search": tried,
+        "note": "no local search improved on the fastest seed",
+    });
+    plan
+}
+
+/// No seed found a plan: the infeasibility closest to fitting.
+fn no_seed(request: &PlanRequest<'_>, infeasible: Vec<Infeasible>) -> Infeasible {
+    let closest = infeasible
+        .into_iter()
+        .min_by_key(|i| i.needed_bytes.unwrap_or(u64::MAX));
+    match closest {
+        Some(mut why) => {
+            why.message = format!("no planner found a plan; the closest: {}", why.message);
+            why
+        }
+        None => Infeasible {
+            kind: InfeasibleKind::NoCandidate,
+            needed_bytes: None,
+            budget_bytes: request.budget_bytes,
+            at: None,
+            message: "no planner found a plan, and none said how close it came".into(),
+        },
+    }
+}

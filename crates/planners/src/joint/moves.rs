@@ -1,0 +1,573 @@
+//! The neighbourhood of a schedule: small edits of its gaps that the local
+//! search scores one by one.
+//!
+//! A move changes how one tensor leaves the device and comes back, on the
+//! schedule's own order:
+//! - [`Move::Drop`] keeps the tensor resident through one gap (faster, more memory);
+//! - [`Move::ToSwap`] brings a recomputed tensor back by a swap-in instead,
+//!   started early enough to hide the copy behind compute;
+//! - [`Move::ToRecompute`] recomputes a swapped tensor instead (for a producer
+//!   cheaper than the copy, or a link that is busy);
+//! - [`Move::Retime`] moves a swap-in's start earlier or later;
+//! - [`Move::Exchange`] keeps one tensor and swaps another, at least as large,
+//!   whose forward-backward interval covers the kept one's gap: about the same
+//!   memory at that peak, but perhaps a copy that hides better or a
+//!   recomputation avoided. Single moves cannot find this: the first half alone
+//!   is over budget, the second alone slower.
+//!
+//! - [`Move::AddSwap`] and [`Move::AddRecompute`] take a tensor with no gap
+//!   off the device: they only save memory, so the search offers them only
+//!   while the schedule is over the budget (repairing a start that does not
+//!   fit, e.g. every tensor kept).
+//!
+//! Moves never check validity themselves: a move whose recomputation chain no
+//! longer holds (a recomputation reading a tensor that is now gone) fails in
+//! the lowering or the verifier, and the search counts it as invalid.
+
+use crate::framework::Ctx;
+use outcore_cost::CostModel;
+use outcore_graph::TensorId;
+use outcore_plan::{Gap, Restore, Schedule};
+
+/// One edit of a schedule's gaps; `gap` indexes `Schedule::gaps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Move {
+    Drop {
+        gap: usize,
+    },
+    ToSwap {
+        gap: usize,
+    },
+    ToRecompute {
+        gap: usize,
+    },
+    Retime {
+        gap: usize,
+        prefetch_after: usize,
+    },
+    Exchange {
+        gap: usize,
+        tensor: TensorId,
+        /// The partner's swap interval (see [`Neighbourhood::ungapped`]).
+        after: usize,
+        before: usize,
+    },
+    /// Repair: swap out a tensor with no gap over its interval.
+    AddSwap {
+        tensor: TensorId,
+        after: usize,
+        before: usize,
+    },
+    /// Repair: recompute a tensor with no gap where its interval ends.
+    AddRecompute {
+        tensor: TensorId,
+        after: usize,
+        before: usize,
+    },
+    /// Repair: keep a persistent tensor (parameter, optimizer state) on the
+    /// host between iterations: swapped in before its first use, out after
+    /// its last.
+    AddOffload {
+        tensor: TensorId,
+        first: usize,
+        last: usize,
+    },
+    /// Keep the tensor of `gap` resident and offload a persistent tensor, at
+    /// least as large, whose absence covers the gap instead.
+    ExchangeOffload {
+        gap: usize,
+        tensor: TensorId,
+        first: usize,
+        last: usize,
+    },
+    /// Swap the recomputed tensor of `gap` instead (its swap-in lands early
+    /// and holds memory longer) and offload a persistent tensor to pay for it.
+    SwapAndOffload {
+        gap: usize,
+        tensor: TensorId,
+        first: usize,
+        last: usize,
+    },
+}
+
+/// At most this many exchange partners per gap (the longest intervals first:
+/// they leave the most compute to hide a copy behind).
+const EXCHANGE_PARTNERS: usize = 3;
+
+/// What moves need to know about a schedule's tensors, built once per
+/// accepted schedule.
+#[derive(Debug)]
+pub struct Neighbourhood {
+    /// Persistent tensors with no gap that are used after the first position,
+    /// with their first and last use.
+    pub offloadable: Vec<(TensorId, usize, usize)>,
+    /// Saved activations with no gap, with the interval a swap of them may
+    /// cover: from the last forward use to the first backward use, a
+    /// recomputation reading them or an in-place write, whichever is first.
+    pub ungapped: Vec<(TensorId, usize, usize)>,
+}
+
+impl Neighbourhood {
+    pub fn of(ctx: &Ctx<'_>, schedule: &Schedule) -> Self {
+        let mut gapped = vec![false; ctx.graph.tensors.len()];
+        for g in &schedule.gaps {
+            gapped[g.tensor.index()] = true;
+        }
+        let reads = recompute_reads(ctx, schedule);
+        let ungapped = ctx
+            .saved_activations()
+            .into_iter()
+            .filter(|t| !gapped[t.index()])
+            .filter_map(|t| {
+                let (a, b) = ctx.forward_backward_gap(t)?;
+                // A recomputation reading it, or an in-place write, ends the
+                // interval a swap may cover.
+                let first_read = reads[t.index()].iter().copied().filter(|&p| p > a);
+                let first_write = ctx.writes[t.index()].iter().copied().filter(|&p| p > a);
+                let b = first_read.chain(first_write).fold(b, usize::min);
+                (b >= a + 2).then_some((t, a, b))
+            })
+            .collect();
+        let offloadable = ctx
+            .owners()
+            .filter(|&t| ctx.persistent(t) && !gapped[t.index()] && ctx.size(t) > 0)
+            .filter_map(|t| {
+                let uses = &ctx.uses[t.index()];
+                let (&first, &last) = (uses.first()?, uses.last()?);
+                (first > 0).then_some((t, first, last))
+            })
+            .collect();
+        Neighbourhood {
+            offloadable,
+            ungapped,
+        }
+    }
+
+    /// The repair moves: each ungapped tensor swapped, or recomputed.
+    pub fn repairs(&self, ctx: &Ctx<'_>, schedule: &Schedule, out: &mut Vec<Move>) {
+        out.clear();
+        out.extend(
+            self.offloadable
+                .iter()
+                .map(|&(tensor, first, last)| Move::AddOffload {
+                    tensor,
+                    first,
+                    last,
+                }),
+        );
+        for &(tensor, after, before) in &self.ungapped {
+            out.push(Move::AddSwap {
+                tensor,
+                after,
+                before,
+            });
+            if inputs_resident(ctx, schedule, tensor, before) {
+                out.push(Move::AddRecompute {
+                    tensor,
+                    after,
+                    before,
+                });
+            }
+        }
+    }
+
+    /// Every move of `schedule`, in a fixed order (the search shuffles them
+    /// with its seeded generator), into `out`.
+    pub fn moves(&self, ctx: &Ctx<'_>, schedule: &Schedule, out: &mut Vec<Move>) {
+        out.clear();
+        for (i, g) in schedule.gaps.iter().enumerate() {
+            // A gap ending after the tensor's last use brings it back only to
+            // feed recomputations: without the gap the lowering frees it at
+            // its last use, so dropping it (alone or in an exchange) always
+            // breaks the chain.
+            let chain_only = g
+                .before
+                .is_some_and(|b| ctx.uses[g.tensor.index()].last().is_none_or(|&l| l < b));
+            if !chain_only {
+                out.push(Move::Drop { gap: i });
+            }
+            let (Some(after), Some(before)) = (g.after, g.before) else {
+                continue;
+            };
+            match g.how {
+                Restore::Recompute => out.push(Move::ToSwap { gap: i }),
+                Restore::Swap => {
+                    if inputs_resident(ctx, schedule, g.tensor, before) {
+                        out.push(Move::ToRecompute { gap: i });
+                    }
+                    let p = g.prefetch_after.unwrap_or(after).clamp(after, before);
+                    let earlier = after + (p - after) / 2;
+                    let later = p + (before - p) / 2;
+                    for q in [earlier, later] {
+                        if q != p {
+                            out.push(Move::Retime {
+                                gap: i,
+                                prefetch_after: q,
+                            });
+                        }
+                    }
+                }
+            }
+            if !chain_only {
+                self.exchanges(ctx, i, g, after, before, out);
+            }
+        }
+    }
+
+    fn exchanges(
+        &self,
+        ctx: &Ctx<'_>,
+        i: usize,
+        g: &Gap,
+        after: usize,
+        before: usize,
+        out: &mut Vec<Move>,
+    ) {
+        let size = ctx.size(g.tensor);
+        let mut partners: Vec<(usize, TensorId, usize, usize)> = self
+            .ungapped
+            .iter()
+            .filter(|&&(t, a, b)| a <= after && b >= before && ctx.size(t) >= size)
+            .map(|&(t, a, b)| (b - a, t, a, b))
+            .collect();
+        partners.sort_unstable_by(|x, y| y.cmp(x));
+        // Persistent partners absent over the whole gap: off the device from
+        // the iteration start to their first use.
+        let mut offloads: Vec<(u64, TensorId, usize, usize)> = self
+            .offloadable
+            .iter()
+            .filter(|&&(t, first, _)| first > before && ctx.size(t) >= size)
+            .map(|&(t, first, last)| (ctx.size(t), t, first, last))
+            .collect();
+        offloads.sort_unstable();
+        let recomputed = g.how == Restore::Recompute;
+        for (_, tensor, first, last) in offloads.into_iter().take(EXCHANGE_PARTNERS) {
+            out.push(Move::ExchangeOffload {
+                gap: i,
+                tensor,
+                first,
+                last,
+            });
+            if recomputed {
+                out.push(Move::SwapAndOffload {
+                    gap: i,
+                    tensor,
+                    first,
+                    last,
+                });
+            }
+        }
+        out.extend(partners.into_iter().take(EXCHANGE_PARTNERS).map(
+            |(_, tensor, after, before)| Move::Exchange {
+                gap: i,
+                tensor,
+                after,
+                before,
+            },
+        ));
+    }
+}
+
+/// Whether recomputing `t` at `at` finds its producer's inputs on the device
+/// without bringing any back: each input's owner is persistent or used at or
+/// after `at`, and no gap of it spans `at`. (A cheap filter: a recomputation
+/// that needs a chain is left to the seeds that build chains, and the
+/// lowering and verifier still judge every move.)
+fn inputs_resident(ctx: &Ctx<'_>, schedule: &Schedule, t: TensorId, at: usize) -> bool {
+    let g = ctx.graph;
+    let Some(producer) = g.tensor(t).producer else {
+        return false;
+    };
+    g.op(producer).inputs.iter().all(|&input| {
+        let owner = g.storage_owner(input);
+        let used_later = ctx.persistent(owner)
+            || ctx.uses[owner.index()]
+                .last()
+                .is_some_and(|&last| last >= at);
+        let gone = schedule.gaps.iter().any(|gap| {
+            gap.tensor == owner
+                && gap.after.is_none_or(|a| a < at)
+                && gap.before.is_none_or(|b| b > at)
+        });
+        used_later && !gone
+    })
+}
+
+/// Per storage owner: the positions where a recomputation of `schedule`
+/// reads it (a recompute gap's producer runs again where the gap ends).
+fn recompute_reads(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<Vec<usize>> {
+    let g = ctx.graph;
+    let mut reads = vec![Vec::new(); g.tensors.len()];
+    for gap in &schedule.gaps {
+        let (Restore::Recompute, Some(at)) = (gap.how, gap.before) else {
+            continue;
+        };
+        let Some(producer) = g.tensor(gap.tensor).producer else {
+            continue;
+        };
+        for &input in &g.op(producer).inputs {
+            reads[g.storage_owner(input).index()].push(at);
+        }
+    }
+    reads
+}
+
+/// `schedule` with `mv` applied.
+pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move) -> Schedule {
+    let mut gaps = schedule.gaps.clone();
+    match mv {
+        Move::Drop { gap } => {
+            // An offloaded persistent tensor has two open-ended gaps (out
+            // after its last use, in before its first): drop both, or the
+            // plan would not repeat.
+            let g = gaps.remove(gap);
+            if g.after.is_none() || g.before.is_none() {
+                gaps.retain(|x| x.tensor != g.tensor || (x.after.is_some() && x.before.is_some()));
+            }
+        }
+        Move::ToSwap { gap } => {
+            let g = &gaps[gap];
+            if let (Some(after), Some(before)) = (g.after, g.before) {
+                gaps[gap] = hidden_swap(ctx, cost, g.tensor, after, before);
+            }
+        }
+        Move::ToRecompute { gap } => {
+            let g = &mut gaps[gap];
+            g.how = Restore::Recompute;
+            g.prefetch_after = None;
+            g.reclaim_before = None;
+        }
+        Move::Retime {
+            gap,
+            prefetch_after,
+        } => gaps[gap].prefetch_after = Some(prefetch_after),
+        Move::Exchange {
+            gap,
+            tensor,
+            after,
+            before,
+        } => gaps[gap] = hidden_swap(ctx, cost, tensor, after, before),
+        Move::AddSwap {
+            tensor,
+            after,
+            before,
+        } => gaps.push(hidden_swap(ctx, cost, tensor, after, before)),
+        Move::AddOffload {
+            tensor,
+            first,
+            last,
+        } => gaps.extend(offload(ctx, cost, tensor, first, last)),
+        Move::ExchangeOffload {
+            gap,
+            tensor,
+            first,
+            last,
+        } => {
+            gaps.remove(gap);
+            gaps.extend(offload(ctx, cost, tensor, first, last));
+        }
+        Move::SwapAndOffload {
+            gap,
+            tensor,
+            first,
+            last,
+        } => {
+            let g = &gaps[gap];
+            if let (Some(after), Some(before)) = (g.after, g.before) {
+                gaps[gap] = hidden_swap(ctx, cost, g.tensor, after, before);
+            }
+            gaps.extend(offload(ctx, cost, tensor, first, last));
+        }
+        Move::AddRecompute {
+            tensor,
+            after,
+            before,
+        } => gaps.push(Gap {
+            tensor,
+            after: Some(after),
+            before: Some(before),
+            how: Restore::Recompute,
+            prefetch_after: None,
+            reclaim_before: None,
+        }),
+    }
+    let mut next = ctx.schedule(gaps);
+    next.order.clone_from(&schedule.order);
+    next
+}
+
+/// A swap gap of `t` over `(after, before)` whose copies are timed to hide
+/// behind compute under the cost model: the swap-out has the ops after
+/// `after` whose time covers the d2h copy before a compute op waits for it,
+/// and the swap-in starts early enough that the ops before `before` cover
+/// the h2d copy. Both are clamped to the gap (a copy longer than the gap's
+/// compute stalls whatever the timing).
+pub fn hidden_swap(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    t: TensorId,
+    after: usize,
+    before: usize,
+) -> Gap {
+    let size = ctx.size(t);
+    let out_s = cost.d2h_time_s(size);
+    let in_s = cost.h2d_time_s(size);
+    // The first position `r > after` with the ops in (after, r) covering the copy.
+    let mut reclaim = after + 1;
+    while reclaim < before && ctx.time_s(after + 1, reclaim) < out_s {
+        reclaim += 1;
+    }
+    // The last position `p < before` with the ops in (p, before) covering the copy.
+    let mut prefetch = before.saturating_sub(1).max(after);
+    while prefetch > reclaim && ctx.time_s(prefetch + 1, before) < in_s {
+        prefetch -= 1;
+    }
+    Gap {
+        tensor: t,
+        after: Some(after),
+        before: Some(before),
+        how: Restore::Swap,
+        prefetch_after: Some(prefetch.max(after)),
+        reclaim_before: Some(reclaim.min(before)),
+    }
+}
+
+/// The two gaps that keep persistent `t` on the host between iterations:
+/// swapped in so that the ops before `first` cover the h2d copy, swapped out
+/// after `last` (the iteration's end waits for the copy).
+pub fn offload(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    t: TensorId,
+    first: usize,
+    last: usize,
+) -> [Gap; 2] {
+    let in_s = cost.h2d_time_s(ctx.size(t));
+    let mut prefetch = first.saturating_sub(1);
+    while prefetch > 0 && ctx.time_s(prefetch + 1, first) < in_s {
+        prefetch -= 1;
+    }
+    [
+        Gap {
+            tensor: t,
+            after: Some(last),
+            before: None,
+            how: Restore::Swap,
+            prefetch_after: None,
+            reclaim_before: None,
+        },
+        Gap {
+            tensor: t,
+            after: None,
+            before: Some(first),
+            how: Restore::Swap,
+            prefetch_after: Some(prefetch),
+            reclaim_before: None,
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::{mlp_chain, v100};
+
+    #[test]
+    fn a_hidden_swap_leaves_the_copies_the_compute_they_need() {
+        let g = mlp_chain(12, 1024, 256);
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        let t = ctx.saved_activations()[2];
+        let (after, before) = ctx.forward_backward_gap(t).expect("a saved activation");
+        let gap = hidden_swap(&ctx, &cost, t, after, before);
+        let (p, r) = (
+            gap.prefetch_after.expect("timed"),
+            gap.reclaim_before.expect("timed"),
+        );
+        assert!(
+            after <= r && r <= p && p < before,
+            "{after} {r} {p} {before}"
+        );
+        // The ops between the reclaim point and the offload cover the d2h copy
+        // unless the reclaim point had to stop at the gap's end.
+        let size = ctx.size(t);
+        assert!(r == before || ctx.time_s(after + 1, r) >= cost.d2h_time_s(size));
+        // Likewise the ops after the prefetch point cover the h2d copy.
+        assert!(p == r || ctx.time_s(p + 1, before) >= cost.h2d_time_s(size));
+    }
+
+    #[test]
+    fn every_gap_offers_a_drop_and_swaps_offer_retiming() {
+        let g = mlp_chain(8, 512, 64);
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        // Feature maps made by an op (the input batch and labels have no producer).
+        let saved: Vec<TensorId> = ctx
+            .saved_activations()
+            .into_iter()
+            .filter(|&t| g.tensor(t).producer.is_some())
+            .collect();
+        // A tensor whose producer's inputs are still on the device where it
+        // is needed again, so that recomputing it needs no chain.
+        let empty = ctx.schedule(Vec::new());
+        let swapped = saved
+            .iter()
+            .copied()
+            .find(|&t| {
+                ctx.forward_backward_gap(t)
+                    .is_some_and(|(_, b)| inputs_resident(&ctx, &empty, t, b))
+            })
+            .expect("an mlp has such a tensor");
+        let recomputed = *saved.iter().find(|&&t| t != swapped).expect("saved");
+        let (a, b) = ctx.forward_backward_gap(swapped).expect("saved");
+        let gaps = vec![
+            Gap {
+                tensor: swapped,
+                after: Some(a),
+                before: Some(b),
+                how: Restore::Swap,
+                prefetch_after: Some(a),
+                reclaim_before: Some(a + 1),
+            },
+            Gap {
+                tensor: recomputed,
+                after: ctx.forward_backward_gap(recomputed).map(|x| x.0),
+                before: ctx.forward_backward_gap(recomputed).map(|x| x.1),
+                how: Restore::Recompute,
+                prefetch_after: None,
+                reclaim_before: None,
+            },
+        ];
+        let schedule = ctx.schedule(gaps);
+        let hood = Neighbourhood::of(&ctx, &schedule);
+        let mut moves = Vec::new();
+        hood.moves(&ctx, &schedule, &mut moves);
+        assert!(moves.contains(&Move::Drop { gap: 0 }));
+        assert!(moves.contains(&Move::Drop { gap: 1 }));
+        assert!(moves.contains(&Move::ToRecompute { gap: 0 }));
+        assert!(moves.contains(&Move::ToSwap { gap: 1 }));
+        // Prefetch at `a`: only "later" differs, halfway to the use.
+        assert!(moves.contains(&Move::Retime {
+            gap: 0,
+            prefetch_after: a + (b - a) / 2
+        }));
+        // Drop removes exactly that gap.
+        let dropped = apply(&ctx, &cost, &schedule, Move::Drop { gap: 0 });
+        assert_eq!(dropped.gaps.len(), 1);
+        assert_eq!(dropped.gaps[0].tensor, recomputed);
+        // An exchange partner is an ungapped saved activation covering the gap.
+        for m in &moves {
+            if let Move::Exchange {
+                gap,
+                tensor,
+                after: pa,
+                before: pb,
+            } = *m
+            {
+                let g = &schedule.gaps[gap];
+                assert!(pa <= g.after.unwrap_or(0) && pb >= g.before.unwrap_or(usize::MAX));
+                assert!(tensor != swapped && tensor != recomputed);
+            }
+        }
+    }
+}

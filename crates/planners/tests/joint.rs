@@ -1,0 +1,117 @@
+//! outcore's own planner against every other planner: on small zoo models at
+//! 50% and 30% of the footprint it is feasible wherever one of them is, never
+//! slower than any of them (simulated, within 0.5%), and the same seed gives
+//! the same plan.
+
+use outcore_cost::{DeviceProfile, RooflineModel};
+use outcore_graph::{Graph, footprint, zoo};
+use outcore_plan::{Plan, PlanOutcome, PlanRequest, Planner, verify};
+use outcore_planners::Joint;
+use outcore_sim::{SimOptions, simulate};
+use std::collections::BTreeMap;
+
+fn graph(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
+    let knobs: BTreeMap<String, u64> = knobs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    zoo::build(name, Some(batch), &knobs, None).expect("zoo model builds")
+}
+
+/// Bounded by move and kick counts, not the clock, so that the plan is the
+/// same on every machine; SwapAdvisor's seed runs two generations of eight.
+fn bounded() -> Joint {
+    Joint {
+        max_kicks: 4,
+        max_moves: 3_000,
+        swapadvisor: outcore_planners::SwapAdvisor {
+            population: 8,
+            max_generations: Some(2),
+            ..outcore_planners::SwapAdvisor::new(outcore_planners::swapadvisor::SearchSpace::Joint)
+        },
+        ..Joint::default()
+    }
+}
+
+/// A request no run reaches the time limit of.
+fn request<'a>(g: &'a Graph, cost: &'a RooflineModel, budget_bytes: u64) -> PlanRequest<'a> {
+    PlanRequest {
+        time_limit_s: 3600.0,
+        ..PlanRequest::new(g, cost, budget_bytes)
+    }
+}
+
+fn simulated_s(g: &Graph, plan: &Plan, cost: &RooflineModel) -> f64 {
+    let out = simulate(g, plan, cost, &SimOptions::default()).expect("a verified plan simulates");
+    assert!(
+        out.report.oom.is_none(),
+        "{}: out of memory",
+        plan.planner.name
+    );
+    out.report.iter_time_s
+}
+
+fn check_not_slower(g: &Graph, fraction: f64) {
+    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
+    let (fp, _) = footprint(g);
+    let budget = (fp as f64 * fraction) as u64;
+    let what = format!("{} at {fraction}", g.meta.model);
+    let ours = match bounded().plan(&request(g, &cost, budget)) {
+        Ok(PlanOutcome::Feasible(p)) => Some(*p),
+        Ok(PlanOutcome::Infeasible(_)) => None,
+        Err(e) => panic!("outcore on {what}: {e}"),
+    };
+    if let Some(plan) = &ours {
+        let v = verify(plan, g);
+        assert!(v.is_empty(), "outcore on {what}: {}", v[0]);
+        assert_eq!(plan.planner.name, "outcore");
+    }
+    let ours_s = ours.as_ref().map(|p| simulated_s(g, p, &cost));
+    for planner in outcore_planners::all() {
+        if matches!(planner.name(), "outcore" | "ideal") {
+            continue;
+        }
+        let planner: Box<dyn Planner> = if planner.name() == "swapadvisor" {
+            Box::new(bounded().swapadvisor)
+        } else {
+            planner
+        };
+        let Ok(PlanOutcome::Feasible(theirs)) = planner.plan(&request(g, &cost, budget)) else {
+            continue;
+        };
+        let theirs_s = simulated_s(g, &theirs, &cost);
+        let Some(ours_s) = ours_s else {
+            panic!("outcore found no plan on {what}, {} did", planner.name());
+        };
+        assert!(
+            ours_s <= theirs_s * 1.005,
+            "outcore on {what}: {ours_s} s, slower than {} at {theirs_s} s",
+            planner.name()
+        );
+    }
+}
+
+#[test]
+fn not_slower_than_any_planner_on_a_tiny_cnn() {
+    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    check_not_slower(&g, 0.5);
+    check_not_slower(&g, 0.3);
+}
+
+#[test]
+fn not_slower_than_any_planner_on_a_tiny_transformer() {
+    let g = graph("tiny-transformer", 32, &[("layers", 8)]);
+    check_not_slower(&g, 0.5);
+    check_not_slower(&g, 0.3);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_plan() {
+    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
+    let (fp, _) = footprint(&g);
+    let plan = || match bounded().plan(&request(&g, &cost, fp * 2 / 5)) {
+        Ok(PlanOutcome::Feasible(p)) => p,
+        other => panic!("outcore on tiny-cnn at 40%: {other:?}"),
+    };
+    let (a, b) = (plan(), plan());
+    assert_eq!(a.streams, b.streams);
+    assert_eq!(a.planner.settings, b.planner.settings);
+}
