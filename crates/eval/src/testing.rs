@@ -15,9 +15,20 @@ use rand_chacha::ChaCha8Rng;
 /// one layer per byte of `choices` (which also picks each layer's inputs),
 /// trained with SGD and momentum.
 pub fn random_graph(choices: &[u8], width: u64) -> Result<Graph, outcore_graph::GraphError> {
-    let mut b = GraphBuilder::new("random", 4, DType::Float32);
-    let x = b.input("x", &[4, width]);
-    let y = b.label("y", &[4]);
+    random_graph_batch(choices, width, 4)
+}
+
+/// [`random_graph`] over `[batch, width]` tensors: a large batch makes the
+/// activations, not the weights, dominate the footprint (what recomputation
+/// planners need to have something to drop).
+pub fn random_graph_batch(
+    choices: &[u8],
+    width: u64,
+    batch: u64,
+) -> Result<Graph, outcore_graph::GraphError> {
+    let mut b = GraphBuilder::new("random", batch, DType::Float32);
+    let x = b.input("x", &[batch, width]);
+    let y = b.label("y", &[batch]);
     let mut pool = vec![b.linear("in", x, width, true)];
     for (i, &c) in choices.iter().enumerate() {
         let pick = |k: u8| pool[(k as usize) % pool.len()];

@@ -94,10 +94,18 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// position run in producer order, so a chain such as Chen et al.'s segment
 /// recomputation works when every dropped tensor of the chain has the same
 /// `before`; the gaps of one producer at one position share one step, so the
-/// op runs once for all of them). A gap may end before the tensor's next use. A tensor brought back
-/// only to feed recomputations (no use at or after `before`) is freed right after
-/// the recomputations at `before`. Every other residency period ends with a free
-/// after its last use; step outputs are freed at the end.
+/// op runs once for all of them). A gap may end before the tensor's next use.
+/// A gap starts after a use, where the tensor's previous gap ends, or where a
+/// recomputation reads it. A tensor that is at position `p` only for the
+/// recomputations there (op `p` does not use it, and it is gone again after
+/// `p`: brought back at `p` with no use at or after `p`, or its next gap,
+/// restored by recomputation, starts at `p` where it was recomputed or read
+/// by a recomputation) is freed right after the last recomputation step at
+/// `p` that reads it (right after its own recomputation if none does, or
+/// after all of them if it came back by a swap-in nothing there reads), so
+/// that a long chain holds at most the links still to be read. Every other
+/// residency period ends with a free after its last use; step outputs are
+/// freed at the end.
 pub fn lower_schedule(
     graph: &Graph,
     schedule: &Schedule,
@@ -157,6 +165,22 @@ pub struct LowerScratch {
     frees: Vec<TensorId>,
     /// Outputs of the recomputation step being written.
     recompute_outputs: Vec<TensorId>,
+    /// (storage owner, position) where a recomputation reads it, sorted.
+    chain_reads: Vec<(u32, u32)>,
+    /// The tensors at the position being written only for its
+    /// recomputations (see [`ChainFree`]).
+    chain_frees: Vec<ChainFree>,
+}
+
+/// A tensor at a position only for the recomputations there, freed right
+/// after the recomputation step of `after_producer` (the last one at the
+/// position that reads or brings it back; [`NONE`]: after all of them).
+#[derive(Debug, Clone, Copy)]
+struct ChainFree {
+    tensor: TensorId,
+    after_producer: u32,
+    /// The gap this free starts ([`NONE`]: it ends a residency period).
+    gap: u32,
 }
 
 /// `LowerScratch::gapped`: no gap indexed yet.
@@ -200,6 +224,33 @@ struct Action {
 }
 
 impl LowerScratch {
+    /// Whether a recomputation at `position` reads `t`.
+    fn chain_read(&self, t: TensorId, position: usize) -> bool {
+        self.chain_reads
+            .binary_search(&(t.0, position as u32))
+            .is_ok()
+    }
+
+    /// Fills `chain_reads` from the recompute gaps (skipping malformed ones,
+    /// which [`check_gap`] reports).
+    fn index_chain_reads(&mut self, prepared: &PreparedGraph, gaps: &[Gap], n: usize) {
+        self.chain_reads.clear();
+        for g in gaps.iter().filter(|g| g.how == Restore::Recompute) {
+            let (Some(b), Some(Some(producer))) =
+                (g.before, prepared.producer.get(g.tensor.index()).copied())
+            else {
+                continue;
+            };
+            if b < n {
+                for &(o, _) in prepared.op_reads(producer) {
+                    self.chain_reads.push((o.0, b as u32));
+                }
+            }
+        }
+        self.chain_reads.sort_unstable();
+        self.chain_reads.dedup();
+    }
+
     /// The positions that use gapped tensor `t`, ascending.
     fn uses(&self, t: TensorId) -> &[u32] {
         let g = self.gap_index[t.index()] as usize;
@@ -388,9 +439,9 @@ fn check_gap(
         }
         let u = scratch.uses(t);
         let after_prev_gap = prev.is_some_and(|p| p.before == Some(a));
-        if u.binary_search(&(a as u32)).is_err() && !after_prev_gap {
+        if u.binary_search(&(a as u32)).is_err() && !after_prev_gap && !scratch.chain_read(t, a) {
             return Err(err(format!(
-                "gap on {t} must start at a position that uses it (or where its previous gap ends)"
+                "gap on {t} must start at a position that uses it (or where its previous gap ends, or where a recomputation reads it)"
             )));
         }
         // The gap may end before the next use: the tensor is then back early,
@@ -519,6 +570,7 @@ pub fn lower_into<S: ProgramSink>(
     scratch
         .sorted
         .extend(scratch.gap_keys.iter().map(|&k| k as u32));
+    scratch.index_chain_reads(prepared, gaps, n);
     for i in 0..gaps.len() {
         check_gap(prepared, scratch, gaps, i, n)?;
     }
@@ -571,6 +623,7 @@ fn emit<S: ProgramSink>(
             s.action_start[pos] as usize,
             s.action_start[pos + 1] as usize,
         );
+        chain_frees_at(prepared, gaps, s, pos, op, k, end);
         while k < end && s.grouped[k].phase < Phase::FinalFree {
             let a = s.grouped[k];
             k += 1;
@@ -612,11 +665,24 @@ fn emit<S: ProgramSink>(
                     sink.push_step(Stream::Compute, instr, &s.waits);
                     s.waits.clear();
                     s.recompute_outputs = outputs;
+                    // The links this step was the last to read.
+                    for c in s.chain_frees.iter().filter(|c| c.after_producer == a.key) {
+                        let free = sink.push_step(Stream::Compute, StepInstr::Free(c.tensor), &[]);
+                        if c.gap != NONE {
+                            s.free_step[c.gap as usize] = Some(free);
+                        }
+                    }
                 }
                 _ => {
                     let t = TensorId(a.value);
-                    sink.push_step(Stream::Compute, StepInstr::Free(t), &s.waits);
-                    s.waits.clear();
+                    let freed_by_chain = s
+                        .chain_frees
+                        .iter()
+                        .any(|c| c.tensor == t && c.after_producer != NONE);
+                    if !freed_by_chain {
+                        sink.push_step(Stream::Compute, StepInstr::Free(t), &s.waits);
+                        s.waits.clear();
+                    }
                 }
             }
         }
@@ -632,6 +698,10 @@ fn emit<S: ProgramSink>(
             match a.phase {
                 Phase::GapStart => {
                     let gi = s.sorted[a.value as usize] as usize;
+                    if s.free_step[gi].is_some() {
+                        // Already freed among the recomputations at `pos`.
+                        continue;
+                    }
                     let g = &gaps[gi];
                     let free = start_gap(g, at, &mut s.host_current, sink);
                     s.free_step[gi] = Some(free);
@@ -657,6 +727,67 @@ fn emit<S: ProgramSink>(
         sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
     }
     Ok(())
+}
+
+/// Fills `s.chain_frees` for position `pos` (op `op`, actions
+/// `s.grouped[k..end]`): the tensors there only for its recomputations (see
+/// [`lower_schedule`]), each with the producer of the last recomputation step
+/// there that brings it back or reads it.
+fn chain_frees_at(
+    prepared: &PreparedGraph,
+    gaps: &[Gap],
+    s: &mut LowerScratch,
+    pos: usize,
+    op: OpId,
+    k: usize,
+    end: usize,
+) {
+    s.chain_frees.clear();
+    let actions = &s.grouped[k..end];
+    if !actions.iter().any(|a| a.phase == Phase::Recompute) {
+        return;
+    }
+    let recomputed_here = |t: TensorId| {
+        actions.iter().any(|a| {
+            a.phase == Phase::Recompute && gaps[s.sorted[a.value as usize] as usize].tensor == t
+        })
+    };
+    for a in actions {
+        match a.phase {
+            Phase::FreeAfterRecomputes => s.chain_frees.push(ChainFree {
+                tensor: TensorId(a.value),
+                after_producer: NONE,
+                gap: NONE,
+            }),
+            Phase::GapStart => {
+                let gi = s.sorted[a.value as usize];
+                let g = &gaps[gi as usize];
+                let t = g.tensor;
+                if g.how == Restore::Recompute
+                    && !prepared.op_owners(op).contains(&t)
+                    && (recomputed_here(t) || s.chain_read(t, pos))
+                {
+                    s.chain_frees.push(ChainFree {
+                        tensor: t,
+                        after_producer: NONE,
+                        gap: gi,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    // Recomputation steps run in producer order: the last one that touches a
+    // link has the largest producer.
+    for a in actions.iter().filter(|a| a.phase == Phase::Recompute) {
+        let t = gaps[s.sorted[a.value as usize] as usize].tensor;
+        let producer = prepared.producer[t.index()].unwrap_or(OpId(0));
+        for c in s.chain_frees.iter_mut() {
+            if c.tensor == t || prepared.op_reads(producer).iter().any(|r| r.0 == c.tensor) {
+                c.after_producer = a.key;
+            }
+        }
+    }
 }
 
 /// The tensors freed right after the op at `pos`, ascending: the owners used

@@ -216,4 +216,154 @@ fn a_recomputation_chain_through_a_dead_tensor_verifies() {
         .position(|st| st.instr == Instr::Compute(s.order[p]))
         .expect("op p");
     assert!(free_fc < op_p);
+    // And right after its only reader, r1's recomputation, before r2's: a
+    // chain holds only the links still to be read.
+    let recompute_of = |t: outcore_graph::TensorId| {
+        plan.streams[0]
+            .iter()
+            .position(
+                |st| matches!(&st.instr, Instr::Recompute { outputs, .. } if outputs == &vec![t]),
+            )
+            .expect("recomputed")
+    };
+    assert_eq!(free_fc, recompute_of(r1) + 1);
+    assert!(free_fc < recompute_of(r2));
+}
+
+#[test]
+fn a_live_link_brought_back_only_for_a_chain_leaves_right_after_its_reader() {
+    use outcore_graph::DType;
+    use outcore_graph::builder::{GraphBuilder, Optimizer};
+    // x -> fc -> r1 -> r2 -> r3 -> head. r1 is recomputed before r2's backward
+    // only to feed r2's recomputation; a second gap takes it off again from
+    // there to its own backward, so it is freed right after r2's recomputation.
+    let mut b = GraphBuilder::new("chain", 2, DType::Float32);
+    let x = b.input("x", &[2, 8]);
+    let y = b.label("y", &[2]);
+    let fc = b.linear("fc", x, 8, true);
+    let r1 = b.relu(fc);
+    let r2 = b.relu(r1);
+    let r3 = b.relu(r2);
+    let logits = b.linear("head", r3, 2, true);
+    let loss = b.softmax_cross_entropy(logits, y);
+    let g = b.finish(loss, Optimizer::sgd_momentum()).expect("valid");
+    let mut s = Schedule::in_graph_order(&g);
+    let uses = use_positions(&g, &s.order);
+    let backward_use = |t: outcore_graph::TensorId| {
+        uses[t.index()]
+            .iter()
+            .copied()
+            .find(|&q| g.op(s.order[q]).phase == outcore_graph::Phase::Backward)
+            .expect("read in backward")
+    };
+    let (p, q) = (backward_use(r2), backward_use(r1));
+    assert!(p < q, "r2's backward runs before r1's");
+    let last_forward_use = |t: outcore_graph::TensorId| {
+        uses[t.index()]
+            .iter()
+            .copied()
+            .filter(|&u| u < p)
+            .max()
+            .expect("used in forward")
+    };
+    let gap = |t, after, before| Gap {
+        tensor: t,
+        after: Some(after),
+        before: Some(before),
+        how: Restore::Recompute,
+        prefetch_after: None,
+        reclaim_before: None,
+    };
+    // fc's output is dead after r1's forward: it comes back for each
+    // recomputation of r1.
+    s.gaps.push(gap(fc, last_forward_use(fc), p));
+    s.gaps.push(gap(fc, p, q));
+    s.gaps.push(gap(r1, last_forward_use(r1), p));
+    s.gaps.push(gap(r1, p, q));
+    s.gaps.push(gap(r2, last_forward_use(r2), p));
+    let plan = lower_schedule(&g, &s, info(), u64::MAX).expect("lowers");
+    let v = verify(&plan, &g);
+    assert!(v.is_empty(), "{}", v[0]);
+    let steps: Vec<&Instr> = plan.streams[0].iter().map(|st| &st.instr).collect();
+    let recompute_of = |t: outcore_graph::TensorId| {
+        steps
+            .iter()
+            .position(|i| matches!(i, Instr::Recompute { outputs, .. } if outputs == &vec![t]))
+            .expect("recomputed")
+    };
+    let first_free_after = |t, from: usize| {
+        steps[from..]
+            .iter()
+            .position(|i| **i == Instr::Free(t))
+            .map(|d| d + from)
+            .expect("freed")
+    };
+    let r2_at = recompute_of(r2);
+    assert_eq!(first_free_after(r1, recompute_of(r1)), r2_at + 1);
+    assert!(
+        steps[r2_at + 1..]
+            .iter()
+            .any(|i| matches!(i, Instr::Recompute { outputs, .. } if outputs == &vec![r1]))
+    );
+}
+
+#[test]
+fn a_resident_tensor_leaves_right_after_the_recomputation_that_reads_it() {
+    use outcore_graph::DType;
+    use outcore_graph::builder::{GraphBuilder, Optimizer};
+    // x -> fc -> r1 -> r2 -> r3 -> head. r2 is recomputed before its backward
+    // from r1, which stays resident until then; a gap on r1 that starts there
+    // (where a recomputation reads it) frees r1 right after that recomputation.
+    let mut b = GraphBuilder::new("chain", 2, DType::Float32);
+    let x = b.input("x", &[2, 8]);
+    let y = b.label("y", &[2]);
+    let fc = b.linear("fc", x, 8, true);
+    let r1 = b.relu(fc);
+    let r2 = b.relu(r1);
+    let r3 = b.relu(r2);
+    let logits = b.linear("head", r3, 2, true);
+    let loss = b.softmax_cross_entropy(logits, y);
+    let g = b.finish(loss, Optimizer::sgd_momentum()).expect("valid");
+    let mut s = Schedule::in_graph_order(&g);
+    let uses = use_positions(&g, &s.order);
+    let backward_use = |t: outcore_graph::TensorId| {
+        uses[t.index()]
+            .iter()
+            .copied()
+            .find(|&q| g.op(s.order[q]).phase == outcore_graph::Phase::Backward)
+            .expect("read in backward")
+    };
+    let (p, q) = (backward_use(r2), backward_use(r1));
+    let last_use_before = |t: outcore_graph::TensorId, before: usize| {
+        uses[t.index()]
+            .iter()
+            .copied()
+            .filter(|&u| u < before)
+            .max()
+            .expect("used before")
+    };
+    let gap = |t, after, before| Gap {
+        tensor: t,
+        after: Some(after),
+        before: Some(before),
+        how: Restore::Recompute,
+        prefetch_after: None,
+        reclaim_before: None,
+    };
+    s.gaps.push(gap(r2, last_use_before(r2, p), p));
+    s.gaps.push(gap(r1, p, q));
+    s.gaps.push(gap(fc, last_use_before(fc, q), q));
+    let plan = lower_schedule(&g, &s, info(), u64::MAX).expect("lowers");
+    let v = verify(&plan, &g);
+    assert!(v.is_empty(), "{}", v[0]);
+    let steps: Vec<&Instr> = plan.streams[0].iter().map(|st| &st.instr).collect();
+    let r2_at = steps
+        .iter()
+        .position(|i| matches!(i, Instr::Recompute { outputs, .. } if outputs == &vec![r2]))
+        .expect("r2 recomputed");
+    assert_eq!(steps[r2_at + 1], &Instr::Free(r1));
+    // Such a gap may not start where nothing reads the tensor.
+    let mut bad = s.clone();
+    bad.gaps.retain(|g| g.tensor != r2);
+    assert!(lower_schedule(&g, &bad, info(), u64::MAX).is_err());
 }

@@ -3,13 +3,16 @@
 
 mod baseline;
 mod capuchin;
+mod checkmate;
 pub mod checkpoint;
+mod dtr;
 pub mod framework;
 pub mod home;
 pub mod joint;
 mod lms;
 mod odswap;
 mod range_tree;
+mod remat;
 mod superneurons;
 pub mod swapadvisor;
 pub mod tensile;
@@ -18,7 +21,12 @@ mod window;
 
 pub use baseline::{Ideal, NoSwap};
 pub use capuchin::Capuchin;
+pub use checkmate::{
+    CheckmateMilp, MAX_OPS as MILP_MAX_OPS, MilpAnswer, MilpSolution, MilpStats,
+    solve as solve_recompute_milp,
+};
 pub use checkpoint::{Checkpoint, Segments};
+pub use dtr::Dtr;
 pub use home::{Home, Scoring};
 pub use joint::Joint;
 pub use lms::{Lms, LmsKnobs};
@@ -66,6 +74,7 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Capuchin),
         Box::new(OdSwap),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
+        Box::new(Dtr),
         // Last: it runs every planner above as a seed.
         Box::new(Joint::default()),
     ]
@@ -86,24 +95,34 @@ pub fn ablations() -> Vec<Box<dyn Planner>> {
     ]
 }
 
+/// Planners reachable by name but left out of [`all`]: exact references
+/// that only solve small graphs (`checkmate-milp` refuses more than
+/// [`MILP_MAX_OPS`] ops), so that `--planners all` stays fast on any model.
+pub fn references() -> Vec<Box<dyn Planner>> {
+    vec![Box::new(CheckmateMilp)]
+}
+
 /// The names of every planner.
 pub fn names() -> Vec<&'static str> {
     all().iter().map(|p| p.name()).collect()
 }
 
-/// Looks a planner up by name (in [`all`], then [`ablations`]); the error
-/// lists the names.
+/// Looks a planner up by name (in [`all`], then [`ablations`], then
+/// [`references`]); the error lists the names.
 pub fn by_name(name: &str) -> Result<Box<dyn Planner>, String> {
     all()
         .into_iter()
         .chain(ablations())
+        .chain(references())
         .find(|p| p.name() == name)
         .ok_or_else(|| {
             let ablation_names: Vec<&str> = ablations().iter().map(|p| p.name()).collect();
+            let references: Vec<&str> = references().iter().map(|p| p.name()).collect();
             format!(
-                "unknown planner `{name}`; the planners are: {}, and by name only: {}",
+                "unknown planner `{name}`; the planners are: {}, by name only: {}, and the references: {}",
                 names().join(", "),
-                ablation_names.join(", ")
+                ablation_names.join(", "),
+                references.join(", ")
             )
         })
 }

@@ -2,8 +2,11 @@
 //! (small versions of) zoo ResNet-50, Inception-v3, DenseNet-121, BERT-base,
 //! GPT-2 and an LSTM, at 10 budgets from 100% of the footprint down to the
 //! smallest feasible one (found by bisection), every budget is feasible and a
-//! larger budget never gives a slower plan. The full-size sweep is the example
-//! `recompute_budget_sweep` (numbers in RESULTS.md).
+//! larger budget never gives a slower plan. The planners are the three
+//! checkpoint segmentations and `dtr` (greedy, so this is a measurement at
+//! these budgets, not a property it guarantees). The full-size sweeps are the
+//! examples `recompute_budget_sweep` and `recompute_table` (numbers in
+//! RESULTS.md).
 
 use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_graph::{Graph, footprint, zoo};
@@ -11,7 +14,12 @@ use outcore_plan::{PlanOutcome, PlanRequest, verify};
 use outcore_sim::{SimOptions, simulate};
 use std::collections::BTreeMap;
 
-const PLANNERS: [&str; 3] = ["checkpoint-sqrt", "checkpoint-greedy", "checkpoint-all"];
+const PLANNERS: [&str; 4] = [
+    "checkpoint-sqrt",
+    "checkpoint-greedy",
+    "checkpoint-all",
+    "dtr",
+];
 
 fn model(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
     let knobs: BTreeMap<String, u64> = knobs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
