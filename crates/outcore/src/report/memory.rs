@@ -268,7 +268,6 @@ pub fn render(curve: &MemoryCurve, iter_time_s: f64) -> String {
     let mut svg = Svg::new(WIDTH_PX, HEIGHT_PX);
     let plot_w = WIDTH_PX - LEFT_PX - RIGHT_PX;
     let plot_h = HEIGHT_PX - TOP_PX - BOTTOM_PX;
-    let gib = (1u64 << 30) as f64;
     let max_bytes = (curve.peak_bytes.max(curve.budget_bytes) as f64 * 1.08).max(1.0);
     let span_s = iter_time_s.max(1e-12);
     let x = |t: f64| LEFT_PX + (t / span_s).clamp(0.0, 1.0) * plot_w;
@@ -307,7 +306,7 @@ pub fn render(curve: &MemoryCurve, iter_time_s: f64) -> String {
         let title = format!("{}: up to {}", KINDS[k], fmt_bytes(kind_peak));
         svg.polygon(&top, color, Some(&title));
     }
-    axes(&mut svg, max_bytes, span_s, plot_w, plot_h, gib);
+    axes(&mut svg, max_bytes, span_s, plot_w, plot_h);
     let budget_y = y(curve.budget_bytes as f64);
     svg.line(
         LEFT_PX,
@@ -345,16 +344,26 @@ pub fn render(curve: &MemoryCurve, iter_time_s: f64) -> String {
     svg.finish()
 }
 
-fn axes(svg: &mut Svg, max_bytes: f64, span_s: f64, plot_w: f64, plot_h: f64, gib: f64) {
+/// The byte unit of the axis: the largest binary unit the axis reaches.
+fn byte_unit(max_bytes: f64) -> (f64, &'static str) {
+    [(30, "GiB"), (20, "MiB"), (10, "KiB")]
+        .into_iter()
+        .map(|(shift, name)| ((1u64 << shift) as f64, name))
+        .find(|(unit, _)| max_bytes >= *unit)
+        .unwrap_or((1.0, "B"))
+}
+
+fn axes(svg: &mut Svg, max_bytes: f64, span_s: f64, plot_w: f64, plot_h: f64) {
     let base_y = TOP_PX + plot_h;
+    let (unit, unit_name) = byte_unit(max_bytes);
     svg.line(LEFT_PX, base_y, LEFT_PX + plot_w, base_y, "#333", false);
     svg.line(LEFT_PX, TOP_PX, LEFT_PX, base_y, "#333", false);
-    for g in ticks(max_bytes / gib, 6) {
-        let py = base_y - g * gib / max_bytes * plot_h;
+    for g in ticks(max_bytes / unit, 6) {
+        let py = base_y - g * unit / max_bytes * plot_h;
         svg.line(LEFT_PX - 4.0, py, LEFT_PX, py, "#333", false);
         svg.text(LEFT_PX - 6.0, py + 4.0, 11.0, "end", &num(g));
     }
-    svg.text(16.0, TOP_PX + plot_h / 2.0, 12.0, "start", "GiB");
+    svg.text(16.0, TOP_PX + plot_h / 2.0, 12.0, "start", unit_name);
     for t in ticks(span_s * 1e3, 8) {
         let px = LEFT_PX + t * 1e-3 / span_s * plot_w;
         svg.line(px, base_y, px, base_y + 4.0, "#333", false);
@@ -369,6 +378,15 @@ fn axes(svg: &mut Svg, max_bytes: f64, span_s: f64, plot_w: f64, plot_h: f64, gi
     );
 }
 
+/// `text` cut to `max_chars` (the side panel is 300 px wide; the full text
+/// is in the peak marker's hover title).
+fn clip(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
 /// Legend, the peak, the ops around it and the largest resident tensors.
 fn side_panel(svg: &mut Svg, curve: &MemoryCurve, peak_title: &str) {
     let x0 = WIDTH_PX - RIGHT_PX + 16.0;
@@ -379,12 +397,12 @@ fn side_panel(svg: &mut Svg, curve: &MemoryCurve, peak_title: &str) {
         yy += 15.0;
     }
     yy += 8.0;
-    svg.text(x0, yy, 11.0, "start", peak_title);
+    svg.text(x0, yy, 11.0, "start", &clip(peak_title, 48));
     yy += 18.0;
     svg.text(x0, yy, 11.0, "start", "compute ops around the peak:");
     for op in &curve.ops_around_peak {
         yy += 14.0;
-        svg.text(x0 + 8.0, yy, 10.0, "start", op);
+        svg.text(x0 + 8.0, yy, 10.0, "start", &clip(op, 52));
     }
     yy += 20.0;
     svg.text(
