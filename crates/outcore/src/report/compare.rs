@@ -72,7 +72,15 @@ fn positive(v: &Value, name: &str, origin: &str) -> Result<f64> {
 
 fn parse_row(r: &Value, origin: &str) -> Result<CompareRow> {
     let text = |name: &str| r.get(name).and_then(Value::as_str).map(str::to_string);
-    let throughput = r.get("throughput_vs_ideal").and_then(Value::as_f64);
+    // The CLI prints the report's numbers flat in each row; the facade's
+    // `Comparison` (e.g. serialised by the Python package) nests them in
+    // `report`: both are read.
+    let number = |name: &str| {
+        r.get(name)
+            .or_else(|| r.get("report").and_then(|rep| rep.get(name)))
+            .and_then(Value::as_f64)
+    };
+    let throughput = number("throughput_vs_ideal");
     if let Some(t) = throughput
         && !(t.is_finite() && t >= 0.0)
     {
@@ -86,7 +94,7 @@ fn parse_row(r: &Value, origin: &str) -> Result<CompareRow> {
         planner: text("planner").ok_or_else(|| bad(origin, "results[].planner", "missing"))?,
         status: text("status").ok_or_else(|| bad(origin, "results[].status", "missing"))?,
         throughput_vs_ideal: throughput,
-        iter_time_s: r.get("iter_time_s").and_then(Value::as_f64),
+        iter_time_s: number("iter_time_s"),
         reason: text("reason"),
     })
 }
