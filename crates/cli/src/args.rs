@@ -103,6 +103,28 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write one self-contained HTML report (inline SVG, no network): for a
+    /// plan, device memory by tensor kind and the three streams with stalls;
+    /// for `compare --json` output, throughput vs ideal with the lower bound.
+    Report {
+        /// A plan file (its graph is rebuilt from what the plan records, as
+        /// `simulate` does).
+        #[arg(long, conflicts_with = "compare", required_unless_present = "compare")]
+        plan: Option<PathBuf>,
+        /// Files written by `outcore compare --json` (repeat the flag, one
+        /// per budget or model).
+        #[arg(long)]
+        compare: Vec<PathBuf>,
+        /// Where to write the HTML report.
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+        /// Also write each figure as a standalone SVG file in this directory.
+        #[arg(long = "svg-dir")]
+        svg_dir: Option<PathBuf>,
+        /// Measured per-op latencies that override the roofline model (plans only).
+        #[arg(long = "latency-table", requires = "plan")]
+        latency_table: Option<PathBuf>,
+    },
     /// Replay an allocation trace through an allocator.
     AllocReplay {
         trace: PathBuf,

@@ -64,6 +64,19 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             json,
         } => cmd_bench_suite(&planners, seconds, only.as_deref(), json, stop),
         Command::Verify { plan, json } => cmd_verify(&plan, json),
+        Command::Report {
+            plan,
+            compare,
+            output,
+            svg_dir,
+            latency_table,
+        } => cmd_report(
+            plan.as_deref(),
+            &compare,
+            &output,
+            svg_dir.as_deref(),
+            latency_table.as_deref(),
+        ),
         Command::AllocReplay {
             trace,
             allocator,
@@ -393,6 +406,45 @@ fn print_simulation(out: &outcore::SimulateResult, allocator: &str) {
     if let Some(reason) = &out.reason {
         say!("NOT RUNNABLE       {reason}");
     }
+}
+
+fn cmd_report(
+    plan_path: Option<&Path>,
+    compare: &[std::path::PathBuf],
+    output: &Path,
+    svg_dir: Option<&Path>,
+    latency_table: Option<&Path>,
+) -> Result<()> {
+    let report = match plan_path {
+        Some(path) => {
+            let plan = outcore::load_plan(path)?;
+            let table = latency_table.map(outcore::load_latency_table).transpose()?;
+            outcore::plan_report(&plan, table.as_ref())?
+        }
+        None => {
+            let mut runs = Vec::new();
+            for path in compare {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                runs.extend(outcore::parse_compare(&text, &path.display().to_string())?);
+            }
+            outcore::compare_report(&runs)?
+        }
+    };
+    let html = report.to_html();
+    std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
+    say!(
+        "wrote {} ({} figures, {} bytes)",
+        output.display(),
+        report.figures.len(),
+        html.len()
+    );
+    if let Some(dir) = svg_dir {
+        for path in report.write_svgs(dir)? {
+            say!("wrote {}", path.display());
+        }
+    }
+    Ok(())
 }
 
 fn cmd_compare(

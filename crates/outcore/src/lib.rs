@@ -21,6 +21,7 @@
 mod error;
 mod input;
 mod planning;
+pub mod report;
 mod run;
 mod suite;
 
@@ -37,6 +38,7 @@ pub use planning::{
     allocator_shortfall, compare, plan, set_allocator, simulate_plan, size_classes_for_trace,
     verify_plan,
 };
+pub use report::{Report, compare_report, parse_compare, plan_report};
 pub use run::{RunOptions, RunResult, cpu_target, run};
 pub use suite::{
     Suite, SuiteCase, SuiteGraph, SuiteResult, SuiteRow, default_repo_root, run_suite,

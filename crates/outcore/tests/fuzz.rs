@@ -61,6 +61,7 @@ struct Seeds {
     trace: String,
     device: String,
     latency_table: String,
+    comparison: String,
 }
 
 fn tiny() -> LoadedGraph {
@@ -110,7 +111,15 @@ fn seeds() -> &'static Seeds {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../graph/tests/data/vgg16_b32.json"),
         )
         .expect("the example graph is in the repository");
+        let comparison = outcore::compare(
+            &graph,
+            &["window".to_string(), "lms".to_string()],
+            &target,
+            &PlanOptions::default(),
+        )
+        .expect("compares");
         Seeds {
+            comparison: serde_json::to_string(&comparison).expect("serialises"),
             native_graph: outcore_graph::format::native::to_string(&graph.graph),
             pytorch_graph,
             plan,
@@ -336,6 +345,10 @@ fn feed_plan(path: &Path) {
                 ..SimulateOptions::default()
             },
         );
+        // `report --plan`: the figures' data and drawing.
+        if let Ok(report) = outcore::plan_report(&plan, None) {
+            let _ = report.to_html();
+        }
     }
 }
 
@@ -404,6 +417,26 @@ fn fuzz_latency_table_files() {
         cases(),
         feed_latency_table,
     );
+}
+
+/// `report --compare`: parse, then draw.
+fn feed_comparison(path: &Path) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if let Ok(runs) = outcore::parse_compare(&text, "fuzz.json")
+        && let Ok(report) = outcore::compare_report(&runs)
+    {
+        let _ = report.to_html();
+    }
+}
+
+#[test]
+fn fuzz_compare_output_files() {
+    // The unmutated seed (the facade's own serialisation) must be accepted,
+    // or the mutations would only ever exercise the error paths.
+    let runs = outcore::parse_compare(&seeds().comparison, "seed").expect("the seed parses");
+    assert_eq!(runs[0].rows.len(), 2);
+    assert!(runs[0].rows.iter().any(|r| r.throughput_vs_ideal.is_some()));
+    fuzz("comparison", &seeds().comparison, cases(), feed_comparison);
 }
 
 /// Budgets and sizes as typed on the command line.
