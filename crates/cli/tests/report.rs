@@ -198,7 +198,11 @@ fn chromium() -> Option<PathBuf> {
 /// Renders `page` headless to `png`; returns Chromium's stderr.
 fn screenshot(browser: &Path, page: &Path, png: &Path) -> String {
     let profile = temp("chromium-profile");
-    let out = Command::new(browser)
+    // Under coreutils' `timeout`: a browser that hangs fails the test in two
+    // minutes instead of holding CI to its limit.
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(browser)
         .args([
             "--headless",
             "--no-sandbox",
