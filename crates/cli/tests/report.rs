@@ -125,6 +125,31 @@ fn report_of_a_plan_is_self_contained_with_memory_and_stream_figures() {
 }
 
 #[test]
+fn report_of_an_outcore_plan_draws_its_search() {
+    let plan = temp("outcore.plan.json");
+    ok(&[
+        "plan",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "v100-16gb-pcie3",
+        "--budget",
+        "80%",
+        "--seconds",
+        "2",
+        "-o",
+        s(&plan),
+    ]);
+    let html = temp("outcore.html");
+    ok(&["report", "--plan", s(&plan), "-o", s(&html)]);
+    let page = std::fs::read_to_string(&html).expect("report written");
+    // The default planner, `outcore`, records its local search: a third figure.
+    check_page(&page, 3);
+    assert!(page.contains("Local search per start"));
+    assert!(page.contains("start: "), "each start has a panel");
+}
+
+#[test]
 fn report_of_compare_output_at_two_budgets_has_bars_and_the_bound() {
     let mut args = vec!["report".to_string()];
     for budget in ["80%", "60%"] {

@@ -17,6 +17,7 @@
 
 pub mod compare;
 pub mod memory;
+pub mod search;
 pub mod svg;
 pub mod timeline;
 
@@ -136,19 +137,34 @@ pub fn plan_report(plan: &Plan, latency_table: Option<&MeasuredTable>) -> Result
             plan.planner.name, graph.meta.model
         ),
         summary,
-        figures: vec![
-            Figure {
-                stem: "memory".into(),
-                heading: "Device memory".into(),
-                svg: memory::render(&f.curve, r.iter_time_s),
-            },
-            Figure {
-                stem: "streams".into(),
-                heading: "Streams".into(),
-                svg: timeline::render(&graph, plan, &f.times, &f.stalls),
-            },
-        ],
+        figures: plan_figure_list(plan, &graph, &f),
     })
+}
+
+/// The memory and stream figures, and the search figure when the planner
+/// recorded its search (see [`search`]).
+fn plan_figure_list(plan: &Plan, graph: &Graph, f: &PlanFigures) -> Vec<Figure> {
+    let mut figures = vec![
+        Figure {
+            stem: "memory".into(),
+            heading: "Device memory".into(),
+            svg: memory::render(&f.curve, f.report.iter_time_s),
+        },
+        Figure {
+            stem: "streams".into(),
+            heading: "Streams".into(),
+            svg: timeline::render(graph, plan, &f.times, &f.stalls),
+        },
+    ];
+    let curves = search::curves(&plan.planner.settings);
+    if !curves.is_empty() {
+        figures.push(Figure {
+            stem: "search".into(),
+            heading: "Search".into(),
+            svg: search::render(&curves),
+        });
+    }
+    figures
 }
 
 /// The report of one or more `compare` runs.

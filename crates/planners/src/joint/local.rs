@@ -58,6 +58,23 @@ pub struct LocalStats {
     /// better schedule.
     pub kicks: usize,
     pub kicks_improved: usize,
+    /// One point per scored batch of a climb: moves scored so far, then the
+    /// iteration time of the climb's current schedule and the mean and worst
+    /// of the batch's feasible candidates (`NaN` where none was feasible).
+    pub curve: Vec<[f64; 4]>,
+}
+
+impl LocalStats {
+    /// At most `points` of the curve, evenly spaced, the first and last kept.
+    pub fn curve_sampled(&self, points: usize) -> Vec<[f64; 4]> {
+        let n = self.curve.len();
+        if n <= points || points < 2 {
+            return self.curve.clone();
+        }
+        (0..points)
+            .map(|i| self.curve[i * (n - 1) / (points - 1)])
+            .collect()
+    }
 }
 
 fn kind_index(m: Move) -> usize {
@@ -210,6 +227,7 @@ fn climb(
                     best = Some((i, c));
                 }
             }
+            record_batch(stats, &outcomes, best.map_or(current_cost, |(_, c)| c));
             let Some((i, c)) = best else {
                 continue;
             };
@@ -258,6 +276,33 @@ fn kick(
         current_cost = Some(Cost::feasible(t));
     }
     current_cost.map(|c| (current, c))
+}
+
+/// Adds a batch's point to the search curve (see [`LocalStats::curve`]).
+fn record_batch(stats: &mut LocalStats, outcomes: &[Outcome], after: Cost) {
+    let times: Vec<f64> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::Feasible(t, _) => Some(*t),
+            _ => None,
+        })
+        .collect();
+    let (mean, worst) = if times.is_empty() {
+        (f64::NAN, f64::NAN)
+    } else {
+        (
+            times.iter().sum::<f64>() / times.len() as f64,
+            times.iter().copied().fold(f64::MIN, f64::max),
+        )
+    };
+    let current = if after.is_feasible() {
+        after.time_s
+    } else {
+        f64::NAN
+    };
+    stats
+        .curve
+        .push([stats.moves_scored as f64, current, mean, worst]);
 }
 
 fn score_batch(

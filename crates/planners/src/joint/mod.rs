@@ -50,6 +50,9 @@ use std::time::{Duration, Instant};
 pub const NAME: &str = "outcore";
 /// Seeds whose schedules the local search improves, fastest first.
 pub const IMPROVED_SEEDS: usize = 2;
+/// Points of each start's search curve kept in the plan's settings (drawn by
+/// `outcore report`).
+const CURVE_POINTS: usize = 100;
 /// Share of the time limit the seeds get.
 const SEED_SHARE: f64 = 0.5;
 
@@ -287,6 +290,10 @@ impl Joint {
                 "converged": stats.converged,
                 "kicks": stats.kicks,
                 "kicks_improved": stats.kicks_improved,
+                // [moves scored, current time, batch mean, batch worst] (s);
+                // JSON has no NaN, so a batch with no feasible candidate
+                // writes null there.
+                "curve": stats.curve_sampled(CURVE_POINTS),
             });
             tried.push(summary);
             if reached.is_feasible() && best.as_ref().is_none_or(|(t, _, _)| reached.time_s < *t) {
