@@ -87,6 +87,7 @@ fn panel(svg: &mut Svg, c: &SearchCurve, top: f64) {
     let plot_h = PANEL_H_PX - 60.0;
     let base_y = top + 20.0 + plot_h;
     let best = best_so_far(&c.points);
+    let best_s = best.last().copied().unwrap_or(f64::NAN);
     let finite = |x: &f64| x.is_finite();
     let values: Vec<f64> = c
         .points
@@ -147,7 +148,6 @@ fn panel(svg: &mut Svg, c: &SearchCurve, top: f64) {
         }
     }
     if let Some(&last) = c.points.last() {
-        let best_s = best_so_far(&c.points).last().copied().unwrap_or(f64::NAN);
         let hover = format!(
             "{}: {} moves scored; best {} s",
             c.start,

@@ -312,7 +312,7 @@ fn recompute_reads(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<Vec<usize>> {
     reads
 }
 
-/// `schedule` with `mv` applied.
+/// `schedule` with `mv` applied; `ctx` is the context of `schedule.order`.
 pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move) -> Schedule {
     let mut gaps = schedule.gaps.clone();
     match mv {
@@ -391,9 +391,9 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
             reclaim_before: None,
         }),
     }
-    let mut next = ctx.schedule(gaps);
-    next.order.clone_from(&schedule.order);
-    next
+    // `ctx` is built on `schedule.order` (the search's context for this
+    // start), so its schedule has the same order: no second copy of it.
+    ctx.schedule(gaps)
 }
 
 /// A swap gap of `t` over `(after, before)` whose copies are timed to hide
