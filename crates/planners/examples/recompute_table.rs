@@ -136,11 +136,18 @@ fn main() -> Result<(), Error> {
     Ok(())
 }
 
-/// The recompute-only planners: `dtr` and every `checkpoint*` planner.
+/// The recompute-only planners: `dtr`, every `checkpoint*` planner, and
+/// `outcore-recompute` (outcore's search restricted to recomputation, seeded
+/// by the others, so never slower than `dtr` by construction).
 fn recompute_planners() -> Vec<Box<dyn Planner>> {
     outcore_planners::all()
         .into_iter()
-        .filter(|p| p.name() == "dtr" || p.name().starts_with("checkpoint"))
+        .chain(outcore_planners::ablations())
+        .filter(|p| {
+            p.name() == "dtr"
+                || p.name().starts_with("checkpoint")
+                || p.name() == "outcore-recompute"
+        })
         .collect()
 }
 
