@@ -2,6 +2,7 @@
 //! references, each citing the implementation whose parameter count it matches.
 
 mod densenet;
+mod efficientnet;
 mod inception;
 mod mobilenet;
 mod nasnet;
@@ -67,6 +68,7 @@ pub fn models() -> Vec<ModelInfo> {
     all.extend(inception::models());
     all.extend(densenet::models());
     all.extend(mobilenet::models());
+    all.extend(efficientnet::models());
     all.extend(squeezenet::models());
     all.extend(nasnet::models());
     all.extend(unet::models());
