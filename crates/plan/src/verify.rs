@@ -1087,10 +1087,11 @@ fn finish_tensors(prepared: &PreparedGraph, s: &mut VerifyScratch) {
             continue;
         }
         let persistent = prepared.persistent[ti];
-        // Most tensors are freed and owe nothing; most persistent ones stay
-        // on the device at their final version.
+        // Most tensors are freed and owe nothing (a pending free matters only
+        // for a persistent tensor: see `finish_tensor`); most persistent ones
+        // stay on the device at their final version.
         if !persistent {
-            if !st.present && st.pending_free == NONE && !st.given {
+            if !st.present && !st.given {
                 continue;
             }
         } else if st.present
