@@ -51,8 +51,8 @@
 //!   the paper: with only five seeds among random orders, every child of a
 //!   seed is crossed with a random order, and on BRNN-4-8K at 16 GiB
 //!   (2 cores, 60 s) the search never got past its seed (25% of ideal),
-//!   while a search of the pool alone on the seed's order reached 58% in
-//!   20 s. [`Seeding::Random`] is the paper's.
+//!   while a search of the pool alone on the seed's order reached 61% in
+//!   60 s. [`Seeding::Random`] is the paper's.
 //! - On a terminal, standard error shows one progress line per generation
 //!   (best and mean time, evaluations per second), cleared at the end; nothing
 //!   is written when standard error is not a terminal.
