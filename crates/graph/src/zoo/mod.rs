@@ -1,6 +1,7 @@
 //! The model zoo: builders for the models the papers evaluate and common
 //! references, each citing the implementation whose parameter count it matches.
 
+mod cifar;
 mod densenet;
 mod inception;
 mod mobilenet;
@@ -72,6 +73,7 @@ pub fn models() -> Vec<ModelInfo> {
     all.extend(unet::models());
     all.extend(rnn::models());
     all.extend(transformer::models());
+    all.extend(cifar::models());
     all.extend(tiny::models());
     all
 }
