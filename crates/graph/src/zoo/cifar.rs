@@ -219,7 +219,7 @@ fn basic_block(
 
 fn build_plain(name: &'static str, req: &ModelRequest) -> Result<Graph, GraphError> {
     let depth = req.knob("depth");
-    if depth < 8 || (depth - 2) % 6 != 0 {
+    if depth < 8 || !(depth - 2).is_multiple_of(6) {
         return Err(bad_knob(
             name,
             format!("depth {depth} is not 6n+2 with n >= 1 (20, 32, 44, 56, 110, ...)"),
