@@ -5,7 +5,7 @@
 //!   FRACTION of the footprint: relative error of the iteration time (median,
 //!   max), whether both agree the policy fits, and time per estimate and per
 //!   evaluation.
-//! - `search MODEL BATCH FRACTION PARTICLES ITERATIONS SCORING [SECONDS] [DEVICE] [PATIENCE]`:
+//! - `search MODEL BATCH FRACTION PARTICLES ITERATIONS SCORING [SECONDS] [DEVICE] [PATIENCE] [SEED]`:
 //!   one `home` run; prints the convergence history (worst / average / best per
 //!   iteration, Fig. 8), the search time and the plan's simulated time.
 //! - The maximum batch of each planner (Table 2) is `outcore max-batch`
@@ -190,6 +190,7 @@ fn search(args: &[String]) -> Res<()> {
     };
     let request = PlanRequest {
         time_limit_s: seconds,
+        seed: arg(args, 9, 0),
         ..PlanRequest::new(&g, &cost, budget_bytes)
     };
     let t0 = Instant::now();
