@@ -126,7 +126,31 @@ fn report_of_a_plan_is_self_contained_with_memory_and_stream_figures() {
 
 #[test]
 fn report_of_an_outcore_plan_draws_its_search() {
-    let plan = temp("outcore.plan.json");
+    let page = search_plan_report("outcore");
+    // The default planner, `outcore`, records its local search: a third figure.
+    check_page(&page, 3);
+    assert!(page.contains("Search: best iteration time so far"));
+    assert!(page.contains("start: "), "each start has a panel");
+}
+
+#[test]
+fn reports_of_swapadvisor_and_home_plans_draw_their_convergence() {
+    for (planner, label) in [
+        (
+            "swapadvisor",
+            "genetic search (SwapAdvisor), per generation",
+        ),
+        ("home", "particle swarm (HOME), per iteration"),
+    ] {
+        let page = search_plan_report(planner);
+        check_page(&page, 3);
+        assert!(page.contains(label), "{planner}: no convergence panel");
+    }
+}
+
+/// The report page of a `planner` plan for tiny-cnn at 80%, searched for 2 s.
+fn search_plan_report(planner: &str) -> String {
+    let plan = temp(&format!("{planner}.plan.json"));
     ok(&[
         "plan",
         "--model",
@@ -135,18 +159,16 @@ fn report_of_an_outcore_plan_draws_its_search() {
         "v100-16gb-pcie3",
         "--budget",
         "80%",
+        "--planner",
+        planner,
         "--seconds",
         "2",
         "-o",
         s(&plan),
     ]);
-    let html = temp("outcore.html");
+    let html = temp(&format!("{planner}.html"));
     ok(&["report", "--plan", s(&plan), "-o", s(&html)]);
-    let page = std::fs::read_to_string(&html).expect("report written");
-    // The default planner, `outcore`, records its local search: a third figure.
-    check_page(&page, 3);
-    assert!(page.contains("Local search per start"));
-    assert!(page.contains("start: "), "each start has a panel");
+    std::fs::read_to_string(&html).expect("report written")
 }
 
 #[test]

@@ -214,6 +214,29 @@ fn softmax_and_gelu_backward_match_finite_differences() {
 }
 
 #[test]
+fn silu_and_broadcast_mul_backward_match_finite_differences() {
+    grad_check(OpKind::Silu, &[&[7]], &[&[7]], |ins, _| {
+        vec![(ins[0].clone(), vec![7])]
+    });
+    // Squeeze-and-excitation's scale: [n, c, h, w] * [n, c, 1, 1].
+    grad_check(
+        OpKind::Mul,
+        &[&[2, 3, 2, 2], &[2, 3, 1, 1]],
+        &[&[2, 3, 2, 2]],
+        |ins, _| {
+            vec![
+                (ins[0].clone(), vec![2, 3, 2, 2]),
+                (ins[1].clone(), vec![2, 3, 1, 1]),
+            ]
+        },
+    );
+    // Same shapes still multiply element by element.
+    grad_check(OpKind::Mul, &[&[5], &[5]], &[&[5]], |ins, _| {
+        vec![(ins[0].clone(), vec![5]), (ins[1].clone(), vec![5])]
+    });
+}
+
+#[test]
 fn synthetic_kernel_is_deterministic() {
     let c = call(
         OpKind::Named {

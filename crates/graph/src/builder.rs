@@ -622,6 +622,12 @@ impl GraphBuilder {
         self.unary(OpKind::Sigmoid, "sigmoid", x, true)
     }
 
+    /// SiLU (`x * sigmoid(x)`, out of place); backward keeps the input
+    /// (`silu_backward(grad, self)`).
+    pub fn silu(&mut self, x: TensorId) -> TensorId {
+        self.unary(OpKind::Silu, "silu", x, false)
+    }
+
     /// Softmax over the last axis; backward keeps the output.
     pub fn softmax(&mut self, x: TensorId) -> TensorId {
         self.unary(OpKind::Softmax, "softmax", x, true)
@@ -1199,9 +1205,14 @@ impl GraphBuilder {
 
     /// A forward tensor filled with zeros (e.g. an RNN's initial state).
     pub fn zeros(&mut self, name: &str, shape: &[u64]) -> TensorId {
+        self.full(name, shape, 0.0)
+    }
+
+    /// A constant tensor filled with `value` (no gradient flows into it).
+    pub fn full(&mut self, name: &str, shape: &[u64], value: f32) -> TensorId {
         let out = [("", shape.to_vec(), self.dtype)];
         let numel = self.product("element count", shape);
-        let (op, outs) = self.forward_op(OpKind::Fill { value: 0.0 }, name, vec![], &out, numel);
+        let (op, outs) = self.forward_op(OpKind::Fill { value }, name, vec![], &out, numel);
         self.tape.push(TapeEntry {
             op,
             rule: BackwardRule::None,

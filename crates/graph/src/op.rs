@@ -77,9 +77,13 @@ pub enum OpKind {
     Gelu,
     Tanh,
     Sigmoid,
+    /// SiLU (swish), `x * sigmoid(x)` (EfficientNet); backward keeps the input.
+    Silu,
     /// Element-wise sum of all inputs (same shape).
     Add,
-    /// Element-wise product of two inputs (same shape).
+    /// Element-wise product of two inputs: the same shape, or one whose
+    /// shape is the other's with trailing dimensions of 1, broadcast over
+    /// them (`[n, c, h, w] * [n, c, 1, 1]`, squeeze-and-excitation's scale).
     Mul,
     /// `factor * x` (multiplication by a Python scalar; backward keeps nothing).
     Scale {
@@ -242,6 +246,7 @@ impl OpKind {
             | OpKind::Gelu
             | OpKind::Tanh
             | OpKind::Sigmoid
+            | OpKind::Silu
             | OpKind::Add
             | OpKind::Mul
             | OpKind::Scale { .. }

@@ -13,7 +13,15 @@
 //! - stage `k` is position `k`: the recomputations before op `k` run in
 //!   producer order, then op `k`;
 //! - `R[k][v]` (binary): storage `v` is recomputed before op `k` (cost: its
-//!   producer's run time; the objective is their sum);
+//!   producer's run time; the objective is their sum). Storages of one
+//!   producer recomputed at one position share one run (the lowering makes
+//!   one step of them), as Checkmate's `R` is per op: their run is a
+//!   continuous `Y[k][op] >= R[k][v]` for each of them that carries the cost
+//!   instead. (Before this, each sibling paid a whole run, and
+//!   `outcore-recompute` found a plan on tiny-cnn with less recomputation than
+//!   the "proven optimum".) Their memory is still counted as one step per
+//!   storage with the others as scratch, which is conservative: the merged
+//!   step needs no more;
 //! - `S[k][v]` (continuous in [0, 1], integral at every optimum): `v` is
 //!   resident when position `k` starts. A use needs `S + R = 1`; residency
 //!   carries over (`S[k+1] <= S[k] + R[k]`), and, because the lowering frees
@@ -266,8 +274,19 @@ pub fn solve(ctx: &Ctx<'_>, budget_bytes: u64, time_limit_s: f64) -> Result<Milp
     stats.nodes = solution.stats().nodes_solved;
     stats.gap = solution.gap();
     let gaps = model.gaps(&|v| solution.var_value(v));
-    let recompute_time_s = gaps
+    // One run per (position, producer): siblings share it.
+    let mut runs: Vec<(Option<usize>, usize)> = gaps
         .iter()
+        .map(|g| (g.before, facts.made_at[g.tensor.index()]))
+        .collect();
+    runs.sort_unstable();
+    runs.dedup();
+    let recompute_time_s = runs
+        .iter()
+        .filter_map(|&(before, made_at)| {
+            gaps.iter()
+                .find(|g| g.before == before && facts.made_at[g.tensor.index()] == made_at)
+        })
         .map(|g| facts.recompute_s[g.tensor.index()])
         .sum();
     Ok(MilpAnswer::Solved(MilpSolution {
@@ -396,6 +415,7 @@ impl<'a> Model<'a> {
         let horizon = self.recompute_horizons();
         self.add_residency_vars();
         self.add_recompute_vars(&horizon);
+        self.add_shared_runs();
         self.add_residency_rows();
         self.add_input_rows();
         self.add_usefulness_rows();
@@ -452,7 +472,12 @@ impl<'a> Model<'a> {
             let v = self.vars_of[idx];
             let i = v.index();
             let p = self.facts.made_at[i];
-            let cost = self.facts.recompute_s[i] / self.time_unit_s;
+            // A storage with siblings pays through its producer's shared run.
+            let cost = if self.has_siblings(v) {
+                0.0
+            } else {
+                self.facts.recompute_s[i] / self.time_unit_s
+            };
             let mut vars = Vec::new();
             for k in p + 1..=horizon[i] {
                 let inputs_ok = self.facts.parents[i].iter().all(|&w| {
@@ -464,6 +489,52 @@ impl<'a> Model<'a> {
                 }));
             }
             self.r[i] = vars;
+        }
+    }
+
+    /// Whether another rematerialisable storage has the same producer.
+    fn has_siblings(&self, v: TensorId) -> bool {
+        let p = self.facts.made_at[v.index()];
+        self.vars_of
+            .iter()
+            .any(|&u| u != v && self.facts.made_at[u.index()] == p)
+    }
+
+    /// `Y[k][op]`: one run of a producer with several rematerialisable
+    /// storages per position where any of them is recomputed (module docs).
+    fn add_shared_runs(&mut self) {
+        let mut producers: Vec<usize> = self
+            .vars_of
+            .iter()
+            .filter(|&&v| self.has_siblings(v))
+            .map(|v| self.facts.made_at[v.index()])
+            .collect();
+        producers.sort_unstable();
+        producers.dedup();
+        for p in producers {
+            let siblings: Vec<TensorId> = self
+                .vars_of
+                .iter()
+                .copied()
+                .filter(|v| self.facts.made_at[v.index()] == p)
+                .collect();
+            let cost = self.facts.recompute_s[siblings[0].index()] / self.time_unit_s;
+            let last = siblings
+                .iter()
+                .map(|v| p + self.r[v.index()].len())
+                .max()
+                .unwrap_or(p);
+            for k in p + 1..=last {
+                let rs: Vec<Variable> = siblings.iter().filter_map(|&v| self.r_at(v, k)).collect();
+                if rs.is_empty() {
+                    continue;
+                }
+                let y = self.problem.add_var(cost, (0.0, 1.0));
+                self.stats.continuous_vars += 1;
+                for r in rs {
+                    self.row(&[(y, 1.0), (r, -1.0)], ComparisonOp::Ge, 0.0);
+                }
+            }
         }
     }
 

@@ -85,13 +85,16 @@ pub fn all() -> Vec<Box<dyn Planner>> {
 /// yet measured in the conformance suite, so it has no floor there); and
 /// `tensile`, which finds plans only at the full footprint on the conformance
 /// suite (every 100% run, no 70% or 50% run: see RESULTS.md, "TENSILE, single
-/// job"), so in [`all`] it would only cost `outcore` seed time.
+/// job"), so in [`all`] it would only cost `outcore` seed time; and
+/// `outcore-recompute`, outcore's search restricted to recomputation (a
+/// ruler for the recompute-only planners, measured against `checkmate-milp`).
 pub fn ablations() -> Vec<Box<dyn Planner>> {
     vec![
         Box::new(Home::default()),
         Box::new(Tensile),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::OrderOnly)),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::AllocationOnly)),
+        Box::new(joint::Joint::recompute_only()),
     ]
 }
 

@@ -44,6 +44,7 @@ pub fn is_cheap(kind: &OpKind) -> bool {
                 | OpKind::Gelu
                 | OpKind::Tanh
                 | OpKind::Sigmoid
+                | OpKind::Silu
                 | OpKind::Softmax
                 | OpKind::BatchNorm { .. }
                 | OpKind::LayerNorm { .. }

@@ -134,6 +134,7 @@ fn quick_outcore() -> outcore_planners::Joint {
         max_kicks: 0,
         max_moves: 64,
         swapadvisor: quick_swapadvisor(),
+        recompute_only: false,
     }
 }
 

@@ -61,6 +61,13 @@ fn plan_with(
         .unwrap_or_else(|e| panic!("{} errs: {e}", planner.name()))
 }
 
+fn iter_time_s(g: &Graph, plan: &Plan) -> f64 {
+    simulate(g, plan, &cost(), &SimOptions::default())
+        .expect("simulates")
+        .report
+        .iter_time_s
+}
+
 fn recomputations(plan: &Plan) -> usize {
     plan.streams
         .iter()
@@ -252,7 +259,9 @@ fn the_reference_reports_infeasibility_and_time_outs_as_values() {
 fn reference_cases() -> Vec<(String, Graph, f64)> {
     let mut out = Vec::new();
     let cnn = zoo_graph("tiny-cnn", 32, &[]);
-    for fraction in [0.87, 0.75] {
+    // At 0.62 the optimum recomputes both outputs of one producer in one
+    // step (a shared run: see `checkmate`'s module docs).
+    for fraction in [0.87, 0.75, 0.62] {
         out.push(("tiny-cnn".to_string(), cnn.clone(), fraction));
     }
     for (i, g) in random_dags().into_iter().enumerate() {
@@ -263,13 +272,24 @@ fn reference_cases() -> Vec<(String, Graph, f64)> {
     out
 }
 
+/// `outcore-recompute` bounded by move and kick counts, so that its plan is
+/// the same on every machine.
+fn bounded_outcore_recompute() -> outcore_planners::Joint {
+    outcore_planners::Joint {
+        max_kicks: 8,
+        max_moves: 4_000,
+        ..outcore_planners::Joint::recompute_only()
+    }
+}
+
 #[test]
 fn the_proven_optimum_bounds_every_recompute_heuristic() {
-    let heuristics: Vec<Box<dyn Planner>> = outcore_planners::all()
+    let mut heuristics: Vec<Box<dyn Planner>> = outcore_planners::all()
         .into_iter()
         .filter(|p| p.name() == "dtr" || p.name().starts_with("checkpoint"))
         .collect();
-    assert!(heuristics.len() >= 3);
+    heuristics.push(Box::new(bounded_outcore_recompute()));
+    assert!(heuristics.len() >= 4);
     let (mut compared, mut strictly_better) = (0, 0);
     for (name, g, fraction) in reference_cases() {
         let budget_bytes = budget(&g, fraction);
@@ -296,6 +316,8 @@ fn the_proven_optimum_bounds_every_recompute_heuristic() {
             (optimum_s - claimed_s).abs() <= 1e-9 * (1.0 + claimed_s),
             "{what}: simulated {optimum_s} s, claimed {claimed_s} s"
         );
+        let optimum_iter_s = iter_time_s(&g, &plan);
+        let mut best_iter_s = f64::INFINITY;
         for h in &heuristics {
             let hwhat = format!("{} on {name} at {fraction}", h.name());
             let PlanOutcome::Feasible(hp) = plan_with(h.as_ref(), &g, budget_bytes, None, 60.0)
@@ -307,9 +329,16 @@ fn the_proven_optimum_bounds_every_recompute_heuristic() {
                 optimum_s <= heuristic_s + 1e-12,
                 "{what}: the optimum {optimum_s} s exceeds {hwhat}'s {heuristic_s} s"
             );
+            best_iter_s = best_iter_s.min(iter_time_s(&g, &hp));
             compared += 1;
             strictly_better += usize::from(optimum_s < heuristic_s - 1e-12);
         }
+        // Issue 10: the best recompute-only heuristic within 5% of the exact
+        // reference (in iteration time) wherever the reference proves one.
+        assert!(
+            best_iter_s <= optimum_iter_s * 1.05,
+            "{what}: the best heuristic's {best_iter_s} s is over 5% above the optimum's {optimum_iter_s} s"
+        );
     }
     assert!(compared >= 8, "only {compared} comparisons");
     // The reference beats DTR somewhere (measured: on random DAG 2 and on

@@ -231,6 +231,7 @@ fn real(call: &KernelCall, raw: &[Vec<u8>]) -> Option<Result<Vec<Buf>, String>> 
             f(0).iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect(),
         )]),
         OpKind::Gelu => Ok(vec![Buf::F32(f(0).iter().map(|&x| gelu(x).0).collect())]),
+        OpKind::Silu => Ok(vec![Buf::F32(f(0).iter().map(|&x| silu(x).0).collect())]),
         OpKind::Scale { factor } => Ok(vec![Buf::F32(f(0).iter().map(|&x| x * factor).collect())]),
         OpKind::AddScalar { value } => {
             Ok(vec![Buf::F32(f(0).iter().map(|&x| x + value).collect())])
@@ -247,9 +248,7 @@ fn real(call: &KernelCall, raw: &[Vec<u8>]) -> Option<Result<Vec<Buf>, String>> 
             }
             Ok(vec![Buf::F32(y)])
         }
-        OpKind::Mul => Ok(vec![Buf::F32(
-            f(0).iter().zip(f(1)).map(|(a, b)| a * b).collect(),
-        )]),
+        OpKind::Mul => mul_forward(&f(0), &f(1)).map(|y| vec![Buf::F32(y)]),
         OpKind::Fill { value } => Ok(outs
             .iter()
             .map(|o| match o.dtype {
@@ -445,6 +444,59 @@ fn resize(x: &[u8], len: usize) -> Vec<u8> {
     let mut v = x[..len.min(x.len())].to_vec();
     v.resize(len, 0);
     v
+}
+
+/// SiLU and its derivative: `x s` and `s (1 + x (1 - s))`, `s = sigmoid(x)`.
+fn silu(x: f32) -> (f32, f32) {
+    let s = 1.0 / (1.0 + (-x).exp());
+    (x * s, s * (1.0 + x * (1.0 - s)))
+}
+
+/// How `small` broadcasts over `big` in [`OpKind::Mul`]: the number of
+/// consecutive elements of `big` that one element of `small` multiplies (its
+/// shape is `big`'s with trailing dimensions of 1), or an error naming both
+/// lengths.
+fn broadcast_block(big: usize, small: usize) -> Result<usize, String> {
+    if small == 0 || !big.is_multiple_of(small) {
+        return Err(format!(
+            "mul of {big} and {small} elements: one factor must have the other's shape, or that shape with trailing dimensions of 1"
+        ));
+    }
+    Ok(big / small)
+}
+
+/// `a * b`, the smaller factor broadcast over the larger's trailing dimensions.
+fn mul_forward(a: &[f32], b: &[f32]) -> Result<Vec<f32>, String> {
+    let (big, small) = if a.len() >= b.len() { (a, b) } else { (b, a) };
+    let block = broadcast_block(big.len(), small.len())?;
+    Ok(big
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * small[i / block])
+        .collect())
+}
+
+/// The gradients of `a * b` (as [`mul_forward`] broadcasts): the larger
+/// factor's is `g` times the other, broadcast; the smaller's sums `g` times
+/// the larger over each block it multiplied.
+fn mul_backward(g: &[f32], a: &[f32], b: &[f32]) -> Result<(Vec<f32>, Vec<f32>), String> {
+    let a_big = a.len() >= b.len();
+    let (big, small) = if a_big { (a, b) } else { (b, a) };
+    let block = broadcast_block(big.len(), small.len())?;
+    let d_big: Vec<f32> = g
+        .iter()
+        .enumerate()
+        .map(|(i, g)| g * small[i / block])
+        .collect();
+    let mut d_small = vec![0f32; small.len()];
+    for (i, (g, x)) in g.iter().zip(big).enumerate() {
+        d_small[i / block] += g * x;
+    }
+    Ok(if a_big {
+        (d_big, d_small)
+    } else {
+        (d_small, d_big)
+    })
 }
 
 fn gelu(x: f32) -> (f32, f32) {
@@ -864,6 +916,9 @@ fn backward(
         OpKind::Gelu => select(vec![Some(
             f(0).iter().zip(f(1)).map(|(g, x)| g * gelu(x).1).collect(),
         )]),
+        OpKind::Silu => select(vec![Some(
+            f(0).iter().zip(f(1)).map(|(g, x)| g * silu(x).1).collect(),
+        )]),
         OpKind::Scale { factor } => select(vec![Some(f(0).iter().map(|g| g * factor).collect())]),
         OpKind::PowScalar { exponent } => select(vec![Some(
             f(0).iter()
@@ -871,12 +926,10 @@ fn backward(
                 .map(|(g, x)| g * exponent * x.powf(exponent - 1.0))
                 .collect(),
         )]),
-        OpKind::Mul => {
-            let (g, a, b) = (f(0), f(1), f(2));
-            let da = g.iter().zip(&b).map(|(g, b)| g * b).collect();
-            let db = g.iter().zip(&a).map(|(g, a)| g * a).collect();
-            select(vec![Some(da), Some(db)])
-        }
+        OpKind::Mul => match mul_backward(&f(0), &f(1), &f(2)) {
+            Ok((da, db)) => select(vec![Some(da), Some(db)]),
+            Err(e) => Err(e),
+        },
         OpKind::Softmax => {
             let (g, y) = (f(0), f(1));
             let d = *in_shape(1).last().unwrap_or(&1);

@@ -3,6 +3,7 @@
 
 mod cifar;
 mod densenet;
+mod efficientnet;
 mod inception;
 mod mobilenet;
 mod nasnet;
@@ -68,6 +69,7 @@ pub fn models() -> Vec<ModelInfo> {
     all.extend(inception::models());
     all.extend(densenet::models());
     all.extend(mobilenet::models());
+    all.extend(efficientnet::models());
     all.extend(squeezenet::models());
     all.extend(nasnet::models());
     all.extend(unet::models());

@@ -1,29 +1,82 @@
 //! The search figure of a plan made by a search planner: how the iteration
 //! time went as the search scored candidates, one panel per start.
 //!
-//! The data is what the planner recorded in its settings: `outcore` writes,
-//! per start of its local search (`settings.local_search[]`), a `curve` of
-//! `[moves scored, current time, batch mean, batch worst]` points, one per
-//! scored batch of 32 moves, sampled to at most 100 (null where no candidate
-//! of the batch was feasible: a start still being repaired). The figure draws
-//! the best time so far (the running minimum of the current time), and the
-//! mean and worst of each batch's feasible candidates. Planners that record
-//! no curve (every other one today) get no search figure.
+//! The data is what the planner recorded in its settings:
+//! - `outcore` writes, per start of its local search (`settings.local_search[]`),
+//!   a `curve` of `[moves scored, current time, batch mean, batch worst]`
+//!   points, one per scored batch of 32 moves, sampled to at most 100 (null
+//!   where no candidate of the batch was feasible: a start still being
+//!   repaired);
+//! - `swapadvisor` writes its convergence `history`, one entry per generation
+//!   (`evaluations`, and `best_s` / `mean_s` / `worst_s` over the feasible
+//!   individuals alive, null when none is): SwapAdvisor's Fig. 9;
+//! - `home` writes its `history`, one entry per iteration (`iteration`, and
+//!   `best_s` / `average_s` / `worst_s` over the particles that fit, in the
+//!   cost its scoring uses): HOME's Fig. 8.
+//!
+//! The figure draws one panel per curve: the best time so far (the running
+//! minimum of the current or best time), and the mean and worst of each
+//! step's feasible candidates. Planners that record neither get no search
+//! figure.
 
 use super::svg::{Svg, num, ticks};
 use serde_json::Value;
 
-/// One start's curve: its label and its points.
+/// One curve: its label, what its x axis counts, and its points.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SearchCurve {
     pub start: String,
-    /// `[moves scored, current time (s), batch mean (s), batch worst (s)]`,
+    /// What the first coordinate counts ("moves scored", "individuals scored", "iterations").
+    pub x_label: String,
+    /// `[x, current (or step's best) time (s), step mean (s), step worst (s)]`,
     /// `NaN` where the plan recorded null.
     pub points: Vec<[f64; 4]>,
 }
 
 /// The curves a plan's settings record (empty if none).
 pub fn curves(settings: &Value) -> Vec<SearchCurve> {
+    let mut out = local_search_curves(settings);
+    out.extend(history_curve(settings));
+    out
+}
+
+/// The convergence history of SwapAdvisor's genetic search or HOME's
+/// particle swarm, told apart by their entries' keys.
+fn history_curve(settings: &Value) -> Option<SearchCurve> {
+    let entries = settings.get("history")?.as_array()?;
+    let first = entries.first()?;
+    let (start, x_label, x_key, mean_key) = if first.get("generation").is_some() {
+        (
+            "genetic search (SwapAdvisor), per generation",
+            "individuals scored",
+            "evaluations",
+            "mean_s",
+        )
+    } else if first.get("iteration").is_some() {
+        (
+            "particle swarm (HOME), per iteration",
+            "iterations",
+            "iteration",
+            "average_s",
+        )
+    } else {
+        return None;
+    };
+    let f = |e: &Value, k: &str| e.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    let points: Vec<[f64; 4]> = entries
+        .iter()
+        .map(|e| [f(e, x_key), f(e, "best_s"), f(e, mean_key), f(e, "worst_s")])
+        .filter(|p| p[0].is_finite())
+        .collect();
+    (!points.is_empty()).then(|| SearchCurve {
+        start: start.to_string(),
+        x_label: x_label.to_string(),
+        points,
+    })
+}
+
+/// `outcore`'s local search: one curve per start.
+fn local_search_curves(settings: &Value) -> Vec<SearchCurve> {
     let Some(starts) = settings.get("local_search").and_then(Value::as_array) else {
         return Vec::new();
     };
@@ -41,7 +94,11 @@ pub fn curves(settings: &Value) -> Vec<SearchCurve> {
                     (p.len() == 4).then(|| [at(0), at(1), at(2), at(3)])
                 })
                 .collect();
-            (!points.is_empty()).then_some(SearchCurve { start, points })
+            (!points.is_empty()).then(|| SearchCurve {
+                start,
+                x_label: "moves scored".to_string(),
+                points,
+            })
         })
         .collect()
 }
@@ -74,7 +131,7 @@ pub fn render(curves: &[SearchCurve]) -> String {
         20.0,
         14.0,
         "start",
-        "Local search per start: best iteration time so far (solid), mean and worst of each batch's feasible candidates (dashed, light)",
+        "Search: best iteration time so far (solid); mean and worst of each batch, generation or iteration's feasible candidates (dashed, light)",
     );
     for (k, c) in curves.iter().enumerate() {
         panel(&mut svg, c, TOP_PX + PANEL_H_PX * k as f64);
@@ -95,7 +152,11 @@ fn panel(svg: &mut Svg, c: &SearchCurve, top: f64) {
         .flat_map(|p| [p[1], p[2], p[3]])
         .filter(finite)
         .collect();
-    let title = format!("start: {}", c.start);
+    let title = if c.x_label == "moves scored" {
+        format!("start: {}", c.start)
+    } else {
+        c.start.clone()
+    };
     svg.text(LEFT_PX, top + 12.0, 12.0, "start", &title);
     let (Some(lo), Some(hi)) = (
         values.iter().copied().reduce(f64::min),
@@ -131,7 +192,7 @@ fn panel(svg: &mut Svg, c: &SearchCurve, top: f64) {
         base_y + 16.0,
         10.0,
         "end",
-        &format!("moves scored ({})", num(max_x)),
+        &format!("{} ({})", c.x_label, num(max_x)),
     );
     let series: [(Vec<f64>, &str, bool); 3] = [
         (c.points.iter().map(|p| p[3]).collect(), "#ccc", true),
@@ -149,9 +210,10 @@ fn panel(svg: &mut Svg, c: &SearchCurve, top: f64) {
     }
     if let Some(&last) = c.points.last() {
         let hover = format!(
-            "{}: {} moves scored; best {} s",
+            "{}: {} {}; best {} s",
             c.start,
             num(last[0]),
+            c.x_label,
             num(best_s)
         );
         if best_s.is_finite() {
@@ -186,5 +248,34 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.contains("<line"));
         assert!(svg.contains("start: keep-all (repaired)"));
         assert!(curves(&json!({"seed": 3})).is_empty());
+    }
+
+    #[test]
+    fn swapadvisor_and_home_histories_become_one_curve_each() {
+        let ga = json!({"history": [
+            {"generation": 0, "evaluations": 144, "best_s": 2.0, "mean_s": 3.0, "worst_s": 5.0},
+            {"generation": 1, "evaluations": 288, "best_s": null, "mean_s": null, "worst_s": null},
+            {"generation": 2, "evaluations": 432, "best_s": 1.5, "mean_s": 2.5, "worst_s": 4.0}
+        ]});
+        let c = curves(&ga);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].x_label, "individuals scored");
+        assert_eq!(c[0].points[2], [432.0, 1.5, 2.5, 4.0]);
+        assert!(c[0].points[1][1].is_nan());
+        assert_eq!(best_so_far(&c[0].points), vec![2.0, 2.0, 1.5]);
+        let pso = json!({"history": [
+            {"iteration": 0, "best_s": 1.2, "average_s": 1.4, "worst_s": 1.9},
+            {"iteration": 1, "best_s": 1.3, "average_s": 1.35, "worst_s": 1.5}
+        ]});
+        let c = curves(&pso);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].x_label, "iterations");
+        assert_eq!(c[0].points[1], [1.0, 1.3, 1.35, 1.5]);
+        // A swarm's best may rise between iterations; the best so far does not.
+        assert_eq!(best_so_far(&c[0].points), vec![1.2, 1.2]);
+        let svg = render(&c);
+        assert!(svg.contains("particle swarm (HOME), per iteration"));
+        assert!(svg.contains("iterations (1)"));
+        assert!(curves(&json!({"history": [{"other": 1}]})).is_empty());
     }
 }

@@ -24,7 +24,7 @@
 //!   the best only if faster. Measured on ResNet-50 b256 at 50% of its
 //!   footprint on `v100-16gb-pcie3`: see RESULTS.md.
 
-use super::moves::{Move, Neighbourhood, apply};
+use super::moves::{Kinds, Move, Neighbourhood, apply};
 use crate::framework::{Ctx, Score, Scratch, Search};
 use outcore_cost::CostModel;
 use outcore_plan::Schedule;
@@ -83,7 +83,10 @@ fn kind_index(m: Move) -> usize {
         Move::ToSwap { .. } => 1,
         Move::ToRecompute { .. } => 2,
         Move::Retime { .. } => 3,
-        Move::Exchange { .. } | Move::ExchangeOffload { .. } | Move::SwapAndOffload { .. } => 4,
+        Move::Exchange { .. }
+        | Move::ExchangeOffload { .. }
+        | Move::SwapAndOffload { .. }
+        | Move::ExchangeRecompute { .. } => 4,
         Move::AddSwap { .. } | Move::AddRecompute { .. } | Move::AddOffload { .. } => 5,
     }
 }
@@ -146,7 +149,8 @@ pub fn improve(
     let (mut best, mut best_cost) = climbed;
     while best_cost.is_feasible() && !limits.reached(&stats) && stats.kicks < limits.max_kicks {
         stats.kicks += 1;
-        let Some(kicked) = kick(search, ctx, cost, &best, &mut rng, &mut stats) else {
+        let Some(kicked) = kick(search, ctx, cost, &best, limits.kinds, &mut rng, &mut stats)
+        else {
             continue;
         };
         let (next, next_cost) = climb(search, ctx, cost, kicked, &mut rng, limits, &mut stats);
@@ -165,6 +169,8 @@ pub struct Limits {
     pub deadline: Instant,
     pub max_kicks: usize,
     pub max_moves: usize,
+    /// The moves offered (and so what kind of plan the search stays within).
+    pub kinds: Kinds,
 }
 
 impl Limits {
@@ -193,7 +199,7 @@ fn climb(
     let mut moves = Vec::new();
     let mut repairs = Vec::new();
     'rounds: loop {
-        let hood = Neighbourhood::of(ctx, &current);
+        let hood = Neighbourhood::of(ctx, &current, limits.kinds);
         hood.moves(ctx, &current, &mut moves);
         if !current_cost.is_feasible() {
             hood.repairs(ctx, &current, &mut repairs);
@@ -254,6 +260,7 @@ fn kick(
     ctx: &Ctx<'_>,
     cost: &dyn CostModel,
     from: &Schedule,
+    kinds: Kinds,
     rng: &mut ChaCha8Rng,
     stats: &mut LocalStats,
 ) -> Option<(Schedule, Cost)> {
@@ -261,7 +268,7 @@ fn kick(
     let mut current_cost = None;
     let mut moves = Vec::new();
     for _ in 0..KICK_MOVES {
-        Neighbourhood::of(ctx, &current).moves(ctx, &current, &mut moves);
+        Neighbourhood::of(ctx, &current, kinds).moves(ctx, &current, &mut moves);
         moves.shuffle(rng);
         let batch = &moves[..moves.len().min(BATCH)];
         stats.moves_scored += batch.len();

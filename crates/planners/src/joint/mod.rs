@@ -30,6 +30,14 @@
 //!   request's allocator, and every candidate is scored under it, so a plan
 //!   never fits in bytes but not in the allocator; choosing among allocators
 //!   is left to the caller (`--allocator`).
+//! - **A recompute-only variant**, `outcore-recompute` ([`Joint::recompute_only`]):
+//!   the same search restricted to recomputation, seeded by the
+//!   recompute-only planners (`dtr` and `checkpoint-*`) and moving only by
+//!   keeping, exchanging and adding recomputations ([`moves::Kinds`]). It is
+//!   what checkpointing with a search behind it reaches, measured against
+//!   the exact reference (`checkmate-milp`) on small graphs. Being seeded by
+//!   `dtr`, it is never slower than `dtr` by construction; what it adds is
+//!   measured in RESULTS.md.
 //! - A seed planner's error (a bug of that planner) does not stop `outcore`:
 //!   it is recorded in the plan's settings (`seed_errors`) and the seed is
 //!   skipped. The conformance suite tests every seed on its own.
@@ -48,6 +56,8 @@ use std::time::{Duration, Instant};
 
 /// The planner's name on the command line.
 pub const NAME: &str = "outcore";
+/// The recompute-only variant's name.
+pub const RECOMPUTE_NAME: &str = "outcore-recompute";
 /// Seeds whose schedules the local search improves, fastest first.
 pub const IMPROVED_SEEDS: usize = 2;
 /// Points of each start's search curve kept in the plan's settings (drawn by
@@ -70,6 +80,8 @@ pub struct Joint {
     /// The SwapAdvisor seed's settings (its search runs until its share of
     /// the time limit unless bounded here).
     pub swapadvisor: crate::SwapAdvisor,
+    /// Recomputation only: recompute-only seeds and moves (module docs).
+    pub recompute_only: bool,
 }
 
 impl Default for Joint {
@@ -80,7 +92,34 @@ impl Default for Joint {
             max_kicks: local::MAX_KICKS,
             max_moves: usize::MAX,
             swapadvisor: crate::SwapAdvisor::new(crate::swapadvisor::SearchSpace::Joint),
+            recompute_only: false,
         }
+    }
+}
+
+impl Joint {
+    /// `outcore-recompute`: the search restricted to recomputation.
+    pub fn recompute_only() -> Self {
+        Joint {
+            recompute_only: true,
+            ..Joint::default()
+        }
+    }
+
+    fn kinds(&self) -> moves::Kinds {
+        if self.recompute_only {
+            moves::Kinds::RecomputeOnly
+        } else {
+            moves::Kinds::All
+        }
+    }
+
+    /// Whether `name` is a seed of this planner.
+    fn seeds_from(&self, name: &str) -> bool {
+        if matches!(name, NAME | RECOMPUTE_NAME | "ideal" | "none") {
+            return false;
+        }
+        !self.recompute_only || name == "dtr" || name.starts_with("checkpoint")
     }
 }
 
@@ -94,11 +133,19 @@ struct Seed {
 
 impl Planner for Joint {
     fn name(&self) -> &'static str {
-        NAME
+        if self.recompute_only {
+            RECOMPUTE_NAME
+        } else {
+            NAME
+        }
     }
 
     fn description(&self) -> &'static str {
-        "outcore's own: every planner as a seed, then local search over keep / swap / recompute and swap timing on the evaluator"
+        if self.recompute_only {
+            "outcore's search restricted to recomputation: the recompute-only planners as seeds, then local search over keep / recompute on the evaluator"
+        } else {
+            "outcore's own: every planner as a seed, then local search over keep / swap / recompute and swap timing on the evaluator"
+        }
     }
 
     fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError> {
@@ -142,7 +189,7 @@ impl Joint {
     fn run_seeds(&self, request: &PlanRequest<'_>, until: Instant) -> Result<Seeds, PlannerError> {
         let planners: Vec<Box<dyn Planner>> = crate::all()
             .into_iter()
-            .filter(|p| !matches!(p.name(), NAME | "ideal" | "none"))
+            .filter(|p| self.seeds_from(p.name()))
             .map(|p| {
                 if p.name() == "swapadvisor" {
                     Box::new(self.swapadvisor.clone()) as Box<dyn Planner>
@@ -165,7 +212,7 @@ impl Joint {
             };
             match planner.plan(&sub) {
                 Ok(PlanOutcome::Feasible(plan)) => {
-                    if let Some(iter_time_s) = seed_time(request, &plan)? {
+                    if let Some(iter_time_s) = seed_time(self.name(), request, &plan)? {
                         seeds.push(Seed {
                             name: planner.name(),
                             plan,
@@ -259,7 +306,7 @@ impl Joint {
             let weights_left: f64 = (k..starts.len()).map(weight).sum();
             let until = Instant::now() + left.mul_f64(weight(k) / weights_left);
             let ctx = Ctx::new(request.graph, request.cost, start.schedule.order.clone());
-            let search = Search::new(&ctx, request, NAME);
+            let search = Search::new(&ctx, request, self.name());
             let Some(cost) = start_cost(&search, &start.schedule) else {
                 continue;
             };
@@ -267,6 +314,7 @@ impl Joint {
                 deadline: until,
                 max_kicks: self.max_kicks,
                 max_moves: self.max_moves,
+                kinds: self.kinds(),
             };
             let (improved, reached, stats) = local::improve(
                 &search,
@@ -309,9 +357,14 @@ impl Joint {
                     "seed_errors": context.seed_errors,
                     "local_search": tried,
                 });
-                prove(request, settings, schedule, time_s)
+                prove(self.name(), request, settings, schedule, time_s)
             }
-            _ => Ok(PlanOutcome::Feasible(renamed(fastest, context, tried))),
+            _ => Ok(PlanOutcome::Feasible(renamed(
+                self.name(),
+                fastest,
+                context,
+                tried,
+            ))),
         }
     }
 }
@@ -319,7 +372,11 @@ impl Joint {
 /// A seed plan's time under this request's evaluator, when it has a schedule
 /// the evaluator can score (every framework planner's plans do); else its own
 /// simulated time.
-fn seed_time(request: &PlanRequest<'_>, plan: &Plan) -> Result<Option<f64>, PlannerError> {
+fn seed_time(
+    name: &'static str,
+    request: &PlanRequest<'_>,
+    plan: &Plan,
+) -> Result<Option<f64>, PlannerError> {
     let Some(schedule) = &plan.lowered_from else {
         return Ok(plan
             .planner
@@ -328,7 +385,7 @@ fn seed_time(request: &PlanRequest<'_>, plan: &Plan) -> Result<Option<f64>, Plan
             .and_then(Value::as_f64));
     };
     let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
-    let search = Search::new(&ctx, request, NAME);
+    let search = Search::new(&ctx, request, name);
     match search.score(schedule, &mut Scratch::default()) {
         Ok(Score::Feasible { iter_time_s, .. }) => Ok(Some(iter_time_s)),
         // A seed scored with margins or its own pool may not score feasible
@@ -367,17 +424,18 @@ fn start_cost(search: &Search<'_, '_>, schedule: &Schedule) -> Option<Cost> {
 
 /// Proves an improved schedule under this planner's name.
 fn prove(
+    name: &'static str,
     request: &PlanRequest<'_>,
     settings: Value,
     schedule: Schedule,
     time_s: f64,
 ) -> Result<PlanOutcome, PlannerError> {
     let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
-    let search = Search::new(&ctx, request, NAME);
+    let search = Search::new(&ctx, request, name);
     let score = search.score(&schedule, &mut Scratch::default())?;
     if !matches!(score, Score::Feasible { .. }) {
         return Err(PlannerError::new(
-            NAME,
+            name,
             PlannerErrorKind::Verification,
             format!("the improved schedule ({time_s:.6} s) no longer scores feasible"),
         ));
@@ -393,9 +451,14 @@ fn prove(
 }
 
 /// The fastest seed's plan under this planner's name, its settings kept.
-fn renamed(seed: &Seed, context: &Context<'_, '_>, tried: Vec<Value>) -> Box<Plan> {
+fn renamed(
+    name: &'static str,
+    seed: &Seed,
+    context: &Context<'_, '_>,
+    tried: Vec<Value>,
+) -> Box<Plan> {
     let mut plan = seed.plan.clone();
-    plan.planner.name = NAME.into();
+    plan.planner.name = name.into();
     plan.planner.settings = json!({
         "seed": seed.name,
         "seed_settings": seed.plan.planner.settings,

@@ -15,6 +15,11 @@
 //!   recomputation avoided. Single moves cannot find this: the first half alone
 //!   is over budget, the second alone slower.
 //!
+//! - [`Move::ExchangeRecompute`] is the recompute-only exchange: keep one
+//!   recomputed tensor and recompute another, at least as large, whose
+//!   interval covers the kept one's gap (the only sideways move of
+//!   [`Kinds::RecomputeOnly`], which offers no swap).
+//!
 //! - [`Move::AddSwap`] and [`Move::AddRecompute`] take a tensor with no gap
 //!   off the device: they only save memory, so the search offers them only
 //!   while the schedule is over the budget (repairing a start that does not
@@ -49,6 +54,14 @@ pub enum Move {
         gap: usize,
         tensor: TensorId,
         /// The partner's swap interval (see [`Neighbourhood::ungapped`]).
+        after: usize,
+        before: usize,
+    },
+    /// Keep the tensor of `gap` resident and recompute another (with no gap)
+    /// where its interval ends.
+    ExchangeRecompute {
+        gap: usize,
+        tensor: TensorId,
         after: usize,
         before: usize,
     },
@@ -94,10 +107,22 @@ pub enum Move {
 /// they leave the most compute to hide a copy behind).
 const EXCHANGE_PARTNERS: usize = 3;
 
+/// Which moves a search may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kinds {
+    /// Every move: keep, swap, recompute, retime, exchange, offload.
+    All,
+    /// Only keep and recompute (a recompute-only plan stays one): drop a
+    /// gap, exchange a recomputation for another, add a recomputation.
+    RecomputeOnly,
+}
+
 /// What moves need to know about a schedule's tensors, built once per
 /// accepted schedule.
 #[derive(Debug)]
 pub struct Neighbourhood {
+    /// The moves offered.
+    pub kinds: Kinds,
     /// Persistent tensors with no gap that are used after the first position,
     /// with their first and last use.
     pub offloadable: Vec<(TensorId, usize, usize)>,
@@ -108,7 +133,7 @@ pub struct Neighbourhood {
 }
 
 impl Neighbourhood {
-    pub fn of(ctx: &Ctx<'_>, schedule: &Schedule) -> Self {
+    pub fn of(ctx: &Ctx<'_>, schedule: &Schedule, kinds: Kinds) -> Self {
         let mut gapped = vec![false; ctx.graph.tensors.len()];
         for g in &schedule.gaps {
             gapped[g.tensor.index()] = true;
@@ -138,6 +163,7 @@ impl Neighbourhood {
             })
             .collect();
         Neighbourhood {
+            kinds,
             offloadable,
             ungapped,
         }
@@ -146,6 +172,19 @@ impl Neighbourhood {
     /// The repair moves: each ungapped tensor swapped, or recomputed.
     pub fn repairs(&self, ctx: &Ctx<'_>, schedule: &Schedule, out: &mut Vec<Move>) {
         out.clear();
+        if self.kinds == Kinds::RecomputeOnly {
+            out.extend(
+                self.ungapped
+                    .iter()
+                    .filter(|&&(tensor, _, before)| inputs_resident(ctx, schedule, tensor, before))
+                    .map(|&(tensor, after, before)| Move::AddRecompute {
+                        tensor,
+                        after,
+                        before,
+                    }),
+            );
+            return;
+        }
         out.extend(
             self.offloadable
                 .iter()
@@ -189,6 +228,15 @@ impl Neighbourhood {
             let (Some(after), Some(before)) = (g.after, g.before) else {
                 continue;
             };
+            if self.kinds == Kinds::RecomputeOnly {
+                if g.how == Restore::Swap && inputs_resident(ctx, schedule, g.tensor, before) {
+                    out.push(Move::ToRecompute { gap: i });
+                }
+                if !chain_only {
+                    self.recompute_exchanges(ctx, schedule, (i, g.tensor), after, before, out);
+                }
+                continue;
+            }
             match g.how {
                 Restore::Recompute => out.push(Move::ToSwap { gap: i }),
                 Restore::Swap => {
@@ -212,6 +260,37 @@ impl Neighbourhood {
                 self.exchanges(ctx, i, g, after, before, out);
             }
         }
+    }
+
+    /// [`Move::ExchangeRecompute`] partners of gap `i` (of `tensor`, over
+    /// `after..before`): the longest covering intervals first, as
+    /// [`Self::exchanges`] picks swap partners.
+    fn recompute_exchanges(
+        &self,
+        ctx: &Ctx<'_>,
+        schedule: &Schedule,
+        (i, tensor): (usize, TensorId),
+        after: usize,
+        before: usize,
+        out: &mut Vec<Move>,
+    ) {
+        let size = ctx.size(tensor);
+        let mut partners: Vec<(usize, TensorId, usize, usize)> = self
+            .ungapped
+            .iter()
+            .filter(|&&(t, a, b)| a <= after && b >= before && ctx.size(t) >= size)
+            .filter(|&&(t, _, b)| inputs_resident(ctx, schedule, t, b))
+            .map(|&(t, a, b)| (b - a, t, a, b))
+            .collect();
+        partners.sort_unstable_by(|x, y| y.cmp(x));
+        out.extend(partners.into_iter().take(EXCHANGE_PARTNERS).map(
+            |(_, tensor, after, before)| Move::ExchangeRecompute {
+                gap: i,
+                tensor,
+                after,
+                before,
+            },
+        ));
     }
 
     fn exchanges(
@@ -382,18 +461,29 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
             tensor,
             after,
             before,
-        } => gaps.push(Gap {
+        } => gaps.push(recompute_gap(tensor, after, before)),
+        Move::ExchangeRecompute {
+            gap,
             tensor,
-            after: Some(after),
-            before: Some(before),
-            how: Restore::Recompute,
-            prefetch_after: None,
-            reclaim_before: None,
-        }),
+            after,
+            before,
+        } => gaps[gap] = recompute_gap(tensor, after, before),
     }
     // `ctx` is built on `schedule.order` (the search's context for this
     // start), so its schedule has the same order: no second copy of it.
     ctx.schedule(gaps)
+}
+
+/// A recomputation of `tensor`: dropped after `after`, re-run before `before`.
+fn recompute_gap(tensor: TensorId, after: usize, before: usize) -> Gap {
+    Gap {
+        tensor,
+        after: Some(after),
+        before: Some(before),
+        how: Restore::Recompute,
+        prefetch_after: None,
+        reclaim_before: None,
+    }
 }
 
 /// A swap gap of `t` over `(after, before)` whose copies are timed to hide
@@ -539,7 +629,7 @@ mod tests {
             },
         ];
         let schedule = ctx.schedule(gaps);
-        let hood = Neighbourhood::of(&ctx, &schedule);
+        let hood = Neighbourhood::of(&ctx, &schedule, Kinds::All);
         let mut moves = Vec::new();
         hood.moves(&ctx, &schedule, &mut moves);
         assert!(moves.contains(&Move::Drop { gap: 0 }));
@@ -568,6 +658,67 @@ mod tests {
                 assert!(pa <= g.after.unwrap_or(0) && pb >= g.before.unwrap_or(usize::MAX));
                 assert!(tensor != swapped && tensor != recomputed);
             }
+        }
+    }
+
+    #[test]
+    fn the_recompute_only_neighbourhood_offers_no_swap() {
+        let g = mlp_chain(8, 512, 64);
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        let empty = ctx.schedule(Vec::new());
+        // Every feature map whose recomputation needs no chain, recomputed.
+        let gaps: Vec<Gap> = ctx
+            .saved_activations()
+            .into_iter()
+            .filter(|&t| g.tensor(t).producer.is_some())
+            .filter_map(|t| {
+                let (a, b) = ctx.forward_backward_gap(t)?;
+                inputs_resident(&ctx, &empty, t, b).then(|| recompute_gap(t, a, b))
+            })
+            .collect();
+        assert!(!gaps.is_empty(), "an mlp has such a tensor");
+        let mut offered = Vec::new();
+        // With nothing recomputed, the repairs add recomputations; with every
+        // such tensor recomputed, the moves keep or exchange them.
+        for schedule in [empty.clone(), ctx.schedule(gaps.clone())] {
+            let hood = Neighbourhood::of(&ctx, &schedule, Kinds::RecomputeOnly);
+            let mut moves = Vec::new();
+            hood.moves(&ctx, &schedule, &mut moves);
+            let mut repairs = Vec::new();
+            hood.repairs(&ctx, &schedule, &mut repairs);
+            for m in moves.iter().chain(&repairs) {
+                assert!(
+                    matches!(
+                        m,
+                        Move::Drop { .. }
+                            | Move::ExchangeRecompute { .. }
+                            | Move::AddRecompute { .. }
+                    ),
+                    "{m:?} in a recompute-only neighbourhood"
+                );
+                let next = apply(&ctx, &cost, &schedule, *m);
+                assert!(next.gaps.iter().all(|x| x.how == Restore::Recompute));
+                offered.push((schedule.clone(), *m));
+            }
+        }
+        assert!(
+            offered
+                .iter()
+                .any(|(_, m)| matches!(m, Move::AddRecompute { .. }))
+        );
+        assert!(offered.iter().any(|(_, m)| matches!(m, Move::Drop { .. })));
+        let moves: Vec<Move> = offered.iter().map(|(_, m)| *m).collect();
+        let schedule = ctx.schedule(gaps);
+        // An exchange keeps one recomputed tensor and recomputes another instead.
+        let exchange = moves
+            .iter()
+            .find(|m| matches!(m, Move::ExchangeRecompute { .. }));
+        if let Some(&Move::ExchangeRecompute { gap, tensor, .. }) = exchange {
+            let next = apply(&ctx, &cost, &schedule, *exchange.expect("found"));
+            assert_eq!(next.gaps.len(), schedule.gaps.len());
+            assert_eq!(next.gaps[gap].tensor, tensor);
+            assert_ne!(schedule.gaps[gap].tensor, tensor);
         }
     }
 }
