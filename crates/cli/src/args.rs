@@ -125,6 +125,10 @@ pub enum Command {
         #[arg(long = "latency-table", requires = "plan")]
         latency_table: Option<PathBuf>,
     },
+    /// The largest batch each planner can train under a fixed budget, and
+    /// its simulated throughput there: doubling the zoo model's batch from 1,
+    /// then bisection (feasibility is assumed monotone in the batch).
+    MaxBatch(MaxBatchArgs),
     /// Replay an allocation trace through an allocator.
     AllocReplay {
         trace: PathBuf,
@@ -195,6 +199,43 @@ pub struct RunArgs {
     pub synthetic_flops_per_s: f64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `outcore max-batch`.
+#[derive(Debug, Args, Clone)]
+pub struct MaxBatchArgs {
+    /// Zoo model name (see `outcore zoo`); its batch is what is searched.
+    #[arg(long)]
+    pub model: String,
+    /// Model knob as NAME=VALUE (also written `--NAME VALUE`, e.g. `--depth 152`).
+    #[arg(long = "knob", value_name = "NAME=VALUE")]
+    pub knobs: Vec<String>,
+    /// Optimizer: sgd, adam, adamw or none (default: the model's).
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    /// Device profile name (e.g. rtx2080ti-11gb) or a profile JSON file.
+    #[arg(long)]
+    pub device: String,
+    /// Budget: bytes or a size like 11GB / 10GiB (default: the device's
+    /// memory); not a percentage, since the footprint grows with the batch.
+    #[arg(long, allow_hyphen_values = true)]
+    pub budget: Option<String>,
+    /// Comma-separated planner names, or `all`.
+    #[arg(long, default_value = "none,capuchin,home")]
+    pub planners: String,
+    /// Allocator the plans run under: perfect, best-fit, size-class or virtual-chunks.
+    #[arg(long, default_value = "perfect")]
+    pub allocator: String,
+    /// The largest batch tried, 1 to 16777216.
+    #[arg(long, default_value_t = 65536, allow_hyphen_values = true)]
+    pub limit: u64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Wall-clock seconds for a search-based planner at each batch tried.
+    #[arg(long, default_value_t = 10.0, allow_hyphen_values = true)]
+    pub seconds: f64,
     #[arg(long)]
     pub json: bool,
 }

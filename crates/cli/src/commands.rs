@@ -2,7 +2,7 @@
 //! the typed results as tables or JSON. No planning, checking or simulating
 //! logic lives here.
 
-use crate::args::{Cli, Command, GraphArgs, RunArgs, TargetArgs};
+use crate::args::{Cli, Command, GraphArgs, MaxBatchArgs, RunArgs, TargetArgs};
 use crate::progress::{self, StopFlag};
 use anyhow::{Context, Result, bail};
 use outcore::{
@@ -63,6 +63,7 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             only,
             json,
         } => cmd_bench_suite(&planners, seconds, only.as_deref(), json, stop),
+        Command::MaxBatch(args) => cmd_max_batch(&args, stop),
         Command::Verify { plan, json } => cmd_verify(&plan, json),
         Command::Report {
             plan,
@@ -600,6 +601,97 @@ fn print_comparison(c: &Comparison) {
             ),
             (Runnability::NotRunnable, _) => say!("{:<16} NOT RUNNABLE: {reason}", o.planner),
             _ => say!("{:<16} infeasible: {reason}", o.planner),
+        }
+    }
+}
+
+fn cmd_max_batch(args: &MaxBatchArgs, stop: &StopFlag) -> Result<()> {
+    let device = outcore::load_device(&args.device)?;
+    let budget_bytes = match args.budget.as_deref() {
+        None => device.memory_bytes,
+        Some(text) if text.trim().ends_with('%') => bail!(
+            "budget `{text}`: a percentage of the footprint does not apply to max-batch, whose footprint grows with the batch; accepted: bytes or a size like 11GB / 10GiB, at most the device's memory; drop --budget to use all of it"
+        ),
+        Some(text) => outcore::parse_size(text).context("--budget")?,
+    };
+    let request = outcore::MaxBatchRequest {
+        model: args.model.clone(),
+        knobs: outcore::parse_knobs(&args.knobs)?,
+        optimizer: args.optimizer.clone(),
+        device,
+        budget_bytes,
+        allocator: outcore::parse_allocator(&args.allocator)?,
+        batch_limit: args.limit,
+    };
+    let planners = outcore::parse_planner_list(&args.planners)?;
+    let options = PlanOptions {
+        seed: args.seed,
+        time_limit_s: outcore::check_time_limit_s(args.seconds)?,
+        latency_table: None,
+        on_progress: Some(progress::iteration_hook(
+            progress::bar("planners", planners.len() as u64),
+            stop.clone(),
+        )),
+    };
+    let result = outcore::max_batch(&request, &planners, &options)?;
+    if args.json {
+        print_json(&serde_json::to_value(&result)?)?;
+    } else {
+        print_max_batch(&result);
+    }
+    let broken: Vec<&str> = result
+        .rows
+        .iter()
+        .filter(|r| r.not_runnable.is_some())
+        .map(|r| r.planner.as_str())
+        .collect();
+    if !broken.is_empty() {
+        bail!(
+            "not runnable: the plans of {} fail verification or simulation at some batch (see their rows)",
+            broken.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn print_max_batch(r: &outcore::MaxBatchResult) {
+    say!(
+        "{} on {}: budget {}, {} allocator, batch limit {} ({})",
+        r.model,
+        r.device,
+        fmt_bytes(r.budget_bytes),
+        r.allocator,
+        r.batch_limit,
+        r.method
+    );
+    say!(
+        "{:<16} {:>10} {:>12} {:>10} {:>14} {:>7} {:>9}",
+        "planner",
+        "max batch",
+        "infeasible",
+        "iter s",
+        "samples/s",
+        "probes",
+        "search s"
+    );
+    for row in &r.rows {
+        let opt = |v: Option<u64>| v.map_or("-".to_string(), |b| b.to_string());
+        say!(
+            "{:<16} {:>10} {:>12} {:>10} {:>14} {:>7} {:>9.1}",
+            row.planner,
+            opt(row.max_batch),
+            opt(row.first_infeasible_batch),
+            row.iter_time_s
+                .map_or("-".to_string(), |t| format!("{t:.4}")),
+            row.throughput_samples_per_s
+                .map_or("-".to_string(), |t| format!("{t:.1}")),
+            row.probes,
+            row.search_time_s
+        );
+        if let Some(why) = &row.not_runnable {
+            say!("  {} NOT RUNNABLE: {why}", row.planner);
+        } else if row.max_batch.is_none() {
+            say!("  {}: {}", row.planner, row.reason.as_deref().unwrap_or(""));
         }
     }
 }

@@ -143,3 +143,30 @@ fn nasnet_knobs_scale_depth_and_width_and_reject_bad_values() {
     let err = zoo::build("nasnet", Some(1), &knobs(&[("repeats", 1000)]), None).unwrap_err();
     assert!(err.to_string().contains("repeats 1000"), "{err}");
 }
+
+/// HOME's Plain20 (He et al. 2016, Sec. 4.2): 6n+2 weighted layers (convs and
+/// the classifier), no shortcut additions, 32x32 inputs; other depths by the knob.
+#[test]
+fn plain20_has_twenty_weighted_layers_and_no_shortcuts() {
+    use outcore_graph::{OpKind, Phase};
+    for (depth, params) in [(20u64, 269_722u64), (32, 464_154)] {
+        let mut knobs = BTreeMap::new();
+        knobs.insert("depth".to_string(), depth);
+        let g = zoo::build("plain20", Some(2), &knobs, None).expect("builds");
+        let forward = |f: &dyn Fn(&OpKind) -> bool| {
+            g.ops
+                .iter()
+                .filter(|o| o.phase == Phase::Forward && f(&o.kind))
+                .count() as u64
+        };
+        let weighted = forward(&|k| matches!(k, OpKind::Conv2d(_) | OpKind::Linear { .. }));
+        assert_eq!(weighted, depth, "plain{depth}");
+        assert_eq!(forward(&|k| matches!(k, OpKind::Add)), 0, "plain{depth}");
+        assert_eq!(stats(&g).param_count, params, "plain{depth}");
+        assert_eq!(g.tensors[g.ops[0].inputs[0].index()].shape, [2, 3, 32, 32]);
+    }
+    let mut knobs = BTreeMap::new();
+    knobs.insert("depth".to_string(), 21);
+    let err = zoo::build("plain20", None, &knobs, None).unwrap_err();
+    assert!(err.to_string().contains("6n+2"), "{err}");
+}

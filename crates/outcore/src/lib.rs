@@ -1,7 +1,8 @@
 //! outcore: the library facade. One place that loads graphs, parses budgets,
 //! sizes, devices and allocators, plans (a planner by name, the device
 //! attached, verified, simulated under the plan's own allocator), verifies,
-//! simulates, compares planners and runs plans on the CPU executor, with typed,
+//! simulates, compares planners, finds each planner's largest batch under a
+//! budget ([`max_batch`]) and runs plans on the CPU executor, with typed,
 //! serialisable results and one [`Error`]. The `outcore` command line and the
 //! Python package both call it, so they accept the same input and refuse the
 //! same bad input with the same messages.
@@ -20,6 +21,7 @@
 
 mod error;
 mod input;
+mod max_batch;
 mod planning;
 pub mod report;
 mod run;
@@ -32,6 +34,7 @@ pub use input::{
     parse_optimizer, parse_planner_list, parse_size, record_graph_source, strip_bom,
     virtual_chunks_allocator, write_plan,
 };
+pub use max_batch::{MaxBatchRequest, MaxBatchResult, MaxBatchRow, max_batch};
 pub use planning::{
     AllocReplayResult, CPU_REFERENCE_DEVICE, Comparison, PlanOptions, PlanResult, PlannerOutcome,
     Runnability, SimulateOptions, SimulateResult, Target, Verification, alloc_replay,

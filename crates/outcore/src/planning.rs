@@ -357,7 +357,7 @@ pub fn compare(
 }
 
 /// Runs one planner, attaches the device and allocator, verifies and simulates.
-fn plan_and_check(
+pub(crate) fn plan_and_check(
     planner: &dyn outcore_plan::Planner,
     graph: &LoadedGraph,
     cost: &dyn CostModel,

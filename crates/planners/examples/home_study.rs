@@ -5,13 +5,11 @@
 //!   FRACTION of the footprint: relative error of the iteration time (median,
 //!   max), whether both agree the policy fits, and time per estimate and per
 //!   evaluation.
-//! - `search MODEL BATCH FRACTION PARTICLES ITERATIONS SCORING [SECONDS] [DEVICE] [PATIENCE]`:
+//! - `search MODEL BATCH FRACTION PARTICLES ITERATIONS SCORING [SECONDS] [DEVICE] [PATIENCE] [SEED]`:
 //!   one `home` run; prints the convergence history (worst / average / best per
 //!   iteration, Fig. 8), the search time and the plan's simulated time.
-//! - `max-batch MODEL DEVICE PLANNERS [SECONDS] [LIMIT]`: the largest batch
-//!   each planner (comma-separated) plans under the device's whole memory,
-//!   by doubling from batch 1 then bisecting (feasibility is assumed
-//!   monotone in the batch), and its simulated throughput there (samples/s).
+//! - The maximum batch of each planner (Table 2) is `outcore max-batch`
+//!   (`outcore::max_batch` in the facade), which replaced this example's copy.
 //!
 //! MODEL is a zoo name with optional knobs, e.g. `lstm:layers=4,hidden=2048`.
 //! FRACTION is of the footprint (e.g. 0.5); a value above 1 is a budget in GiB.
@@ -70,7 +68,6 @@ fn main() -> Res<()> {
         Some("debug") => debug_bounds(&args[1..]),
         Some("uniform") => uniform(&args[1..]),
         Some("suite") => suite(),
-        Some("max-batch") => max_batch(&args[1..]),
         _ => Err("usage: home_study accuracy|search ... (see the file's doc comment)".into()),
     }
 }
@@ -193,6 +190,7 @@ fn search(args: &[String]) -> Res<()> {
     };
     let request = PlanRequest {
         time_limit_s: seconds,
+        seed: arg(args, 9, 0),
         ..PlanRequest::new(&g, &cost, budget_bytes)
     };
     let t0 = Instant::now();
@@ -428,89 +426,4 @@ fn cpu_time_s() -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / 100.0
-}
-
-/// Plans `g` with `planner` under `budget_bytes`: the simulated iteration time
-/// of a verified plan, or `None` when infeasible.
-fn plan_time_s(
-    planner: &dyn Planner,
-    g: &Graph,
-    cost: &RooflineModel,
-    budget_bytes: u64,
-    seconds: f64,
-) -> Res<Option<f64>> {
-    let request = PlanRequest {
-        time_limit_s: seconds,
-        ..PlanRequest::new(g, cost, budget_bytes)
-    };
-    match planner.plan(&request)? {
-        PlanOutcome::Feasible(plan) => {
-            let v = outcore_plan::verify(&plan, g);
-            if let Some(first) = v.first() {
-                return Err(format!("{}: plan fails verify: {first}", planner.name()).into());
-            }
-            Ok(Some(
-                simulate(g, &plan, cost, &SimOptions::default())?
-                    .report
-                    .iter_time_s,
-            ))
-        }
-        PlanOutcome::Infeasible(_) => Ok(None),
-    }
-}
-
-pub fn max_batch(args: &[String]) -> Res<()> {
-    let model = args.first().ok_or("MODEL")?;
-    let device = args.get(1).map_or("rtx2080ti-11gb", String::as_str);
-    let planners = args.get(2).map_or("none,capuchin,home", String::as_str);
-    let seconds: f64 = arg(args, 3, 60.0);
-    let limit: u64 = arg(args, 4, 1 << 16);
-    let profile = DeviceProfile::builtin(device)?;
-    let budget_bytes = profile.memory_bytes;
-    let cost = RooflineModel::new(profile);
-    for name in planners.split(',') {
-        let planner = outcore_planners::by_name(name)?;
-        let t0 = Instant::now();
-        let probe = |batch: u64| -> Res<Option<f64>> {
-            let g = graph(model, batch)?;
-            plan_time_s(planner.as_ref(), &g, &cost, budget_bytes, seconds)
-        };
-        // (largest feasible batch, its time), smallest infeasible batch.
-        let mut good: Option<(u64, f64)> = None;
-        let mut bad = None;
-        let mut b = 1;
-        while b <= limit {
-            match probe(b)? {
-                Some(t) => good = Some((b, t)),
-                None => {
-                    bad = Some(b);
-                    break;
-                }
-            }
-            b *= 2;
-        }
-        if let (Some((mut lo, mut lo_t)), Some(mut hi)) = (good, bad) {
-            while hi - lo > 1 {
-                let mid = lo + (hi - lo) / 2;
-                match probe(mid)? {
-                    Some(t) => {
-                        lo = mid;
-                        lo_t = t;
-                    }
-                    None => hi = mid,
-                }
-            }
-            good = Some((lo, lo_t));
-        }
-        match good {
-            Some((batch, t)) => println!(
-                "{model} on {device}: {name:>14} max batch {batch:>6}, {:.4} s/iteration, {:.0} samples/s ({:.0} s searching)",
-                t,
-                batch as f64 / t,
-                t0.elapsed().as_secs_f64()
-            ),
-            None => println!("{model} on {device}: {name:>14} no feasible batch"),
-        }
-    }
-    Ok(())
 }

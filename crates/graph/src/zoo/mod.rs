@@ -1,6 +1,7 @@
 //! The model zoo: builders for the models the papers evaluate and common
 //! references, each citing the implementation whose parameter count it matches.
 
+mod cifar;
 mod densenet;
 mod efficientnet;
 mod inception;
@@ -74,6 +75,7 @@ pub fn models() -> Vec<ModelInfo> {
     all.extend(unet::models());
     all.extend(rnn::models());
     all.extend(transformer::models());
+    all.extend(cifar::models());
     all.extend(tiny::models());
     all
 }

@@ -26,12 +26,19 @@
 //! the rest of the last swarm is tried in cost order, then the best policy at
 //! tighter planning capacities (`framework::MARGINS`), before infeasibility.
 //!
-//! Defaults (`m` = 24 particles, `iters` = 40): the paper's 500 x 500 are
-//! measured in BENCHMARKS.md ("HOME search time") to take far more than a
-//! planning call's time limit on 2 cores for ResNet-50-sized graphs, while the
-//! best cost stops improving after a few tens of iterations (Fig. 8's
-//! observation, and ours, RESULTS.md). The search also stops when the swarm
-//! stops changing, and at the request's time limit.
+//! Defaults (`m` = 128 particles, `iters` = 30, patience 5). Algorithm 3's
+//! update has no randomness, so a swarm converges within about 10 iterations
+//! to the best mixture of its random starts, and `m` decides what it finds:
+//! with 16 particles `home` fell up to 1.7% behind recompute-only planners
+//! (`dtr`, `checkpoint-sqrt`) on three of HOME's six models at some of 4 seeds
+//! (Plain20, SqueezeNet and MobileNet on CIFAR-10 at 1.5x `none`'s maximum
+//! batch), with 64 still once (SqueezeNet, one seed), with 128 on none of the
+//! 6 models x 4 seeds (RESULTS.md, "HOME: maximum batch ..."). The paper's
+//! 500 x 500 do as well at about 4x the time
+//! of 128 (BENCHMARKS.md, "HOME: evaluator time per policy and whole-search
+//! time"); 30 iterations are never reached on those models, and the search
+//! also stops when the swarm stops changing, after `patience` iterations
+//! without a better best, and at the request's time limit.
 
 pub mod estimate;
 pub mod policy;
@@ -70,7 +77,7 @@ pub struct Home {
 }
 
 /// Default `m` (see the module docs).
-pub const DEFAULT_PARTICLES: usize = 16;
+pub const DEFAULT_PARTICLES: usize = 128;
 /// Default `iters` (see the module docs).
 pub const DEFAULT_ITERATIONS: usize = 30;
 /// Default patience (see the module docs).
