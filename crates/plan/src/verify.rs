@@ -240,9 +240,10 @@ pub struct VerifyScratch {
     buffers: Vec<Buffer>,
     /// Bytes of buffers resident for the whole iteration.
     resident_bytes: i128,
-    delta: Vec<i128>,
     /// Per stream: see `check_budget`.
-    first_after: [Vec<u32>; 3],
+    delta: [Vec<i128>; 3],
+    /// Per stream `k`, per other stream: see `first_after`.
+    first_after: [[Vec<u32>; 3]; 3],
 }
 
 /// What [`verify_program`] found besides the violations: the most bytes that
@@ -1218,46 +1219,51 @@ fn check_budget<P: Program>(
     v: &mut Vec<Violation>,
 ) -> MemoryBound {
     let layout = s.layout;
-    let budget_bytes = program.budget_bytes();
-    let mut bound = MemoryBound::default();
-    for st in Stream::ALL {
-        let k = st.index();
-        let n = layout.len[k];
-        // The bound is checked at allocating steps only (a well-formed d2h
-        // stream has none).
-        if s.allocating_steps[k] == 0 {
-            continue;
-        }
-        let steps = layout.offset[k]..layout.offset[k] + n;
-        let clocks = &s.vc[steps.clone()];
-        first_after(&layout, k, clocks, &mut s.first_after);
-        s.delta.clear();
-        s.delta.resize(n + 1, 0);
-        for b in &s.buffers {
-            // Steps i on stream st with `step_i hb alloc` form a prefix: i <= vc[alloc][st]
-            // (on the allocation's own stream, vc[alloc][st] + 1 is its index).
-            let lo = if b.alloc == NONE {
-                0
-            } else {
-                (s.vc[b.alloc as usize][k] + 1) as usize
-            };
+    // The bound is checked at allocating steps only (a well-formed d2h
+    // stream has none).
+    let active: [bool; 3] = std::array::from_fn(|k| s.allocating_steps[k] > 0);
+    for k in (0..3).filter(|&k| active[k]) {
+        let steps = layout.offset[k]..layout.offset[k] + layout.len[k];
+        first_after(&layout, k, &s.vc[steps], &mut s.first_after[k]);
+        s.delta[k].clear();
+        s.delta[k].resize(layout.len[k] + 1, 0);
+    }
+    // One pass over the buffers for every stream (each buffer's clock is
+    // read once).
+    for b in &s.buffers {
+        let alloc_clock = (b.alloc != NONE).then(|| s.vc[b.alloc as usize]);
+        for k in (0..3).filter(|&k| active[k]) {
+            let n = layout.len[k];
+            // Steps i on stream k with `step_i hb alloc` form a prefix: i <= vc[alloc][k]
+            // (on the allocation's own stream, vc[alloc][k] + 1 is its index).
+            let lo = alloc_clock.map_or(0, |c| (c[k] + 1) as usize);
             // Steps with `free hb step_i` form a suffix.
             let hi = if b.free_index == NONE {
                 n
             } else if b.free_stream as usize == k {
                 b.free_index as usize + 1
             } else {
-                s.first_after[b.free_stream as usize % 3][b.free_index as usize] as usize
+                s.first_after[k][b.free_stream as usize % 3][b.free_index as usize] as usize
             };
             if lo < hi {
-                s.delta[lo] += b.size_bytes as i128;
-                s.delta[hi] -= b.size_bytes as i128;
+                s.delta[k][lo] += b.size_bytes as i128;
+                s.delta[k][hi] -= b.size_bytes as i128;
             }
         }
+    }
+    let budget_bytes = program.budget_bytes();
+    let mut bound = MemoryBound::default();
+    for st in Stream::ALL {
+        let k = st.index();
+        if !active[k] {
+            continue;
+        }
+        let n = layout.len[k];
+        let steps = layout.offset[k]..layout.offset[k] + n;
         let mut cur: i128 = s.resident_bytes;
         let mut worst: Option<(usize, u64)> = None;
         let allocating = &s.allocating[steps];
-        for (i, (&d, &allocates)) in s.delta[..n].iter().zip(allocating).enumerate() {
+        for (i, (&d, &allocates)) in s.delta[k][..n].iter().zip(allocating).enumerate() {
             cur += d;
             if !allocates {
                 continue;
