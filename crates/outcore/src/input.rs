@@ -385,6 +385,7 @@ pub(crate) fn planner_by_name(name: &str) -> Result<Box<dyn outcore_plan::Planne
                 outcore_planners::names().join(", "),
                 outcore_planners::ablations()
                     .iter()
+                    .chain(&outcore_planners::references())
                     .map(|p| p.name())
                     .collect::<Vec<_>>()
                     .join(", ")
