@@ -15,6 +15,8 @@
 //!   bisection to 0.5%), and whether throughput never rises as the budget falls.
 //!
 //! - `scaling`: how long the reference takes on random DAGs of growing size.
+//! - `monotone-search` (not in `all`): the same for `outcore-recompute`, at
+//!   20 s per plan, down to `dtr`'s smallest feasible budget.
 //!
 //! Run (release; every section by default):
 //! `cargo run --release -p outcore-planners --example recompute_table -- [overhead|small|monotone|scaling|all] [milp-seconds]`
@@ -126,6 +128,9 @@ fn main() -> Result<(), Error> {
     }
     if matches!(section, "small" | "all") {
         small_table(&cost, milp_seconds)?;
+    }
+    if section == "monotone-search" {
+        monotone_search_table(&cost)?;
     }
     if matches!(section, "monotone" | "all") {
         monotone_table(&cost)?;
@@ -408,35 +413,71 @@ fn monotone_table(cost: &RooflineModel) -> Result<(), Error> {
             .filter(|p| p.name() != "outcore-recompute")
         {
             let low = smallest_feasible(planner.as_ref(), &g, cost)?;
-            let mut throughputs = Vec::new();
-            for i in 0..10 {
-                let fraction = 1.0 - (1.0 - low) * i as f64 / 9.0;
-                let r = run(planner.as_ref(), &g, cost, fraction, 60.0)?;
-                throughputs.push(r.overhead.map(|o| 1.0 / o));
-            }
-            let monotone = throughputs.windows(2).all(|w| match (w[0], w[1]) {
-                (Some(a), Some(b)) => b <= a + 1e-9,
-                (Some(_), None) => true,
-                (None, _) => false,
-            });
-            let feasible_all = throughputs.iter().all(Option::is_some);
-            let cells: Vec<String> = throughputs
-                .iter()
-                .map(|t| t.map_or("—".into(), |t| format!("{t:.3}")))
-                .collect();
-            println!(
-                "| {} | {} | {:.0}% | {} | {} |",
-                m.label,
-                planner.name(),
-                low * 100.0,
-                cells.join(" "),
-                match (monotone, feasible_all) {
-                    (true, true) => "yes",
-                    (true, false) => "yes (infeasible inside the range)",
-                    (false, _) => "NO",
-                }
-            );
+            monotone_row(m, planner.as_ref(), &g, cost, low, 60.0)?;
         }
+    }
+    println!();
+    Ok(())
+}
+
+/// One row of the monotone table: `planner` at 10 budgets from 100% of the
+/// footprint down to `low`, each planned with `time_limit_s`.
+fn monotone_row(
+    m: &Model,
+    planner: &dyn Planner,
+    g: &Graph,
+    cost: &RooflineModel,
+    low: f64,
+    time_limit_s: f64,
+) -> Result<(), Error> {
+    let mut throughputs = Vec::new();
+    for i in 0..10 {
+        let fraction = 1.0 - (1.0 - low) * i as f64 / 9.0;
+        let r = run(planner, g, cost, fraction, time_limit_s)?;
+        throughputs.push(r.overhead.map(|o| 1.0 / o));
+    }
+    let monotone = throughputs.windows(2).all(|w| match (w[0], w[1]) {
+        (Some(a), Some(b)) => b <= a + 1e-9,
+        (Some(_), None) => true,
+        (None, _) => false,
+    });
+    let feasible_all = throughputs.iter().all(Option::is_some);
+    let cells: Vec<String> = throughputs
+        .iter()
+        .map(|t| t.map_or("—".into(), |t| format!("{t:.3}")))
+        .collect();
+    println!(
+        "| {} | {} | {:.0}% | {} | {} |",
+        m.label,
+        planner.name(),
+        low * 100.0,
+        cells.join(" "),
+        match (monotone, feasible_all) {
+            (true, true) => "yes",
+            (true, false) => "yes (infeasible inside the range)",
+            (false, _) => "NO",
+        }
+    );
+    Ok(())
+}
+
+/// `monotone-search`: `outcore-recompute` (20 s per plan) at the 10 budgets
+/// from 100% down to `dtr`'s smallest feasible one (it is seeded by `dtr`, so
+/// it is feasible wherever `dtr` is).
+fn monotone_search_table(cost: &RooflineModel) -> Result<(), Error> {
+    println!(
+        "### outcore-recompute vs budget: 10 budgets from 100% down to dtr's smallest feasible\n"
+    );
+    println!(
+        "| model | planner | smallest feasible (dtr) | throughput at the 10 budgets (100% first) | monotone |"
+    );
+    println!("|---|---|---|---|---|");
+    let dtr = outcore_planners::by_name("dtr")?;
+    let search = outcore_planners::Joint::recompute_only();
+    for m in &MODELS {
+        let g = build(m)?;
+        let low = smallest_feasible(dtr.as_ref(), &g, cost)?;
+        monotone_row(m, &search, &g, cost, low, 20.0)?;
     }
     println!();
     Ok(())
