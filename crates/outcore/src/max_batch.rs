@@ -109,17 +109,7 @@ pub fn max_batch(
             options,
         )?);
         let done = u32::try_from(rows.len()).unwrap_or(u32::MAX);
-        if let Some(hook) = &options.on_progress
-            && !(hook.0)(done, total)
-            && done < total
-        {
-            return Err(ErrorKind::Interrupted {
-                what: "planners",
-                done,
-                total,
-            }
-            .into());
-        }
+        crate::planning::tell_progress(options, "planners", done, total)?;
     }
     Ok(MaxBatchResult {
         model: request.model.clone(),

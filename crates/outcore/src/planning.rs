@@ -331,17 +331,7 @@ pub fn compare(
             options,
         ));
         let done = u32::try_from(results.len()).unwrap_or(u32::MAX);
-        if let Some(hook) = &options.on_progress
-            && !(hook.0)(done, total)
-            && done < total
-        {
-            return Err(ErrorKind::Interrupted {
-                what: "planners",
-                done,
-                total,
-            }
-            .into());
-        }
+        crate::planning::tell_progress(options, "planners", done, total)?;
     }
     Ok(Comparison {
         model: g.meta.model.clone(),
@@ -636,4 +626,20 @@ pub fn alloc_replay(
         report,
         replay_time_s: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// Tells `options.on_progress` that `done` of `total` `what` are done; an
+/// `Interrupted` error when the hook asks to stop before the last.
+pub(crate) fn tell_progress(
+    options: &PlanOptions,
+    what: &'static str,
+    done: u32,
+    total: u32,
+) -> Result<()> {
+    match &options.on_progress {
+        Some(hook) if !(hook.0)(done, total) && done < total => {
+            Err(ErrorKind::Interrupted { what, done, total }.into())
+        }
+        _ => Ok(()),
+    }
 }

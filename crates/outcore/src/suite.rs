@@ -4,7 +4,7 @@
 //! and set against the lower bound. One row per (graph, device, budget,
 //! planner), so that tables in RESULTS.md are regenerated, not hand-edited.
 
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::input::{GraphSource, load_graph};
 use crate::planning::{PlanOptions, Runnability, Target, compare};
 use serde::Serialize;
@@ -168,17 +168,7 @@ pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
                     });
                 }
                 done = done.saturating_add(1);
-                if let Some(hook) = &options.on_progress
-                    && !(hook.0)(done, total)
-                    && done < total
-                {
-                    return Err(ErrorKind::Interrupted {
-                        what: "suite cases",
-                        done,
-                        total,
-                    }
-                    .into());
-                }
+                crate::planning::tell_progress(options, "suite cases", done, total)?;
             }
         }
     }

@@ -277,48 +277,14 @@ fn build_mobilenet(name: &'static str, req: &ModelRequest) -> Result<Graph, Grap
     b.finish(loss, req.optimizer)
 }
 
-/// Fire module: 1x1 squeeze, then 1x1 and 3x3 expands concatenated; all ReLU.
-fn fire(b: &mut GraphBuilder, x: TensorId, squeeze: u64, expand: u64) -> TensorId {
-    let s = conv(b, "squeeze", x, squeeze, (1, 1, 1), true);
-    let s = b.relu(s);
-    let e1 = conv(b, "expand1x1", s, expand, (1, 1, 1), true);
-    let e1 = b.relu(e1);
-    let e3 = conv(b, "expand3x3", s, expand, (3, 1, 1), true);
-    let e3 = b.relu(e3);
-    b.concat(&[e1, e3], 1)
-}
-
+/// SqueezeNet 1.1 (the zoo's, `super::squeezenet`) on 32x32 images: a
+/// stride-1, padding-1 stem and 10 classes.
 fn build_squeezenet(name: &'static str, req: &ModelRequest) -> Result<Graph, GraphError> {
-    let (mut b, x, labels) = start(name, SQUEEZE, req.batch);
-    b.push_scope("features");
-    let mut h = conv(&mut b, "0", x, 64, (3, 1, 1), true);
-    h = b.relu(h);
-    h = b.max_pool2d(h, 3, 2, 0, true);
-    // torchvision's squeezenet1_1 fire modules, a ceil-mode 3x3/2 pool after
-    // indices 4 and 7.
-    let fires: [(u32, u64, u64); 8] = [
-        (3, 16, 64),
-        (4, 16, 64),
-        (6, 32, 128),
-        (7, 32, 128),
-        (9, 48, 192),
-        (10, 48, 192),
-        (11, 64, 256),
-        (12, 64, 256),
-    ];
-    for (index, squeeze, expand) in fires {
-        h = b.scoped(index.to_string(), |b| fire(b, h, squeeze, expand));
-        if index == 4 || index == 7 {
-            h = b.max_pool2d(h, 3, 2, 0, true);
-        }
-    }
-    b.pop_scope();
-    let logits = b.scoped("classifier", |b| {
-        let d = b.dropout(h, 0.5);
-        let c = conv(b, "1", d, CLASSES, (1, 1, 1), true);
-        let c = b.relu(c);
-        b.global_avg_pool(c)
-    });
-    let loss = b.softmax_cross_entropy(logits, labels);
-    b.finish(loss, req.optimizer)
+    let (b, x, labels) = start(name, SQUEEZE, req.batch);
+    let cifar = super::squeezenet::Stem {
+        stride: 1,
+        padding: 1,
+        classes: CLASSES,
+    };
+    super::squeezenet::squeezenet_on(b, x, labels, cifar, req)
 }

@@ -93,8 +93,8 @@ fn build_efficientnet_b0(name: &'static str, req: &ModelRequest) -> Result<Graph
     b.finish(loss, req.optimizer)
 }
 
-/// `Conv2dNormActivation`: conv (no bias, `groups`), batch norm, SiLU when
-/// `act`; numbered 0, 1 (2 for the activation).
+/// `Conv2dNormActivation` with SiLU when `act` (MobileNetV2's conv and batch
+/// norm, `super::mobilenet::conv_bn`).
 fn conv_bn(
     b: &mut GraphBuilder,
     x: TensorId,
@@ -104,16 +104,7 @@ fn conv_bn(
     stride: u32,
     act: bool,
 ) -> TensorId {
-    let attrs = Conv2dAttrs {
-        kernel: [kernel, kernel],
-        stride: [stride, stride],
-        padding: [(kernel - 1) / 2; 2],
-        dilation: [1, 1],
-        groups: groups as u32,
-        bias: false,
-    };
-    let h = b.conv2d_full("0", x, out_ch, attrs);
-    let h = b.batch_norm("1", h);
+    let h = super::mobilenet::conv_bn(b, x, out_ch, kernel, stride, groups as u32);
     if act { b.silu(h) } else { h }
 }
 

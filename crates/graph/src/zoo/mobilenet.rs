@@ -74,6 +74,20 @@ fn conv_bn_relu6(
     stride: u32,
     groups: u32,
 ) -> TensorId {
+    let h = conv_bn(b, x, out_ch, kernel, stride, groups);
+    b.relu6(h)
+}
+
+/// `Conv2dNormActivation` before its activation: a same-padded conv (no
+/// bias) and batch norm, numbered 0 and 1 (EfficientNet's blocks use it too).
+pub(super) fn conv_bn(
+    b: &mut GraphBuilder,
+    x: TensorId,
+    out_ch: u64,
+    kernel: u32,
+    stride: u32,
+    groups: u32,
+) -> TensorId {
     let attrs = Conv2dAttrs {
         kernel: [kernel, kernel],
         stride: [stride, stride],
@@ -83,8 +97,7 @@ fn conv_bn_relu6(
         bias: false,
     };
     let h = b.conv2d_full("0", x, out_ch, attrs);
-    let h = b.batch_norm("1", h);
-    b.relu6(h)
+    b.batch_norm("1", h)
 }
 
 fn inverted_residual(

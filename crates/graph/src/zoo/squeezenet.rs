@@ -58,8 +58,33 @@ fn build_squeezenet(name: &'static str, req: &ModelRequest) -> Result<Graph, Gra
     b.set_source(SOURCE);
     let x = b.input("images", &[n, 3, 224, 224]);
     let labels = b.label("labels", &[n]);
+    let imagenet = Stem {
+        stride: 2,
+        padding: 0,
+        classes: 1000,
+    };
+    squeezenet_on(b, x, labels, imagenet, req)
+}
+
+/// What varies between SqueezeNet 1.1 on ImageNet and its CIFAR-10 form:
+/// the first 3x3 conv's stride and padding, and the class count.
+pub(super) struct Stem {
+    pub stride: u32,
+    pub padding: u32,
+    pub classes: u64,
+}
+
+/// SqueezeNet 1.1 on images `x` (in `b`): the stem conv, the fire modules
+/// with their ceil-mode pools, the conv classifier, the loss and optimizer.
+pub(super) fn squeezenet_on(
+    mut b: GraphBuilder,
+    x: TensorId,
+    labels: TensorId,
+    stem: Stem,
+    req: &ModelRequest,
+) -> Result<Graph, GraphError> {
     b.push_scope("features");
-    let mut h = conv_bias(&mut b, "0", x, 64, 3, 2, 0);
+    let mut h = conv_bias(&mut b, "0", x, 64, 3, stem.stride, stem.padding);
     h = b.relu(h);
     h = b.max_pool2d(h, 3, 2, 0, true);
     // `features` indices of the fire modules, with (squeeze, expand) widths; a
@@ -83,7 +108,7 @@ fn build_squeezenet(name: &'static str, req: &ModelRequest) -> Result<Graph, Gra
     b.pop_scope();
     let logits = b.scoped("classifier", |b| {
         let d = b.dropout(h, 0.5);
-        let c = conv_bias(b, "1", d, 1000, 1, 1, 0);
+        let c = conv_bias(b, "1", d, stem.classes, 1, 1, 0);
         let c = b.relu(c);
         // `AdaptiveAvgPool2d((1, 1))` then `flatten(x, 1)`.
         b.global_avg_pool(c)
