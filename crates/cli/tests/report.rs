@@ -34,10 +34,9 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 temp path")
 }
 
-/// Writes a plan of tiny-cnn (which swaps and stalls at 80%) and its report.
-fn plan_report(stem: &str) -> (PathBuf, PathBuf) {
-    let plan = temp(&format!("{stem}.plan.json"));
-    ok(&[
+/// Plans tiny-cnn at 80% on `v100-16gb-pcie3` with `planner` into `plan`.
+fn plan_tiny_cnn(plan: &Path, planner: &str, extra: &[&str]) {
+    let mut args = vec![
         "plan",
         "--model",
         "tiny-cnn",
@@ -46,10 +45,18 @@ fn plan_report(stem: &str) -> (PathBuf, PathBuf) {
         "--budget",
         "80%",
         "--planner",
-        "window",
+        planner,
         "-o",
-        s(&plan),
-    ]);
+        s(plan),
+    ];
+    args.extend_from_slice(extra);
+    ok(&args);
+}
+
+/// Writes a plan of tiny-cnn (which swaps and stalls at 80%) and its report.
+fn plan_report(stem: &str) -> (PathBuf, PathBuf) {
+    let plan = temp(&format!("{stem}.plan.json"));
+    plan_tiny_cnn(&plan, "window", &[]);
     let html = temp(&format!("{stem}.html"));
     let svg_dir = temp(&format!("{stem}-svg"));
     ok(&[
@@ -151,21 +158,7 @@ fn reports_of_swapadvisor_and_home_plans_draw_their_convergence() {
 /// The report page of a `planner` plan for tiny-cnn at 80%, searched for 2 s.
 fn search_plan_report(planner: &str) -> String {
     let plan = temp(&format!("{planner}.plan.json"));
-    ok(&[
-        "plan",
-        "--model",
-        "tiny-cnn",
-        "--device",
-        "v100-16gb-pcie3",
-        "--budget",
-        "80%",
-        "--planner",
-        planner,
-        "--seconds",
-        "2",
-        "-o",
-        s(&plan),
-    ]);
+    plan_tiny_cnn(&plan, planner, &["--seconds", "2"]);
     let html = temp(&format!("{planner}.html"));
     ok(&["report", "--plan", s(&plan), "-o", s(&html)]);
     std::fs::read_to_string(&html).expect("report written")

@@ -590,8 +590,8 @@ fn walk<P: Program>(
 /// A vector clock held as three scalars, so that the walk keeps it in
 /// registers. Updating one lane of an `[i32; 3]` in memory with a 32-bit
 /// store and then copying the array with a 64-bit load defeats the CPU's
-/// store-to-load forwarding; on ResNet-50 those stalls were about a tenth of
-/// an evaluation (perf, 2026-11-23). Lanes are chosen with selects, never by
+/// store-to-load forwarding; on ResNet-50 those stalls were about 8% of an
+/// evaluation (perf, 2026-11-23). Lanes are chosen with selects, never by
 /// indexing memory.
 #[derive(Debug, Clone, Copy)]
 struct Clock {

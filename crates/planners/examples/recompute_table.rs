@@ -213,6 +213,11 @@ fn run(
     })
 }
 
+/// A count the reference recorded in its solve statistics, or "—".
+fn count(stats: &serde_json::Value, key: &str) -> String {
+    stats[key].as_u64().map_or("—".into(), |n| n.to_string())
+}
+
 fn cell(r: &Run) -> String {
     r.overhead
         .map_or_else(|| "—".to_string(), |o| format!("{o:.3}"))
@@ -355,15 +360,9 @@ fn small_table(cost: &RooflineModel, milp_seconds: f64) -> Result<(), Error> {
                 cell(&exact),
                 proven.map_or("—", |p| if p { "yes" } else { "no" }),
                 exact.plan_time_s,
-                stats["nodes"]
-                    .as_u64()
-                    .map_or("—".into(), |n| n.to_string()),
-                stats["binary_vars"]
-                    .as_u64()
-                    .map_or("—".into(), |n| n.to_string()),
-                stats["constraints"]
-                    .as_u64()
-                    .map_or("—".into(), |n| n.to_string()),
+                count(stats, "nodes"),
+                count(stats, "binary_vars"),
+                count(stats, "constraints"),
             );
             if exact.overhead.is_none() {
                 println!("<!-- {label} {fraction}: {} -->", exact.note);
@@ -533,15 +532,9 @@ fn scaling_table(cost: &RooflineModel, milp_seconds: f64) -> Result<(), Error> {
                 .as_f64()
                 .map_or("—".into(), |g| format!("{g:.3}")),
             e.plan_time_s,
-            stats["nodes"]
-                .as_u64()
-                .map_or("—".into(), |n| n.to_string()),
-            stats["binary_vars"]
-                .as_u64()
-                .map_or("—".into(), |n| n.to_string()),
-            stats["constraints"]
-                .as_u64()
-                .map_or("—".into(), |n| n.to_string()),
+            count(stats, "nodes"),
+            count(stats, "binary_vars"),
+            count(stats, "constraints"),
         );
     }
     println!();

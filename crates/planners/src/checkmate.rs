@@ -275,20 +275,16 @@ pub fn solve(ctx: &Ctx<'_>, budget_bytes: u64, time_limit_s: f64) -> Result<Milp
     stats.gap = solution.gap();
     let gaps = model.gaps(&|v| solution.var_value(v));
     // One run per (position, producer): siblings share it.
-    let mut runs: Vec<(Option<usize>, usize)> = gaps
+    let mut runs: Vec<(Option<usize>, usize, f64)> = gaps
         .iter()
-        .map(|g| (g.before, facts.made_at[g.tensor.index()]))
-        .collect();
-    runs.sort_unstable();
-    runs.dedup();
-    let recompute_time_s = runs
-        .iter()
-        .filter_map(|&(before, made_at)| {
-            gaps.iter()
-                .find(|g| g.before == before && facts.made_at[g.tensor.index()] == made_at)
+        .map(|g| {
+            let i = g.tensor.index();
+            (g.before, facts.made_at[i], facts.recompute_s[i])
         })
-        .map(|g| facts.recompute_s[g.tensor.index()])
-        .sum();
+        .collect();
+    runs.sort_by_key(|r| (r.0, r.1));
+    runs.dedup_by_key(|r| (r.0, r.1));
+    let recompute_time_s = runs.iter().map(|r| r.2).sum();
     Ok(MilpAnswer::Solved(MilpSolution {
         recompute_time_s,
         proven_optimal,
