@@ -281,12 +281,13 @@ fn feasible(outcome: Result<PlanOutcome, outcore_plan::PlannerError>) -> Box<out
     }
 }
 
-/// The defaults with the swarm of 16 that `home` had before m = 128: the
-/// property tests below are about determinism and limits, not plan quality,
-/// and keep their CI time with the smaller swarm.
+/// The defaults with a swarm of 32 instead of 512: the property tests below
+/// are about determinism and limits, not plan quality, and keep their CI
+/// time with the smaller swarm. (With 16, at seed 0 no start of ResNet-18
+/// b64 fits 60%, so a search cut after its first round finds no plan.)
 fn small_swarm() -> Home {
     Home {
-        particles: 16,
+        particles: 32,
         ..Home::default()
     }
 }
@@ -333,8 +334,11 @@ fn every_scoring_gives_a_verified_plan_and_a_zero_time_limit_stops_after_one_rou
     let g = zoo("resnet18", 64, &[]);
     let cost = v100();
     for scoring in [Scoring::Algorithm2, Scoring::Hybrid, Scoring::Evaluator] {
+        // 32 particles: with fewer, whether a swarm of half-stratified starts
+        // reaches a fitting policy at 60% depends on the seed (at seed 0, 12
+        // and 16 stop 42 MiB over while 6 and 24 fit).
         let planner = Home {
-            particles: 6,
+            particles: 32,
             iterations: 4,
             scoring,
             ..Home::default()

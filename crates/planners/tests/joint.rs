@@ -16,7 +16,8 @@ fn graph(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
 }
 
 /// Bounded by move and kick counts, not the clock, so that the plan is the
-/// same on every machine; SwapAdvisor's seed runs two generations of eight.
+/// same on every machine; SwapAdvisor's seed runs two generations of eight,
+/// HOME's a swarm of 32 (its default 512 would be most of this test's time).
 fn bounded() -> Joint {
     Joint {
         max_kicks: 4,
@@ -25,6 +26,10 @@ fn bounded() -> Joint {
             population: 8,
             max_generations: Some(2),
             ..outcore_planners::SwapAdvisor::new(outcore_planners::swapadvisor::SearchSpace::Joint)
+        },
+        home: outcore_planners::Home {
+            particles: 32,
+            ..outcore_planners::Home::default()
         },
         ..Joint::default()
     }
@@ -68,10 +73,10 @@ fn check_not_slower(g: &Graph, fraction: f64) {
         if matches!(planner.name(), "outcore" | "ideal") {
             continue;
         }
-        let planner: Box<dyn Planner> = if planner.name() == "swapadvisor" {
-            Box::new(bounded().swapadvisor)
-        } else {
-            planner
+        let planner: Box<dyn Planner> = match planner.name() {
+            "swapadvisor" => Box::new(bounded().swapadvisor),
+            "home" => Box::new(bounded().home),
+            _ => planner,
         };
         let Ok(PlanOutcome::Feasible(theirs)) = planner.plan(&request(g, &cost, budget)) else {
             continue;

@@ -26,19 +26,23 @@
 //! the rest of the last swarm is tried in cost order, then the best policy at
 //! tighter planning capacities (`framework::MARGINS`), before infeasibility.
 //!
-//! Defaults (`m` = 128 particles, `iters` = 30, patience 5). Algorithm 3's
+//! Defaults (`m` = 512 particles, `iters` = 30, patience 5). Algorithm 3's
 //! update has no randomness, so a swarm converges within about 10 iterations
-//! to the best mixture of its random starts, and `m` decides what it finds:
-//! with 16 particles `home` fell up to 1.7% behind recompute-only planners
-//! (`dtr`, `checkpoint-sqrt`) on three of HOME's six models at some of 4 seeds
-//! (Plain20, SqueezeNet and MobileNet on CIFAR-10 at 1.5x `none`'s maximum
-//! batch), with 64 still once (SqueezeNet, one seed), with 128 on none of the
-//! 6 models x 4 seeds (RESULTS.md, "HOME: maximum batch ..."). The paper's
-//! 500 x 500 do as well at about 4x the time
-//! of 128 (BENCHMARKS.md, "HOME: evaluator time per policy and whole-search
-//! time"); 30 iterations are never reached on those models, and the search
-//! also stops when the swarm stops changing, after `patience` iterations
-//! without a better best, and at the request's time limit.
+//! to the best mixture of its starts, and the starts decide what it finds
+//! (hence the density-stratified starts, [`pso::initial_policy`]). With
+//! uniform starts, 16 particles fell up to 1.7% behind recompute-only
+//! planners (`dtr`, `checkpoint-sqrt`) on three of HOME's six models at some
+//! of 4 seeds (Plain20, SqueezeNet and MobileNet on CIFAR-10 at 1.5x `none`'s
+//! maximum batch), 64 still once, and 128 were behind outcore's own
+//! recompute-only search (`outcore-recompute`) on MobileNet at 3 of 4 seeds;
+//! half-stratified starts with 512 particles are ahead of every
+//! single-method planner on the 6 models x 4 seeds (RESULTS.md, "HOME:
+//! maximum batch ..."), in 1.1-2x the time 128 uniform ones took, since
+//! mostly-retained starts converge sooner (BENCHMARKS.md, "HOME: evaluator
+//! time per policy and whole-search time"); 30 iterations are never reached
+//! on those models,
+//! and the search also stops when the swarm stops changing, after `patience`
+//! iterations without a better best, and at the request's time limit.
 
 pub mod estimate;
 pub mod policy;
@@ -77,7 +81,7 @@ pub struct Home {
 }
 
 /// Default `m` (see the module docs).
-pub const DEFAULT_PARTICLES: usize = 128;
+pub const DEFAULT_PARTICLES: usize = 512;
 /// Default `iters` (see the module docs).
 pub const DEFAULT_ITERATIONS: usize = 30;
 /// Default patience (see the module docs).

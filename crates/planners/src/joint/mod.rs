@@ -6,7 +6,8 @@
 //! Choices, and why:
 //! - **Seeds from every planner.** Each seed is the best answer to one slice
 //!   of the problem (recomputation for `checkpoint-*`, swap timing for
-//!   `window` and `lms`, order and pool for `swapadvisor`); starting from all
+//!   `window` and `lms`, order and pool for `swapadvisor`, a global keep /
+//!   swap / recompute choice per feature map for `home`); starting from all
 //!   of them makes `outcore` at least as fast as each of them on the same
 //!   request by construction, and feasible wherever any of them is.
 //! - **Local search over gaps, on the seed's own order.** A seed's schedule
@@ -80,6 +81,9 @@ pub struct Joint {
     /// The SwapAdvisor seed's settings (its search runs until its share of
     /// the time limit unless bounded here).
     pub swapadvisor: crate::SwapAdvisor,
+    /// The HOME seed's settings (its swarm stops at convergence, at its
+    /// patience or at its share of the time limit).
+    pub home: crate::Home,
     /// Recomputation only: recompute-only seeds and moves (module docs).
     pub recompute_only: bool,
 }
@@ -92,6 +96,7 @@ impl Default for Joint {
             max_kicks: local::MAX_KICKS,
             max_moves: usize::MAX,
             swapadvisor: crate::SwapAdvisor::new(crate::swapadvisor::SearchSpace::Joint),
+            home: crate::Home::default(),
             recompute_only: false,
         }
     }
@@ -190,12 +195,10 @@ impl Joint {
         let planners: Vec<Box<dyn Planner>> = crate::all()
             .into_iter()
             .filter(|p| self.seeds_from(p.name()))
-            .map(|p| {
-                if p.name() == "swapadvisor" {
-                    Box::new(self.swapadvisor.clone()) as Box<dyn Planner>
-                } else {
-                    p
-                }
+            .map(|p| match p.name() {
+                "swapadvisor" => Box::new(self.swapadvisor.clone()) as Box<dyn Planner>,
+                "home" => Box::new(self.home),
+                _ => p,
             })
             .collect();
         let mut seeds = Vec::new();
