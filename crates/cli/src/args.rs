@@ -79,6 +79,9 @@ pub enum Command {
         /// device's memory).
         #[arg(long, allow_hyphen_values = true)]
         budget: Option<String>,
+        /// Write a Chrome trace of the run, a track group per job (opens in Perfetto).
+        #[arg(long)]
+        trace: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },

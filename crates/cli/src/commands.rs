@@ -82,8 +82,9 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             jobs,
             device,
             budget,
+            trace,
             json,
-        } => cmd_colocate(&jobs, &device, budget.as_deref(), json),
+        } => cmd_colocate(&jobs, &device, budget.as_deref(), trace.as_deref(), json),
         Command::AllocReplay {
             trace,
             allocator,
@@ -93,9 +94,19 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
     }
 }
 
-fn cmd_colocate(jobs: &Path, device: &str, budget: Option<&str>, json_out: bool) -> Result<()> {
+fn cmd_colocate(
+    jobs: &Path,
+    device: &str,
+    budget: Option<&str>,
+    trace: Option<&Path>,
+    json_out: bool,
+) -> Result<()> {
     let list = outcore::load_job_list(jobs)?;
-    let r = outcore::colocate(&list, device, budget)?;
+    let r = outcore::colocate(&list, device, budget, trace.is_some())?;
+    if let (Some(path), Some(t)) = (trace, &r.trace) {
+        std::fs::write(path, serde_json::to_string(t)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if json_out {
         return print_json(&serde_json::to_value(&r)?);
     }

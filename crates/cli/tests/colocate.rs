@@ -58,7 +58,17 @@ fn a_zoo_model_and_a_graph_file_share_a_device() {
              {{\"name\": \"mbv2\", \"graph\": {graph:?}, \"planner\": \"none\", \"iterations\": 2, \"arrival_s\": 0.0002}}"
         ),
     );
-    let out = outcore(&["colocate", &jobs, "--device", "v100-16gb-pcie3", "--json"]);
+    let trace = temp("trace.json");
+    let trace_arg = trace.display().to_string();
+    let out = outcore(&[
+        "colocate",
+        &jobs,
+        "--device",
+        "v100-16gb-pcie3",
+        "--trace",
+        &trace_arg,
+        "--json",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -83,6 +93,18 @@ fn a_zoo_model_and_a_graph_file_share_a_device() {
     assert!(v["metrics"]["global"]["msr"].is_number());
     // Planned at 70% of its footprint, the tiny CNN saves memory.
     assert!(v["jobs"][0]["msr"].as_f64() > Some(0.0), "{}", v["jobs"][0]);
+
+    // The trace: a track group per job, named after it.
+    let text = std::fs::read_to_string(&trace).expect("trace written");
+    let doc: Value = serde_json::from_str(&text).expect("trace is JSON");
+    let groups: Vec<&str> = doc["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert_eq!(groups, ["device", "job cnn", "job mbv2"]);
 
     // They overlap: together they hold more than either alone.
     let largest = jobs

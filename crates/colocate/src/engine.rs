@@ -49,6 +49,24 @@ use outcore_sim::{SimError, SimErrorKind, SimPrepared, StepWork, StreamBusy, ste
 use serde::Serialize;
 
 use crate::job::{ColocateError, ColocateErrorKind, Job, JobSet};
+use crate::trace::JobTrace;
+
+/// What to record beside the report.
+#[derive(Debug, Clone, Default)]
+pub struct ColocateOptions {
+    /// A Chrome trace with one track group per job (see [`ColocateOutput::trace`]).
+    pub record_trace: bool,
+}
+
+/// The report and the optional trace.
+#[derive(Debug, Clone)]
+pub struct ColocateOutput {
+    pub report: ColocateReport,
+    /// Chrome Trace Event JSON: a process per job (compute, h2d and d2h
+    /// tracks) and a "device" process with the global live bytes; times from
+    /// the run's start.
+    pub trace: Option<serde_json::Value>,
+}
 
 /// What one job did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -212,6 +230,15 @@ impl<'a> JobRun<'a> {
 
 /// Simulates `set` on the device `cost` prices; see the module doc for the rules.
 pub fn simulate_jobs(set: &JobSet, cost: &dyn CostModel) -> Result<ColocateReport, ColocateError> {
+    Ok(simulate_jobs_with(set, cost, &ColocateOptions::default())?.report)
+}
+
+/// [`simulate_jobs`] with recordings.
+pub fn simulate_jobs_with(
+    set: &JobSet,
+    cost: &dyn CostModel,
+    options: &ColocateOptions,
+) -> Result<ColocateOutput, ColocateError> {
     for job in set.jobs() {
         if job.plan().allocator != AllocatorSpec::Perfect {
             return Err(ColocateError {
@@ -231,9 +258,15 @@ pub fn simulate_jobs(set: &JobSet, cost: &dyn CostModel) -> Result<ColocateRepor
         live_bytes: 0,
         peak_bytes: 0,
         busy: StreamBusy::default(),
+        trace: options.record_trace.then(JobTrace::default),
     };
     run.run()?;
-    Ok(run.report(set.budget_bytes()))
+    let names: Vec<&str> = set.jobs().iter().map(Job::name).collect();
+    let trace = run.trace.take().map(|t| t.finish(&names));
+    Ok(ColocateOutput {
+        report: run.report(set.budget_bytes()),
+        trace,
+    })
 }
 
 /// The shared device and every job on it.
@@ -248,6 +281,7 @@ struct Device<'a> {
     live_bytes: u64,
     peak_bytes: u64,
     busy: StreamBusy,
+    trace: Option<JobTrace>,
 }
 
 /// A simulation error of job `j`.
@@ -322,12 +356,20 @@ impl<'a> Device<'a> {
         jr.report.peak_live_bytes = jr.report.peak_live_bytes.max(jr.live_bytes);
         self.live_bytes += size_bytes;
         self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+        self.trace_memory();
+    }
+
+    fn trace_memory(&mut self) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.memory(self.epoch_s + self.now, self.live_bytes);
+        }
     }
 
     fn free(&mut self, j: usize, size_bytes: u64) {
         let jr = &mut self.jobs[j];
         jr.live_bytes = jr.live_bytes.saturating_sub(size_bytes);
         self.live_bytes = self.live_bytes.saturating_sub(size_bytes);
+        self.trace_memory();
     }
 
     /// Admits due jobs: their persistent tensors, then their first iteration.
@@ -559,6 +601,12 @@ impl<'a> Device<'a> {
                 1 => busy.h2d_s += dur,
                 _ => busy.d2h_s += dur,
             }
+        }
+        if let Some(trace) = self.trace.as_mut() {
+            let at = jr.step_ref(s, r.step);
+            let (graph, plan) = (jr.job.graph(), jr.job.plan());
+            let start_s = self.epoch_s + r.started_s;
+            trace.span(r.job, graph, plan, at, jr.iteration, start_s, dur);
         }
         jr.done_at[r.step] = t;
         jr.next[s] += 1;

@@ -10,12 +10,15 @@
 //!
 //! Not here (yet): TENSILE's multi-job scheduler, the latency predictor and the
 //! executor parts of issue 13; real allocators in the multi-job simulator (the
-//! perfect allocator only); a Chrome trace with one track group per job.
+//! perfect allocator only).
 
 mod engine;
 mod job;
 mod metrics;
+mod trace;
 
-pub use engine::{ColocateReport, JobReport, simulate_jobs};
+pub use engine::{
+    ColocateOptions, ColocateOutput, ColocateReport, JobReport, simulate_jobs, simulate_jobs_with,
+};
 pub use job::{ColocateError, ColocateErrorKind, Job, JobSet};
 pub use metrics::{Metrics, SetMetrics};

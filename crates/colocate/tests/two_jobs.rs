@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use outcore_colocate::{
-    ColocateError, ColocateErrorKind, Job, JobSet, Metrics, SetMetrics, simulate_jobs,
+    ColocateError, ColocateErrorKind, ColocateOptions, Job, JobSet, Metrics, SetMetrics,
+    simulate_jobs, simulate_jobs_with,
 };
 use outcore_cost::UnitCostModel;
 use outcore_graph::{
@@ -318,4 +319,53 @@ fn bad_jobs_and_sets_are_clear_errors() {
         set(PLAN_BUDGET_BYTES - 1, vec![ok()]),
         ColocateErrorKind::PlanOverSetBudget { .. }
     ));
+}
+
+#[test]
+fn the_trace_has_a_track_group_per_job() {
+    // The one-iteration pair: 3 kernels and 2 copies a job, as derived in
+    // `two_link_bound_jobs_overlap`; j1's A runs 10-20 s and its swap-in
+    // 210-310 s; the memory counter peaks at 212 B.
+    let options = ColocateOptions { record_trace: true };
+    let out = simulate_jobs_with(&pair(&swap_t1(&chain()), 1, 1000), &UnitCostModel, &options)
+        .expect("runs");
+    let trace = out.trace.expect("asked for");
+    let events = trace["traceEvents"].as_array().expect("events");
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["device", "job j0", "job j1"]);
+    let spans = |pid: u64| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid)
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or(""),
+                    e["tid"].as_u64(),
+                    e["ts"].as_f64(),
+                    e["dur"].as_f64(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(spans(1).len(), 5);
+    let j1 = spans(2);
+    assert_eq!(j1.len(), 5);
+    assert!(
+        j1.contains(&("op0", Some(0), Some(10e6), Some(10e6))),
+        "{j1:?}"
+    );
+    assert!(
+        j1.contains(&("swap-in t1", Some(1), Some(210e6), Some(100e6))),
+        "{j1:?}"
+    );
+    let peak = events
+        .iter()
+        .filter_map(|e| e["args"]["live_bytes"].as_u64())
+        .max();
+    assert_eq!(peak, Some(out.report.peak_live_bytes));
+    assert_eq!(peak, Some(212));
 }

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use outcore_colocate::{ColocateReport, Job, JobSet, SetMetrics, simulate_jobs};
+use outcore_colocate::{
+    ColocateOptions, ColocateReport, Job, JobSet, SetMetrics, simulate_jobs, simulate_jobs_with,
+};
 use outcore_plan::{AllocatorSpec, PlannerInfo, lower_in_order};
 use serde::{Deserialize, Serialize};
 
@@ -117,6 +119,9 @@ pub struct ColocateResult {
     /// The same jobs unscheduled (in order, nothing swapped or recomputed).
     pub vanilla: ColocateReport,
     pub metrics: SetMetrics,
+    /// The run's Chrome trace (a track group per job), when asked for.
+    #[serde(skip)]
+    pub trace: Option<serde_json::Value>,
 }
 
 /// The source of a job's graph: a zoo model or a file, exactly one.
@@ -141,8 +146,14 @@ fn job_source(spec: &JobSpec) -> Result<GraphSource> {
 }
 
 /// Plans every job alone, then runs them together on `device` with
-/// `budget` (a size; default: the device's memory) for all of them.
-pub fn colocate(list: &JobList, device: &str, budget: Option<&str>) -> Result<ColocateResult> {
+/// `budget` (a size; default: the device's memory) for all of them; with
+/// `record_trace`, the result carries the run's Chrome trace.
+pub fn colocate(
+    list: &JobList,
+    device: &str,
+    budget: Option<&str>,
+    record_trace: bool,
+) -> Result<ColocateResult> {
     let profile = load_device(device)?;
     let budget_bytes = match budget {
         Some(text) => parse_size(text)?,
@@ -195,7 +206,9 @@ pub fn colocate(list: &JobList, device: &str, budget: Option<&str>) -> Result<Co
         });
     }
     let cost = cost_model(profile.clone(), None);
-    let report = simulate_jobs(&JobSet::new(budget_bytes, jobs)?, cost.as_ref())?;
+    let options = ColocateOptions { record_trace };
+    let out = simulate_jobs_with(&JobSet::new(budget_bytes, jobs)?, cost.as_ref(), &options)?;
+    let report = out.report;
     // The vanilla group has no memory limit: its budget is every footprint together.
     let vanilla = simulate_jobs(
         &JobSet::new(vanilla_budget_bytes.max(1), vanilla)?,
@@ -212,6 +225,7 @@ pub fn colocate(list: &JobList, device: &str, budget: Option<&str>) -> Result<Co
         report,
         vanilla,
         metrics,
+        trace: out.trace,
     })
 }
 
@@ -249,7 +263,7 @@ mod tests {
         // Neither or both graph sources; zero iterations; an empty set.
         let run = |jobs: &str| {
             let list = parse_job_list(&list(jobs), "jobs.json").expect("parses");
-            colocate(&list, "v100-16gb-pcie3", None)
+            colocate(&list, "v100-16gb-pcie3", None, false)
                 .expect_err(jobs)
                 .to_string()
         };
@@ -274,6 +288,7 @@ mod tests {
             &parse_job_list(&text, "jobs.json").expect("parses"),
             "a6000-48gb",
             None,
+            false,
         )
         .expect("runs");
         assert_eq!(r.report.peak_live_bytes, r.vanilla.peak_live_bytes);
