@@ -5,6 +5,10 @@ use std::sync::Arc;
 use outcore_graph::Graph;
 use outcore_plan::{Plan, verify};
 
+/// The most iterations a job may run: enough for steady state and for
+/// staggered arrivals, and a bound on how long one simulation can take.
+pub const MAX_ITERATIONS: usize = 10_000;
+
 /// One training job: a graph, its verified plan, how many iterations it runs,
 /// when it arrives and its priority.
 #[derive(Debug, Clone)]
@@ -18,7 +22,7 @@ pub struct Job {
 }
 
 impl Job {
-    /// A job, checked: at least one iteration, a finite arrival time of at
+    /// A job, checked: 1 to [`MAX_ITERATIONS`] iterations, a finite arrival time of at
     /// least 0 s, a priority in [0, 1], and a plan made for `graph` that
     /// passes `verify()` (under its own budget).
     ///
@@ -36,8 +40,11 @@ impl Job {
     ) -> Result<Job, ColocateError> {
         let name = name.into();
         let err = |kind| Err(ColocateError { kind });
-        if iterations == 0 {
-            return err(ColocateErrorKind::ZeroIterations { job: name });
+        if !(1..=MAX_ITERATIONS).contains(&iterations) {
+            return err(ColocateErrorKind::BadIterations {
+                job: name,
+                iterations,
+            });
         }
         if !arrival_s.is_finite() || arrival_s < 0.0 {
             return err(ColocateErrorKind::BadArrival {
@@ -166,8 +173,10 @@ pub enum ColocateErrorKind {
         "the job set's budget is 0 bytes; give the device memory the jobs share (at least 1 byte)"
     )]
     ZeroBudget,
-    #[error("job `{job}` runs 0 iterations; the accepted range is 1 or more")]
-    ZeroIterations { job: String },
+    #[error(
+        "job `{job}` runs {iterations} iterations; the accepted range is 1 to {MAX_ITERATIONS}"
+    )]
+    BadIterations { job: String, iterations: usize },
     #[error(
         "job `{job}` arrives at {arrival_s} s; an arrival time must be finite and at least 0 s"
     )]

@@ -20,5 +20,5 @@ mod trace;
 pub use engine::{
     ColocateOptions, ColocateOutput, ColocateReport, JobReport, simulate_jobs, simulate_jobs_with,
 };
-pub use job::{ColocateError, ColocateErrorKind, Job, JobSet};
+pub use job::{ColocateError, ColocateErrorKind, Job, JobSet, MAX_ITERATIONS};
 pub use metrics::{Metrics, SetMetrics};

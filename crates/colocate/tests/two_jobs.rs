@@ -272,10 +272,14 @@ fn bad_jobs_and_sets_are_clear_errors() {
         Job::new("j", g.clone(), p.clone(), iterations, arrival_s, priority)
     };
     let kind = |r: Result<Job, ColocateError>| r.expect_err("rejected").kind;
-    assert!(matches!(
-        kind(job(0, 0.0, 1.0)),
-        ColocateErrorKind::ZeroIterations { .. }
-    ));
+    for iterations in [0, outcore_colocate::MAX_ITERATIONS + 1] {
+        let e = job(iterations, 0.0, 1.0).expect_err("rejected");
+        assert!(
+            matches!(e.kind, ColocateErrorKind::BadIterations { .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("1 to 10000"), "{e}");
+    }
     for arrival_s in [-1.0, f64::NAN, f64::INFINITY] {
         let e = job(1, arrival_s, 1.0).expect_err("rejected");
         assert!(
