@@ -350,11 +350,13 @@ impl<'a> Device<'a> {
             .fold(f64::INFINITY, f64::min)
     }
 
+    /// Job `j` allocates `size_bytes`. Saturating: each graph's sizes are
+    /// bounded so one job's sums fit, but many jobs together need not.
     fn allocate(&mut self, j: usize, size_bytes: u64) {
         let jr = &mut self.jobs[j];
-        jr.live_bytes += size_bytes;
+        jr.live_bytes = jr.live_bytes.saturating_add(size_bytes);
         jr.report.peak_live_bytes = jr.report.peak_live_bytes.max(jr.live_bytes);
-        self.live_bytes += size_bytes;
+        self.live_bytes = self.live_bytes.saturating_add(size_bytes);
         self.peak_bytes = self.peak_bytes.max(self.live_bytes);
         self.trace_memory();
     }
@@ -488,12 +490,12 @@ impl<'a> Device<'a> {
         let id = jr.offset[s] + jr.next[s];
         // Under the perfect allocator the outputs can be added up: the peak
         // after several additions is the peak after their sum.
-        let mut allocated_bytes = 0;
+        let mut allocated_bytes = 0u64;
         let (work, scratch_bytes) = step_work(&jr.prepared, jr.job.plan(), at, |_, size| {
-            allocated_bytes += size
+            allocated_bytes = allocated_bytes.saturating_add(size)
         })
         .map_err(|e| sim_error(jr.job, e.kind))?;
-        self.allocate(j, allocated_bytes + scratch_bytes);
+        self.allocate(j, allocated_bytes.saturating_add(scratch_bytes));
         let now = self.now;
         let (end_s, latency_left_s, bytes_left) = match work {
             StepWork::Instant(t) => {
