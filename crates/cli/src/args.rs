@@ -65,6 +65,26 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run several jobs on one device from a job list (`outcore-jobs/1`): each
+    /// planned alone by its planner, then simulated together sharing memory,
+    /// links and compute; prints per-job times and peaks, the global peak, and
+    /// MSR / EOR / CBR against the same jobs unscheduled.
+    Colocate {
+        /// The job list (JSON).
+        jobs: PathBuf,
+        /// Device profile name (e.g. v100-16gb-pcie3) or a profile JSON file.
+        #[arg(long)]
+        device: String,
+        /// Memory all jobs share: bytes or a size like 12GiB (default: the
+        /// device's memory).
+        #[arg(long, allow_hyphen_values = true)]
+        budget: Option<String>,
+        /// Write a Chrome trace of the run, a track group per job (opens in Perfetto).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Plan with several planners and compare their simulated results.
     Compare {
         #[command(flatten)]

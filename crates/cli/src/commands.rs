@@ -78,6 +78,13 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             svg_dir.as_deref(),
             latency_table.as_deref(),
         ),
+        Command::Colocate {
+            jobs,
+            device,
+            budget,
+            trace,
+            json,
+        } => cmd_colocate(&jobs, &device, budget.as_deref(), trace.as_deref(), json),
         Command::AllocReplay {
             trace,
             allocator,
@@ -85,6 +92,80 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             json,
         } => cmd_alloc_replay(&trace, &allocator, capacity.as_deref(), json),
     }
+}
+
+fn cmd_colocate(
+    jobs: &Path,
+    device: &str,
+    budget: Option<&str>,
+    trace: Option<&Path>,
+    json_out: bool,
+) -> Result<()> {
+    let list = outcore::load_job_list(jobs)?;
+    let r = outcore::colocate(&list, device, budget, trace.is_some())?;
+    if let (Some(path), Some(t)) = (trace, &r.trace) {
+        std::fs::write(path, serde_json::to_string(t)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if json_out {
+        return print_json(&serde_json::to_value(&r)?);
+    }
+    say!(
+        "{:<12} {:<16} {:>10} {:>10} {:>10} {:>12} {:>10} {:>7} {:>7} {:>7}",
+        "job",
+        "planner",
+        "start_s",
+        "finish_s",
+        "mean_it_s",
+        "peak",
+        "plan_budg",
+        "MSR",
+        "EOR",
+        "CBR"
+    );
+    for (row, job) in r.jobs.iter().zip(&r.report.jobs) {
+        let n = job.per_iteration_time_s.len().max(1) as f64;
+        let mean_s = job.per_iteration_time_s.iter().sum::<f64>() / n;
+        say!(
+            "{:<12} {:<16} {:>10.4} {:>10.4} {:>10.4} {:>12} {:>10} {:>7.4} {:>7.4} {:>7.4}",
+            row.name,
+            row.planner,
+            job.start_s,
+            job.finish_s,
+            mean_s,
+            fmt_bytes(job.peak_live_bytes),
+            fmt_bytes(row.plan_budget_bytes),
+            row.msr,
+            row.eor,
+            row.cbr
+        );
+    }
+    let g = &r.metrics.global;
+    say!(
+        "global: peak {} of {} on {} ({}), makespan {:.4} s; unscheduled: peak {}, makespan {:.4} s; MSR {:.4} EOR {:.4} CBR {:.4}",
+        fmt_bytes(r.report.peak_live_bytes),
+        fmt_bytes(r.budget_bytes),
+        r.device,
+        if r.report.fits_budget {
+            "fits"
+        } else {
+            "OVER BUDGET"
+        },
+        r.report.makespan_s,
+        fmt_bytes(r.vanilla.peak_live_bytes),
+        r.vanilla.makespan_s,
+        g.msr,
+        g.eor,
+        g.cbr
+    );
+    if !r.report.fits_budget {
+        bail!(
+            "the jobs together peak at {}, over the {} they share; lower the jobs' budgets or give more memory",
+            fmt_bytes(r.report.peak_live_bytes),
+            fmt_bytes(r.budget_bytes)
+        );
+    }
+    Ok(())
 }
 
 fn print_json(value: &Value) -> Result<()> {

@@ -57,6 +57,7 @@ wrap! {
     outcore_exec::ExecError => Exec,
     outcore_alloc::AllocError => Alloc,
     outcore_alloc::TraceError => AllocTrace,
+    outcore_colocate::ColocateError => Colocate,
 }
 
 /// What went wrong.
@@ -84,6 +85,9 @@ pub enum ErrorKind {
     /// An allocation trace file.
     #[error(transparent)]
     AllocTrace(outcore_alloc::TraceError),
+    /// A job, job set or multi-job simulation (`outcore colocate`).
+    #[error(transparent)]
+    Colocate(outcore_colocate::ColocateError),
     /// A number or text outside what is accepted.
     #[error("{what} `{value}`: {problem}; accepted: {accepted}")]
     InvalidValue {

@@ -19,6 +19,7 @@
 //! A plan is only ever returned (or written by the CLI) when it verifies and
 //! its simulation under its allocator has no allocation failure.
 
+mod colocate;
 mod error;
 mod input;
 mod max_batch;
@@ -27,6 +28,10 @@ pub mod report;
 mod run;
 mod suite;
 
+pub use colocate::{
+    ColocateJobRow, ColocateResult, JOBS_FORMAT, JobList, JobSpec, colocate, load_job_list,
+    parse_job_list,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use input::{
     GraphSource, LoadedGraph, check_time_limit_s, cost_model, graph_of_plan, load_device,

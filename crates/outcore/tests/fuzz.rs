@@ -471,3 +471,24 @@ fn fuzz_budget_and_size_text() {
         panic!("{e}");
     }
 }
+
+/// `colocate`: a job list (`outcore-jobs/1`), parsed, planned and simulated.
+fn feed_job_list(path: &Path) {
+    if let Ok(list) = outcore::load_job_list(path) {
+        let _ = outcore::colocate(&list, "a100-40gb", None, false);
+    }
+}
+
+#[test]
+fn fuzz_job_list_files() {
+    let seed = r#"{"format": "outcore-jobs/1", "jobs": [
+        {"name": "a", "model": "tiny-cnn", "batch": 4, "planner": "none", "iterations": 2},
+        {"name": "b", "model": "tiny-cnn", "planner": "checkpoint-sqrt", "budget": "80%",
+         "iterations": 1, "arrival_s": 0.0001, "priority": 0.5}]}"#;
+    // The unmutated seed must run, or the mutations would only ever exercise
+    // the error paths.
+    let list = outcore::parse_job_list(seed, "seed").expect("the seed parses");
+    outcore::colocate(&list, "a100-40gb", None, false).expect("the seed runs");
+    // A tenth of the cases: each one plans and simulates two jobs twice.
+    fuzz("job-list", seed, cases() / 10, feed_job_list);
+}

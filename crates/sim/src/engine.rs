@@ -77,15 +77,15 @@ pub enum SimErrorKind {
     BadReference(String),
 }
 
-/// What a step does over time.
+/// What a step does over time (see [`step_work`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Work {
+pub enum StepWork {
     /// Fixed duration on the compute stream.
     Kernel { time_s: f64, recompute: bool },
     /// A copy (a swap-in, or else a swap-out): fixed latency, then bytes at a
     /// rate that depends on the other direction.
     Copy { bytes: u64, swap_in: bool },
-    /// No duration: a free.
+    /// No duration: a free of this tensor.
     Instant(TensorId),
 }
 
@@ -385,6 +385,72 @@ fn bad_reference(what: String) -> SimError {
     }
 }
 
+/// What step `at` of `program` does, with the allocations it makes as it
+/// starts: each output tensor it keeps goes through `allocate(tensor,
+/// size_bytes)`, in the order the event loop allocates them. Returns the work
+/// and the scratch bytes (workspace, and outputs a recomputation does not keep)
+/// the step holds until it finishes; the caller allocates those. A reference
+/// to an op or tensor the graph lacks is an error. The simulator's own loop
+/// starts every step through this function, so another event loop over the
+/// same programs (the multi-job simulator of `outcore-colocate`) prices and
+/// allocates steps exactly as [`simulate`] does.
+pub fn step_work<P: Program>(
+    prepared: &SimPrepared,
+    program: &P,
+    at: StepRef,
+    mut allocate: impl FnMut(TensorId, u64),
+) -> Result<(StepWork, u64), SimError> {
+    let pg = &prepared.graph;
+    let instr = program.instr(at.stream, at.index as usize);
+    let size = |t: TensorId| match pg.size_bytes.get(t.index()) {
+        Some(&size) if t.index() < pg.n_tensors() => Ok(size),
+        _ => Err(bad_reference(format!("tensor {t}"))),
+    };
+    let mut scratch_bytes = 0;
+    let work = match instr {
+        StepInstr::Compute(op) | StepInstr::Recompute { op, .. } => {
+            if op.index() >= prepared.op_time_s.len() {
+                return Err(bad_reference(format!("op {op}")));
+            }
+            let kept = match instr {
+                StepInstr::Recompute { outputs, .. } => Some(outputs),
+                _ => None,
+            };
+            scratch_bytes += pg.workspace_bytes[op.index()];
+            for &o in pg.op_allocated(op) {
+                let size = pg.size_bytes[o.index()];
+                if kept.is_none_or(|k| k.contains(&o)) {
+                    allocate(o, size);
+                } else {
+                    // Outputs not asked for live in scratch for the step only.
+                    scratch_bytes += size;
+                }
+            }
+            StepWork::Kernel {
+                time_s: prepared.op_time_s[op.index()],
+                recompute: kept.is_some(),
+            }
+        }
+        StepInstr::SwapIn(t) => {
+            let size = size(t)?;
+            allocate(t, size);
+            StepWork::Copy {
+                bytes: size,
+                swap_in: true,
+            }
+        }
+        StepInstr::SwapOut(t) => StepWork::Copy {
+            bytes: size(t)?,
+            swap_in: false,
+        },
+        StepInstr::Free(t) => {
+            size(t)?;
+            StepWork::Instant(t)
+        }
+    };
+    Ok((work, scratch_bytes))
+}
+
 /// One simulation: the program, its shape and what to record.
 struct Run<'a, P> {
     graph: &'a Graph,
@@ -625,7 +691,7 @@ impl<'a, P: Program> Run<'a, P> {
                     rec.tracer.memory(it.now - it.start_s, sim.memory.live());
                 }
                 let (end_s, latency_left_s, bytes_left, recompute) = match work {
-                    Work::Instant(t) => {
+                    StepWork::Instant(t) => {
                         sim.free(t.0 as u64, self.prepared.graph.size_bytes[t.index()]);
                         if record_trace {
                             rec.tracer.memory(it.now - it.start_s, sim.memory.live());
@@ -636,8 +702,10 @@ impl<'a, P: Program> Run<'a, P> {
                         progressed = true;
                         continue;
                     }
-                    Work::Kernel { time_s, recompute } => (it.now + time_s, 0.0, 0.0, recompute),
-                    Work::Copy { bytes, swap_in } => {
+                    StepWork::Kernel { time_s, recompute } => {
+                        (it.now + time_s, 0.0, 0.0, recompute)
+                    }
+                    StepWork::Copy { bytes, swap_in } => {
                         if it.last {
                             match swap_in {
                                 true => rec.swap_in_bytes += bytes,
@@ -670,57 +738,12 @@ impl<'a, P: Program> Run<'a, P> {
         sim: &mut Sim<M>,
         at: StepRef,
         id: usize,
-    ) -> Result<(Work, u64), SimError> {
-        let pg = &self.prepared.graph;
-        let instr = self.program.instr(at.stream, at.index as usize);
-        let size = |t: TensorId| match pg.size_bytes.get(t.index()) {
-            Some(&size) if t.index() < pg.n_tensors() => Ok(size),
-            _ => Err(bad_reference(format!("tensor {t}"))),
-        };
-        let mut scratch_bytes = 0;
-        let work = match instr {
-            StepInstr::Compute(op) | StepInstr::Recompute { op, .. } => {
-                if op.index() >= self.graph.ops.len() {
-                    return Err(bad_reference(format!("op {op}")));
-                }
-                let kept = match instr {
-                    StepInstr::Recompute { outputs, .. } => Some(outputs),
-                    _ => None,
-                };
-                scratch_bytes += pg.workspace_bytes[op.index()];
-                for &o in pg.op_allocated(op) {
-                    let size = pg.size_bytes[o.index()];
-                    if kept.is_none_or(|k| k.contains(&o)) {
-                        sim.allocate(o.0 as u64, size, Some(at));
-                    } else {
-                        // Outputs not asked for live in scratch for the step only.
-                        scratch_bytes += size;
-                    }
-                }
-                Work::Kernel {
-                    time_s: self.prepared.op_time_s[op.index()],
-                    recompute: kept.is_some(),
-                }
-            }
-            StepInstr::SwapIn(t) => {
-                let size = size(t)?;
-                sim.allocate(t.0 as u64, size, Some(at));
-                Work::Copy {
-                    bytes: size,
-                    swap_in: true,
-                }
-            }
-            StepInstr::SwapOut(t) => Work::Copy {
-                bytes: size(t)?,
-                swap_in: false,
-            },
-            StepInstr::Free(t) => {
-                size(t)?;
-                Work::Instant(t)
-            }
-        };
+    ) -> Result<(StepWork, u64), SimError> {
+        let (work, scratch_bytes) = step_work(self.prepared, self.program, at, |t, size| {
+            sim.allocate(t.0 as u64, size, Some(at))
+        })?;
         if scratch_bytes > 0 {
-            let scratch_id = pg.n_tensors() as u64 + id as u64;
+            let scratch_id = self.prepared.graph.n_tensors() as u64 + id as u64;
             sim.allocate(scratch_id, scratch_bytes, Some(at));
         }
         Ok((work, scratch_bytes))

@@ -7,8 +7,8 @@ mod report;
 mod trace;
 
 pub use engine::{
-    SimError, SimErrorKind, SimOptions, SimOutput, SimPrepared, SimScratch, simulate,
-    simulate_program,
+    SimError, SimErrorKind, SimOptions, SimOutput, SimPrepared, SimScratch, StepWork, simulate,
+    simulate_program, step_work,
 };
 pub use report::{SimOom, SimReport, StreamBusy};
 pub use trace::TraceBuilder;

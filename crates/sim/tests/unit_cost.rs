@@ -322,3 +322,52 @@ fn row_unclear_zero_bandwidth_is_an_infinite_time_not_a_deadlock() {
     assert!(text.contains("infinite"), "{text}");
     assert!(!text.contains("deadlock"), "{text}");
 }
+
+#[test]
+fn step_work_prices_and_allocates_each_step() {
+    // swap_t1 on chain(40): compute c0 is A (10 s) allocating t1 (40 B); c1
+    // frees t0; d2h 0 copies t1 out (40 B); h2d 0 copies it in, allocating it.
+    let g = chain(40);
+    let p = swap_t1(&g);
+    let prepared = outcore_sim::SimPrepared::new(&g, &UnitCostModel);
+    let work = |stream, index| {
+        let mut allocated = Vec::new();
+        let at = StepRef { stream, index };
+        let (work, scratch) =
+            outcore_sim::step_work(&prepared, &p, at, |t, size| allocated.push((t, size)))
+                .expect("valid step");
+        (work, scratch, allocated)
+    };
+    use outcore_sim::StepWork;
+    let kernel = StepWork::Kernel {
+        time_s: 10.0,
+        recompute: false,
+    };
+    assert_eq!(
+        work(Stream::Compute, 0),
+        (kernel, 0, vec![(TensorId(1), 40)])
+    );
+    assert_eq!(
+        work(Stream::Compute, 1),
+        (StepWork::Instant(TensorId(0)), 0, vec![])
+    );
+    let out = StepWork::Copy {
+        bytes: 40,
+        swap_in: false,
+    };
+    assert_eq!(work(Stream::D2h, 0), (out, 0, vec![]));
+    let back = StepWork::Copy {
+        bytes: 40,
+        swap_in: true,
+    };
+    assert_eq!(work(Stream::H2d, 0), (back, 0, vec![(TensorId(1), 40)]));
+    // A plan for another graph names a tensor this one lacks: an error.
+    let mut bad = p.clone();
+    bad.streams[Stream::D2h.index()][0].instr = Instr::SwapOut(TensorId(9));
+    let at = StepRef {
+        stream: Stream::D2h,
+        index: 0,
+    };
+    let e = outcore_sim::step_work(&prepared, &bad, at, |_, _| {}).expect_err("bad tensor");
+    assert!(e.to_string().contains("tensor"), "{e}");
+}
