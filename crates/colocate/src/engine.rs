@@ -45,6 +45,7 @@
 
 use outcore_cost::{CopyRates, CostModel};
 use outcore_plan::{AllocatorSpec, Plan, Program, Residency, StepInstr, StepRef, Stream};
+use outcore_sim::link::{advance_copy, copy_end_s, copy_rate_bytes_per_s};
 use outcore_sim::{SimError, SimErrorKind, SimPrepared, StepWork, StreamBusy, step_work};
 use serde::Serialize;
 
@@ -536,13 +537,7 @@ impl<'a> Device<'a> {
         let copy = self.copy;
         let now = self.now;
         let both_copying = self.streams[1].is_some() && self.streams[2].is_some();
-        let rate = |s: usize| {
-            if both_copying {
-                copy.duplex_bytes_per_s[s - 1]
-            } else {
-                copy.one_way_bytes_per_s[s - 1]
-            }
-        };
+        let rate = |s: usize| copy_rate_bytes_per_s(&copy, s, both_copying);
         let mut t_next = f64::INFINITY;
         let mut ends = [f64::INFINITY; 3];
         for (s, slot) in self.streams.iter().enumerate() {
@@ -550,7 +545,7 @@ impl<'a> Device<'a> {
                 ends[s] = if s == 0 {
                     r.end_s
                 } else {
-                    now + r.latency_left_s + r.bytes_left / rate(s)
+                    copy_end_s(now, r.latency_left_s, r.bytes_left, rate(s))
                 };
                 t_next = t_next.min(ends[s]);
             }
@@ -576,12 +571,14 @@ impl<'a> Device<'a> {
             let finished = if s == 0 {
                 r.end_s <= t_next
             } else {
-                // As in `simulate`: completion decided from the end time
-                // computed before advancing.
-                let lat = r.latency_left_s.min(dt);
-                r.latency_left_s -= lat;
-                r.bytes_left = (r.bytes_left - (dt - lat) * rate(s)).max(0.0);
-                end <= t_next + 1e-12 * t_next.abs().max(1.0)
+                advance_copy(
+                    &mut r.latency_left_s,
+                    &mut r.bytes_left,
+                    dt,
+                    rate(s),
+                    end,
+                    t_next,
+                )
             };
             if finished {
                 let r = *r;

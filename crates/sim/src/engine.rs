@@ -1,6 +1,7 @@
 //! The discrete-event engine: three streams, waits, duplex-aware copies, and memory
 //! through an allocator model, run for several iterations to reach steady state.
 
+use crate::link::{advance_copy, copy_end_s, copy_rate_bytes_per_s};
 use crate::report::{SimOom, SimReport, StreamBusy};
 use crate::trace::TraceBuilder;
 use outcore_alloc::{AllocId, Allocator, Trace};
@@ -761,13 +762,7 @@ impl<'a, P: Program> Run<'a, P> {
         let copy = &self.prepared.copy;
         let now = it.now;
         let both_copying = it.running[1].is_some() && it.running[2].is_some();
-        let rate = |s: usize| {
-            if both_copying {
-                copy.duplex_bytes_per_s[s - 1]
-            } else {
-                copy.one_way_bytes_per_s[s - 1]
-            }
-        };
+        let rate = |s: usize| copy_rate_bytes_per_s(copy, s, both_copying);
         let mut t_next = f64::INFINITY;
         let mut ends = [f64::INFINITY; 3];
         for (s, slot) in it.running.iter().enumerate() {
@@ -775,7 +770,7 @@ impl<'a, P: Program> Run<'a, P> {
                 ends[s] = if s == 0 {
                     r.end_s
                 } else {
-                    now + r.latency_left_s + r.bytes_left / rate(s)
+                    copy_end_s(now, r.latency_left_s, r.bytes_left, rate(s))
                 };
                 t_next = t_next.min(ends[s]);
             }
@@ -791,12 +786,14 @@ impl<'a, P: Program> Run<'a, P> {
             let finished = if s == 0 {
                 r.end_s <= t_next
             } else {
-                // Decide completion from the end time computed before advancing,
-                // so rounding in the remaining bytes cannot end a copy early or late.
-                let lat = r.latency_left_s.min(dt);
-                r.latency_left_s -= lat;
-                r.bytes_left = (r.bytes_left - (dt - lat) * rate(s)).max(0.0);
-                end <= t_next + 1e-12 * t_next.abs().max(1.0)
+                advance_copy(
+                    &mut r.latency_left_s,
+                    &mut r.bytes_left,
+                    dt,
+                    rate(s),
+                    end,
+                    t_next,
+                )
             };
             if !finished {
                 continue;

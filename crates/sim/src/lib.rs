@@ -3,6 +3,7 @@
 //! allocator model, and reports iteration time, memory and a Chrome trace.
 
 mod engine;
+pub mod link;
 mod report;
 mod trace;
 
