@@ -45,7 +45,7 @@
 
 use outcore_cost::{CopyRates, CostModel};
 use outcore_plan::{AllocatorSpec, Plan, Program, Residency, StepInstr, StepRef, Stream};
-use outcore_sim::link::{advance_copy, copy_end_s, copy_rate_bytes_per_s};
+use outcore_sim::link::{InFlight, advance_to, ends_s};
 use outcore_sim::{SimError, SimErrorKind, SimPrepared, StepWork, StreamBusy, step_work};
 use serde::Serialize;
 
@@ -123,10 +123,7 @@ struct Active {
     job: usize,
     /// The step's id within its job (compute, then h2d, then d2h).
     step: usize,
-    /// Kernels: end time. Copies: unused (infinite).
-    end_s: f64,
-    latency_left_s: f64,
-    bytes_left: f64,
+    flight: InFlight,
     started_s: f64,
     scratch_bytes: u64,
 }
@@ -498,7 +495,7 @@ impl<'a> Device<'a> {
         .map_err(|e| sim_error(jr.job, e.kind))?;
         self.allocate(j, allocated_bytes.saturating_add(scratch_bytes));
         let now = self.now;
-        let (end_s, latency_left_s, bytes_left) = match work {
+        let flight = match work {
             StepWork::Instant(t) => {
                 let size = self.jobs[j].prepared.graph.size_bytes[t.index()];
                 self.free(j, size);
@@ -508,23 +505,21 @@ impl<'a> Device<'a> {
                 jr.done += 1;
                 return Ok(());
             }
-            StepWork::Kernel { time_s, .. } => (now + time_s, 0.0, 0.0),
+            StepWork::Kernel { time_s, .. } => InFlight::kernel(now, time_s),
             StepWork::Copy { bytes, swap_in } => {
                 let report = &mut self.jobs[j].report;
                 match swap_in {
                     true => report.swap_in_bytes += bytes,
                     false => report.swap_out_bytes += bytes,
                 }
-                (f64::INFINITY, self.copy.latency_s, bytes as f64)
+                InFlight::copy(self.copy.latency_s, bytes)
             }
         };
         self.jobs[j].on_stream[s] = true;
         self.streams[s] = Some(Active {
             job: j,
             step: id,
-            end_s,
-            latency_left_s,
-            bytes_left,
+            flight,
             started_s: now,
             scratch_bytes,
         });
@@ -536,20 +531,12 @@ impl<'a> Device<'a> {
     fn advance(&mut self) -> Result<(), ColocateError> {
         let copy = self.copy;
         let now = self.now;
-        let both_copying = self.streams[1].is_some() && self.streams[2].is_some();
-        let rate = |s: usize| copy_rate_bytes_per_s(&copy, s, both_copying);
-        let mut t_next = f64::INFINITY;
-        let mut ends = [f64::INFINITY; 3];
-        for (s, slot) in self.streams.iter().enumerate() {
-            if let Some(r) = slot {
-                ends[s] = if s == 0 {
-                    r.end_s
-                } else {
-                    copy_end_s(now, r.latency_left_s, r.bytes_left, rate(s))
-                };
-                t_next = t_next.min(ends[s]);
-            }
-        }
+        let flights = self
+            .streams
+            .each_ref()
+            .map(|r| r.as_ref().map(|r| &r.flight));
+        let ends = ends_s(&copy, now, flights);
+        let t_next = ends.iter().copied().fold(f64::INFINITY, f64::min);
         if let Some(stuck) = self.stuck(t_next) {
             return Err(stuck);
         }
@@ -563,25 +550,13 @@ impl<'a> Device<'a> {
             };
             return Err(sim_error(self.jobs[0].job, SimErrorKind::Deadlock(at)));
         }
-        let dt = t_next - now;
-        for (s, &end) in ends.iter().enumerate() {
-            let Some(r) = &mut self.streams[s] else {
-                continue;
-            };
-            let finished = if s == 0 {
-                r.end_s <= t_next
-            } else {
-                advance_copy(
-                    &mut r.latency_left_s,
-                    &mut r.bytes_left,
-                    dt,
-                    rate(s),
-                    end,
-                    t_next,
-                )
-            };
-            if finished {
-                let r = *r;
+        let flights = self
+            .streams
+            .each_mut()
+            .map(|r| r.as_mut().map(|r| &mut r.flight));
+        let finished = advance_to(&copy, now, t_next, &ends, flights);
+        for s in (0..3).filter(|&s| finished[s]) {
+            if let Some(r) = self.streams[s] {
                 self.finish(s, r, t_next);
             }
         }

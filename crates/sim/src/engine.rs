@@ -1,7 +1,7 @@
 //! The discrete-event engine: three streams, waits, duplex-aware copies, and memory
 //! through an allocator model, run for several iterations to reach steady state.
 
-use crate::link::{advance_copy, copy_end_s, copy_rate_bytes_per_s};
+use crate::link::{InFlight, advance_to, ends_s};
 use crate::report::{SimOom, SimReport, StreamBusy};
 use crate::trace::TraceBuilder;
 use outcore_alloc::{AllocId, Allocator, Trace};
@@ -94,10 +94,7 @@ pub enum StepWork {
 #[derive(Debug, Clone, Copy)]
 struct Running {
     step: usize,
-    /// Kernels: end time. Copies: unused (infinite).
-    end_s: f64,
-    latency_left_s: f64,
-    bytes_left: f64,
+    flight: InFlight,
     started_s: f64,
     /// Scratch bytes held until it finishes.
     scratch_bytes: u64,
@@ -691,7 +688,7 @@ impl<'a, P: Program> Run<'a, P> {
                 if record_trace {
                     rec.tracer.memory(it.now - it.start_s, sim.memory.live());
                 }
-                let (end_s, latency_left_s, bytes_left, recompute) = match work {
+                let (flight, recompute) = match work {
                     StepWork::Instant(t) => {
                         sim.free(t.0 as u64, self.prepared.graph.size_bytes[t.index()]);
                         if record_trace {
@@ -704,7 +701,7 @@ impl<'a, P: Program> Run<'a, P> {
                         continue;
                     }
                     StepWork::Kernel { time_s, recompute } => {
-                        (it.now + time_s, 0.0, 0.0, recompute)
+                        (InFlight::kernel(it.now, time_s), recompute)
                     }
                     StepWork::Copy { bytes, swap_in } => {
                         if it.last {
@@ -713,15 +710,12 @@ impl<'a, P: Program> Run<'a, P> {
                                 false => rec.swap_out_bytes += bytes,
                             }
                         }
-                        let latency_s = self.prepared.copy.latency_s;
-                        (f64::INFINITY, latency_s, bytes as f64, false)
+                        (InFlight::copy(self.prepared.copy.latency_s, bytes), false)
                     }
                 };
                 it.running[s] = Some(Running {
                     step: id,
-                    end_s,
-                    latency_left_s,
-                    bytes_left,
+                    flight,
                     started_s: it.now,
                     scratch_bytes,
                     recompute,
@@ -761,44 +755,21 @@ impl<'a, P: Program> Run<'a, P> {
     ) -> Result<(), SimError> {
         let copy = &self.prepared.copy;
         let now = it.now;
-        let both_copying = it.running[1].is_some() && it.running[2].is_some();
-        let rate = |s: usize| copy_rate_bytes_per_s(copy, s, both_copying);
-        let mut t_next = f64::INFINITY;
-        let mut ends = [f64::INFINITY; 3];
-        for (s, slot) in it.running.iter().enumerate() {
-            if let Some(r) = slot {
-                ends[s] = if s == 0 {
-                    r.end_s
-                } else {
-                    copy_end_s(now, r.latency_left_s, r.bytes_left, rate(s))
-                };
-                t_next = t_next.min(ends[s]);
-            }
-        }
+        let flights = it.running.each_ref().map(|r| r.as_ref().map(|r| &r.flight));
+        let ends = ends_s(copy, now, flights);
+        let t_next = ends.iter().copied().fold(f64::INFINITY, f64::min);
         if !t_next.is_finite() {
             return Err(self.stuck(it));
         }
-        let dt = t_next - now;
-        for (s, &end) in ends.iter().enumerate() {
-            let Some(r) = &mut it.running[s] else {
+        let flights = it
+            .running
+            .each_mut()
+            .map(|r| r.as_mut().map(|r| &mut r.flight));
+        let finished = advance_to(copy, now, t_next, &ends, flights);
+        for s in (0..3).filter(|&s| finished[s]) {
+            let Some(r) = it.running[s] else {
                 continue;
             };
-            let finished = if s == 0 {
-                r.end_s <= t_next
-            } else {
-                advance_copy(
-                    &mut r.latency_left_s,
-                    &mut r.bytes_left,
-                    dt,
-                    rate(s),
-                    end,
-                    t_next,
-                )
-            };
-            if !finished {
-                continue;
-            }
-            let r = *r;
             let dur = t_next - r.started_s;
             match s {
                 0 => {

@@ -37,7 +37,7 @@
 //! recompute-only search (`outcore-recompute`) on MobileNet at 3 of 4 seeds;
 //! half-stratified starts with 512 particles are ahead of every
 //! single-method planner on the 6 models x 4 seeds (RESULTS.md, "HOME:
-//! maximum batch ..."), in 1.1-2x the time 128 uniform ones took, since
+//! maximum batch ..."), in 1.1-2.3x the time 128 uniform ones took, since
 //! mostly-retained starts converge sooner (BENCHMARKS.md, "HOME: evaluator
 //! time per policy and whole-search time"); 30 iterations are never reached
 //! on those models,
