@@ -6,10 +6,17 @@
 //! The schedule is `testing::mixed_schedule` in graph order with seeded random
 //! decisions: about a third of the activations' long gaps swapped, a third
 //! recomputed where the producer's inputs stay resident.
+//!
+//! The lowering caches what it derives from an op order, so scoring schedules
+//! in one order (as every planner but SwapAdvisor does) skips a pass that a
+//! new order pays. The third line times that case: two schedules in two
+//! different orders (the graph's and a random topological one) scored
+//! alternately, so that every evaluation misses the cache; it reports the time
+//! of the pair.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use outcore_cost::{DeviceProfile, RooflineModel};
-use outcore_eval::testing::{mixed_schedule, random_decisions};
+use outcore_eval::testing::{mixed_schedule, random_decisions, random_topological_order};
 use outcore_eval::{Evaluator, Scratch};
 use outcore_graph::{Graph, footprint, zoo};
 use outcore_plan::{AllocatorSpec, PlannerInfo, Restore, Schedule, lower_schedule, verify};
@@ -47,6 +54,13 @@ fn bench_model(c: &mut Criterion, label: &str, g: &Graph) {
     );
     c.bench_function(&format!("evaluate {label}"), |b| {
         b.iter(|| black_box(evaluator.evaluate(black_box(&schedule), &mut scratch)))
+    });
+    let other = mixed_schedule(g, random_topological_order(g, 7), &random_decisions(64, 7));
+    c.bench_function(&format!("evaluate {label}, orders alternate (pair)"), |b| {
+        b.iter(|| {
+            black_box(evaluator.evaluate(black_box(&schedule), &mut scratch));
+            black_box(evaluator.evaluate(black_box(&other), &mut scratch))
+        })
     });
     let info = PlannerInfo {
         name: "bench".into(),

@@ -2,13 +2,15 @@
 //! comparisons on a busy machine (CPU time, unlike wall time, does not count
 //! time spent waiting for a core). The criterion benchmark `benches/evaluate.rs`
 //! is the reference; run this with
-//! `cargo run --release -p outcore-eval --example eval_rate -- [resnet50|nasnet] [N]`.
+//! `cargo run --release -p outcore-eval --example eval_rate -- [resnet50|nasnet] [N] [alternate]`.
+//! With `alternate`, every other evaluation scores the same decisions in a
+//! random topological order, so no evaluation finds its order cached.
 
 // An example prints its measurement; the workspace lint is for library code.
 #![allow(clippy::print_stdout)]
 
 use outcore_cost::{DeviceProfile, RooflineModel};
-use outcore_eval::testing::{mixed_schedule, random_decisions};
+use outcore_eval::testing::{mixed_schedule, random_decisions, random_topological_order};
 use outcore_eval::{Evaluator, Scratch};
 use outcore_graph::{footprint, zoo};
 use outcore_plan::{AllocatorSpec, Schedule};
@@ -30,14 +32,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Schedule::in_graph_order(&g).order,
         &random_decisions(64, 7),
     );
+    let alternate = args.get(3).map(String::as_str) == Some("alternate");
+    let other = mixed_schedule(
+        &g,
+        random_topological_order(&g, 7),
+        &random_decisions(64, 7),
+    );
+    let schedules = if alternate {
+        [&schedule, &other]
+    } else {
+        [&schedule, &schedule]
+    };
     let evaluator = Evaluator::new(&g, &cost, footprint(&g).0 / 2, AllocatorSpec::Perfect);
     let mut scratch = Scratch::default();
     let mut checksum = 0.0;
     let cpu0 = cpu_time_s();
     let wall = Instant::now();
-    for _ in 0..n {
+    for i in 0..n {
         checksum += evaluator
-            .evaluate(&schedule, &mut scratch)
+            .evaluate(schedules[i as usize % 2], &mut scratch)
             .iter_time_s()
             .unwrap_or(0.0);
     }

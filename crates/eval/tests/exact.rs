@@ -225,3 +225,71 @@ fn broken_schedules_evaluate_exactly() {
     );
     assert!(e.violations > 0 && !e.only_over_budget && e.is_broken() && !e.feasible());
 }
+
+/// The lowering caches what it derives from an op order (keyed by the
+/// prepared graph and the order): one evaluator and one scratch scoring
+/// schedules one after another in the same order, then in another order,
+/// with another graph's evaluator using the same scratch in between, answer
+/// each time exactly as a fresh scratch does.
+#[test]
+fn reused_scratch_answers_as_a_fresh_one_across_orders_and_graphs() {
+    let cost = v100();
+    let g = zoo::build("resnet18", Some(4), &BTreeMap::new(), None).expect("zoo model");
+    let h = zoo::build("tiny-cnn", Some(4), &BTreeMap::new(), None).expect("zoo model");
+    let ev_g = Evaluator::new(&g, &cost, footprint(&g).0 / 2, AllocatorSpec::Perfect);
+    let ev_h = Evaluator::new(&h, &cost, footprint(&h).0 / 2, AllocatorSpec::Perfect);
+    let orders_g = [
+        Schedule::in_graph_order(&g).order,
+        random_topological_order(&g, 1),
+        random_topological_order(&g, 2),
+    ];
+    assert_ne!(orders_g[0], orders_g[1]);
+    let mut shared = Scratch::default();
+    let mut gapped = 0;
+    for round in 0..2u64 {
+        // Each order twice in a row (the second call finds it cached), and
+        // each change of order right after another order was cached.
+        for (i, order) in orders_g.iter().enumerate() {
+            for repeat in 0..2u64 {
+                let seed = round * 100 + i as u64 * 10 + repeat;
+                let s = mixed_schedule(&g, order.clone(), &random_decisions(32, seed));
+                gapped += s.gaps.len();
+                let got = ev_g.evaluate(&s, &mut shared);
+                assert_eq!(got, ev_g.evaluate(&s, &mut Scratch::default()), "{seed}");
+            }
+        }
+        let s_h = mixed_schedule(
+            &h,
+            Schedule::in_graph_order(&h).order,
+            &random_decisions(32, round),
+        );
+        let got_h = ev_h.evaluate(&s_h, &mut shared);
+        assert_eq!(got_h, ev_h.evaluate(&s_h, &mut Scratch::default()));
+    }
+    assert!(gapped > 0, "the schedules have gaps");
+}
+
+/// Two graphs with as many ops (relu vs gelu chains: the same order, other
+/// saved tensors) share one scratch: the cache key's graph id keeps one
+/// graph's order analysis from answering for the other.
+#[test]
+fn reused_scratch_tells_graphs_with_the_same_order_apart() {
+    let cost = v100();
+    let a = random_graph(&[1, 5, 9, 13], 16).expect("graph");
+    let b = random_graph(&[3, 7, 11, 15], 16).expect("graph");
+    assert_eq!(a.ops.len(), b.ops.len());
+    let ev_a = Evaluator::new(&a, &cost, footprint(&a).0 / 2, AllocatorSpec::Perfect);
+    let ev_b = Evaluator::new(&b, &cost, footprint(&b).0 / 2, AllocatorSpec::Perfect);
+    let mut shared = Scratch::default();
+    for seed in 0..4u64 {
+        for (g, ev) in [(&a, &ev_a), (&b, &ev_b)] {
+            let s = mixed_schedule(
+                g,
+                Schedule::in_graph_order(g).order,
+                &random_decisions(32, seed),
+            );
+            let got = ev.evaluate(&s, &mut shared);
+            assert_eq!(got, ev.evaluate(&s, &mut Scratch::default()), "{seed}");
+        }
+    }
+}

@@ -5,10 +5,16 @@
 //! these are built once and shared (read-only, `Sync`) by every scoring thread.
 
 use outcore_graph::{Graph, OpId, TensorId};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Per-graph lookup tables; see the module docs.
 #[derive(Debug, Clone)]
 pub struct PreparedGraph {
+    /// Unique to this construction (clones share it): the key under which
+    /// the lowering caches what it derives from one op order of this graph
+    /// (see `LowerScratch`). The tables are read-only once built; changing
+    /// one in place would leave such a cache stale.
+    id: u64,
     /// `graph.storage_owner(t)` for every tensor.
     pub owner: Vec<TensorId>,
     /// Per op: the storage owners of its inputs then outputs, each once, in
@@ -192,7 +198,10 @@ impl PreparedGraph {
             .filter(|t| transient(t) && !freed_after_use[t.id.index()])
             .map(|t| t.id)
             .collect();
+        // Relaxed: only uniqueness matters, not ordering with other memory.
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let mut prepared = PreparedGraph {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             verify_start: Vec::new(),
             freed_after_use,
             freed_at_end,
@@ -229,6 +238,11 @@ impl PreparedGraph {
 
     pub fn n_tensors(&self) -> usize {
         self.owner.len()
+    }
+
+    /// This construction's unique id (see the field).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn n_ops(&self) -> usize {

@@ -138,18 +138,27 @@ pub struct LowerScratch {
     /// last gap ends ([`TO_END`] or a position; [`NO_GAP`] before its gaps are
     /// indexed).
     gapped: Vec<(TensorId, u32)>,
-    /// Use positions of the gapped tensors, as compressed rows by gap index.
-    use_pairs: Vec<(u32, u32)>,
+    /// The (prepared graph id, op order) that `last_use`, `use_start`,
+    /// `use_items` and `last_uses` describe. A search scores many schedules
+    /// in one order (every planner but SwapAdvisor keeps the graph's), so
+    /// the backward pass over the order that fills them runs once per order,
+    /// not once per schedule.
+    indexed_order: Option<(u64, Vec<OpId>)>,
+    /// Use positions of every storage owner, ascending, as compressed rows:
+    /// `use_items[use_start[t]..use_start[t + 1]]`.
     use_start: Vec<u32>,
-    use_fill: Vec<u32>,
     use_items: Vec<u32>,
+    use_fill: Vec<u32>,
     /// (position, tensor): the non-persistent owners used for the last time
-    /// at a position, in descending position.
+    /// at a position, in descending position; the lowering takes them from
+    /// the end, and `last_uses_end` is how many it has not taken yet.
     last_uses: Vec<(u32, TensorId)>,
+    last_uses_end: usize,
     /// Gap indices sorted by (tensor, start); a gap's place here is its rank.
     sorted: Vec<u32>,
-    /// (tensor, start, index) of every gap, packed, to sort.
+    /// (tensor, start, index) of every gap, packed, to sort (see `sort_gaps`).
     gap_keys: Vec<u128>,
+    gap_keys64: Vec<u64>,
     /// What happens at each position (see [`Action`]), as pushed, then
     /// grouped by position.
     actions: Vec<Action>,
@@ -166,7 +175,9 @@ pub struct LowerScratch {
     /// Outputs of the recomputation step being written.
     recompute_outputs: Vec<TensorId>,
     /// (storage owner, position) where a recomputation reads it, sorted.
-    chain_reads: Vec<(u32, u32)>,
+    /// Packed as `tensor << 32 | position`: one integer compare per step of
+    /// the sort and the search, where a pair takes two.
+    chain_reads: Vec<u64>,
     /// The tensors at the position being written only for its
     /// recomputations (see [`ChainFree`]).
     chain_frees: Vec<ChainFree>,
@@ -223,11 +234,49 @@ struct Action {
     value: u32,
 }
 
+/// The key of "a recomputation at `position` reads tensor `t`".
+#[inline]
+fn chain_key(t: u32, position: u32) -> u64 {
+    (t as u64) << 32 | position as u64
+}
+
 impl LowerScratch {
+    /// Fills `sorted` with the gap indices in (tensor, start, index) order.
+    /// The three are packed in one integer, cheap to compare: a `u64` when
+    /// their bit widths fit (any graph below millions of tensors and ops),
+    /// else a `u128`.
+    fn sort_gaps(&mut self, gaps: &[Gap]) {
+        let start = |g: &Gap| g.after.map_or(0, |a| a as u64 + 1);
+        let bits = |max: u64| u64::BITS - max.leading_zeros();
+        let max_t = gaps.iter().map(|g| g.tensor.0 as u64).max().unwrap_or(0);
+        let max_s = gaps.iter().map(start).max().unwrap_or(0);
+        let (bt, bs, bi) = (bits(max_t), bits(max_s), bits(gaps.len() as u64));
+        self.sorted.clear();
+        if bt + bs + bi < 64 {
+            self.gap_keys64.clear();
+            self.gap_keys64.extend(
+                gaps.iter()
+                    .enumerate()
+                    .map(|(i, g)| ((g.tensor.0 as u64) << (bs + bi)) | (start(g) << bi) | i as u64),
+            );
+            self.gap_keys64.sort_unstable();
+            let mask = (1u64 << bi) - 1;
+            self.sorted
+                .extend(self.gap_keys64.iter().map(|&k| (k & mask) as u32));
+        } else {
+            self.gap_keys.clear();
+            self.gap_keys.extend(gaps.iter().enumerate().map(|(i, g)| {
+                ((g.tensor.0 as u128) << 96) | ((start(g) as u128) << 32) | i as u128
+            }));
+            self.gap_keys.sort_unstable();
+            self.sorted.extend(self.gap_keys.iter().map(|&k| k as u32));
+        }
+    }
+
     /// Whether a recomputation at `position` reads `t`.
     fn chain_read(&self, t: TensorId, position: usize) -> bool {
         self.chain_reads
-            .binary_search(&(t.0, position as u32))
+            .binary_search(&chain_key(t.0, position as u32))
             .is_ok()
     }
 
@@ -243,7 +292,7 @@ impl LowerScratch {
             };
             if b < n {
                 for &(o, _) in prepared.op_reads(producer) {
-                    self.chain_reads.push((o.0, b as u32));
+                    self.chain_reads.push(chain_key(o.0, b as u32));
                 }
             }
         }
@@ -251,10 +300,10 @@ impl LowerScratch {
         self.chain_reads.dedup();
     }
 
-    /// The positions that use gapped tensor `t`, ascending.
+    /// The positions that use storage owner `t`, ascending.
     fn uses(&self, t: TensorId) -> &[u32] {
-        let g = self.gap_index[t.index()] as usize;
-        &self.use_items[self.use_start[g] as usize..self.use_start[g + 1] as usize]
+        let i = t.index();
+        &self.use_items[self.use_start[i] as usize..self.use_start[i + 1] as usize]
     }
 
     /// Lists the tensors with gaps, resetting what the previous call marked.
@@ -277,36 +326,26 @@ impl LowerScratch {
         }
     }
 
-    /// One backward pass over `order`: the last use of every storage owner
-    /// (the first met), the tensors each position may free after its op, and
-    /// every use position of the gapped tensors.
-    fn index_uses(&mut self, prepared: &PreparedGraph, order: &[OpId]) {
+    /// Whether the per-order tables describe `order` of `prepared`'s graph
+    /// (which was then checked by [`check_order`] too).
+    fn order_indexed(&self, prepared: &PreparedGraph, order: &[OpId]) -> bool {
+        matches!(&self.indexed_order, Some((id, o)) if *id == prepared.id() && o[..] == *order)
+    }
+
+    /// One backward pass over `order` (checked by [`check_order`]): the last
+    /// use of every storage owner (the first met), the tensors each position
+    /// may free after its op, and every owner's use positions.
+    fn index_order(&mut self, prepared: &PreparedGraph, order: &[OpId]) {
+        let n_t = prepared.n_tensors();
         self.last_use.clear();
-        self.last_use.resize(prepared.n_tensors(), NONE);
-        self.use_pairs.clear();
+        self.last_use.resize(n_t, NONE);
         self.last_uses.clear();
-        for (pos, &op) in order.iter().enumerate().rev() {
-            for &o in prepared.op_owners(op) {
-                let last = &mut self.last_use[o.index()];
-                if *last == NONE {
-                    *last = pos as u32;
-                    if prepared.freed_after_use[o.index()] {
-                        self.last_uses.push((pos as u32, o));
-                    }
-                }
-                let g = self.gap_index[o.index()];
-                if g != NONE {
-                    self.use_pairs.push((g, pos as u32));
-                }
-            }
-        }
-        // Group by gapped tensor; pairs come in descending position, so each
-        // group is filled from its end.
-        let n_g = self.gapped.len();
         self.use_start.clear();
-        self.use_start.resize(n_g + 1, 0);
-        for &(g, _) in &self.use_pairs {
-            self.use_start[g as usize + 1] += 1;
+        self.use_start.resize(n_t + 1, 0);
+        for &op in order {
+            for &o in prepared.op_owners(op) {
+                self.use_start[o.index() + 1] += 1;
+            }
         }
         let mut sum = 0;
         for c in &mut self.use_start[1..] {
@@ -314,14 +353,31 @@ impl LowerScratch {
             *c = sum;
         }
         self.use_items.clear();
-        self.use_items.resize(self.use_pairs.len(), 0);
-        self.use_fill.clear();
-        self.use_fill.extend_from_slice(&self.use_start[1..]);
-        for &(g, pos) in &self.use_pairs {
-            let slot = &mut self.use_fill[g as usize];
-            *slot -= 1;
-            self.use_items[*slot as usize] = pos;
+        self.use_items.resize(sum as usize, 0);
+        // Filled from each row's end, positions descending: rows ascend.
+        let mut fill = std::mem::take(&mut self.use_fill);
+        fill.clear();
+        fill.extend_from_slice(&self.use_start[1..]);
+        for (pos, &op) in order.iter().enumerate().rev() {
+            for &o in prepared.op_owners(op) {
+                let slot = &mut fill[o.index()];
+                *slot -= 1;
+                self.use_items[*slot as usize] = pos as u32;
+                let last = &mut self.last_use[o.index()];
+                if *last == NONE {
+                    *last = pos as u32;
+                    if prepared.freed_after_use[o.index()] {
+                        self.last_uses.push((pos as u32, o));
+                    }
+                }
+            }
         }
+        self.use_fill = fill;
+        let mut key = self.indexed_order.take().unwrap_or_default();
+        key.0 = prepared.id();
+        key.1.clear();
+        key.1.extend_from_slice(order);
+        self.indexed_order = Some(key);
     }
 
     fn act(&mut self, position: usize, phase: Phase, key: u32, value: u32) {
@@ -551,25 +607,16 @@ pub fn lower_into<S: ProgramSink>(
     sink: &mut S,
 ) -> Result<(), ScheduleError> {
     let n = schedule.order.len();
-    check_order(graph.ops.len(), &schedule.order, &mut scratch.seen)?;
+    if !scratch.order_indexed(prepared, &schedule.order) {
+        check_order(graph.ops.len(), &schedule.order, &mut scratch.seen)?;
+        scratch.index_order(prepared, &schedule.order);
+    }
+    scratch.last_uses_end = scratch.last_uses.len();
     let gaps = &schedule.gaps;
     scratch.mark_gapped(prepared.n_tensors(), gaps);
-    scratch.index_uses(prepared, &schedule.order);
 
     // Validate gaps in (tensor, start) order.
-    // (tensor, start, index) packed in one integer: cheap to compare.
-    scratch.gap_keys.clear();
-    scratch
-        .gap_keys
-        .extend(gaps.iter().enumerate().map(|(i, g)| {
-            let start = g.after.map_or(0, |a| a as u64 + 1);
-            ((g.tensor.0 as u128) << 96) | ((start as u128) << 32) | i as u128
-        }));
-    scratch.gap_keys.sort_unstable();
-    scratch.sorted.clear();
-    scratch
-        .sorted
-        .extend(scratch.gap_keys.iter().map(|&k| k as u32));
+    scratch.sort_gaps(gaps);
     scratch.index_chain_reads(prepared, gaps, n);
     for i in 0..gaps.len() {
         check_gap(prepared, scratch, gaps, i, n)?;
@@ -796,10 +843,10 @@ fn chain_frees_at(
 /// feed recomputations.
 fn final_frees(s: &mut LowerScratch, pos: usize) {
     s.frees.clear();
-    while let Some(&(p, o)) = s.last_uses.last()
+    while let Some(&(p, o)) = s.last_uses[..s.last_uses_end].last()
         && p as usize == pos
     {
-        s.last_uses.pop();
+        s.last_uses_end -= 1;
         let g = s.gap_index[o.index()];
         let end = if g == NONE {
             NO_GAP

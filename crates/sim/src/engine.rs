@@ -234,6 +234,10 @@ pub struct SimPrepared {
     /// Sum of every op's time: the iteration time with unlimited memory.
     pub ideal_time_s: f64,
     pub graph: PreparedGraph,
+    /// (tensor id, size in bytes) of the batch inputs that own storage: each
+    /// iteration allocates them at its start. Listed once here rather than
+    /// found by a scan over every tensor in every simulation.
+    batch_inputs: Vec<(u64, u64)>,
 }
 
 impl SimPrepared {
@@ -241,11 +245,17 @@ impl SimPrepared {
         let op_time_s: Vec<f64> = (0..graph.ops.len())
             .map(|i| cost.op_time_s(graph, OpId(i as u32)))
             .collect();
+        let pg = PreparedGraph::new(graph);
+        let batch_inputs = (0..pg.n_tensors())
+            .filter(|&i| pg.batch_input[i] && pg.allocates[i])
+            .map(|i| (i as u64, pg.size_bytes[i]))
+            .collect();
         SimPrepared {
             ideal_time_s: op_time_s.iter().sum(),
             op_time_s,
             copy: cost.copy_rates(),
-            graph: PreparedGraph::new(graph),
+            graph: pg,
+            batch_inputs,
         }
     }
 }
@@ -257,7 +267,6 @@ pub struct SimScratch {
     /// the current iteration (infinity: not yet).
     done_at: Vec<f64>,
     initial: Vec<Option<Residency>>,
-    batch_inputs: Vec<(u64, u64)>,
 }
 
 /// Simulates `plan` on `graph` under `cost`.
@@ -530,11 +539,7 @@ impl<'a, P: Program> Run<'a, P> {
             memory,
             alloc_trace: self.options.record_alloc_trace.then(|| Trace::new(None)),
         };
-        let SimScratch {
-            done_at,
-            initial,
-            batch_inputs,
-        } = scratch;
+        let SimScratch { done_at, initial } = scratch;
         // Persistent tensors resident at the start stay allocated across iterations.
         initial.clear();
         initial.resize(n_t, None);
@@ -549,12 +554,6 @@ impl<'a, P: Program> Run<'a, P> {
                 sim.allocate(t.0 as u64, pg.size_bytes[t.index()], None);
             }
         }
-        batch_inputs.clear();
-        batch_inputs.extend(
-            (0..n_t)
-                .filter(|&i| pg.batch_input[i] && pg.allocates[i])
-                .map(|i| (i as u64, pg.size_bytes[i])),
-        );
 
         let iterations = self.options.iterations.max(1);
         done_at.clear();
@@ -571,7 +570,7 @@ impl<'a, P: Program> Run<'a, P> {
         let mut recompute_time_s = 0.0;
         for iter in 0..iterations {
             done_at.iter_mut().for_each(|d| *d = f64::INFINITY);
-            for &(id, size) in batch_inputs.iter() {
+            for &(id, size) in &self.prepared.batch_inputs {
                 sim.allocate(id, size, None);
             }
             rec.peak_live = rec.peak_live.max(sim.memory.live());
