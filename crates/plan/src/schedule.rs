@@ -373,6 +373,19 @@ impl LowerScratch {
             }
         }
         self.use_fill = fill;
+        // Within one position, tensors descending: the lowering takes them
+        // from the end, so it meets each position's frees in ascending order.
+        // Groups are short and pushed in operand order: an insertion sort.
+        for i in 1..self.last_uses.len() {
+            let mut j = i;
+            while j > 0
+                && self.last_uses[j - 1].0 == self.last_uses[j].0
+                && self.last_uses[j - 1].1 < self.last_uses[j].1
+            {
+                self.last_uses.swap(j - 1, j);
+                j -= 1;
+            }
+        }
         let mut key = self.indexed_order.take().unwrap_or_default();
         key.0 = prepared.id();
         key.1.clear();
@@ -857,14 +870,8 @@ fn final_frees(s: &mut LowerScratch, pos: usize) {
             s.frees.push(o);
         }
     }
-    // Usually zero to two: an insertion sort.
-    for i in 1..s.frees.len() {
-        let mut j = i;
-        while j > 0 && s.frees[j - 1] > s.frees[j] {
-            s.frees.swap(j - 1, j);
-            j -= 1;
-        }
-    }
+    // Ascending: `index_order` sorted each position's group.
+    debug_assert!(s.frees.is_sorted());
 }
 
 /// Starts gap `g` after the compute step `at`: a free (recompute, or swap

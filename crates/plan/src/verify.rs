@@ -854,10 +854,12 @@ impl Checker<'_> {
         let found = &mut *self.found;
         let st = &mut self.tensors[t.index()];
         let c = h.cover;
-        let nonread_stream = st.nonread_stream as usize % 3;
+        // `lane` takes any index (no bounds check): the stream, which only
+        // this function sets (to 0..3), is reduced only where it indexes.
+        let nonread_stream = st.nonread_stream as usize;
         if c.lane(nonread_stream) < st.nonread_index {
             let other = StepRef {
-                stream: Stream::ALL[nonread_stream],
+                stream: Stream::ALL[nonread_stream % 3],
                 index: st.nonread_index as u32,
             };
             report(
