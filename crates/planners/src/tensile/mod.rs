@@ -6,9 +6,10 @@
 //! recomputation of never-released accesses (Sec. IV-D, [`recompute`]) and the
 //! loop of Algorithm 3 with its stopping rule ([`scheduler`]).
 //!
-//! The multi-job parts (max swapping rate across jobs, co-located peaks, EWMA
-//! latency updates, cold start by predicted latencies) are not here: one job
-//! is planned before it runs, with the cost model's op times as its latencies.
+//! [`multi`] runs the same pieces over several jobs sharing one device (merged
+//! peak, biggest peak tensor among all jobs, max swapping rate). EWMA latency
+//! updates and cold start by predicted latencies are not here: a job is
+//! planned before it runs, with the cost model's op times as its latencies.
 //!
 //! Choices where the paper is vague (see also each module):
 //! - When the plan with nothing moved fits the budget it is returned as is
@@ -18,6 +19,7 @@
 
 pub mod access;
 pub mod link;
+pub mod multi;
 pub mod peak;
 pub mod recompute;
 pub mod scheduler;
