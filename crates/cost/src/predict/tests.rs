@@ -343,3 +343,23 @@ fn cost_models_price_ops_by_prediction_and_tracked_times() {
         .to_string();
     assert!(msg.contains(&format!("expected {}", g.n_ops())), "{msg}");
 }
+
+#[test]
+fn committed_cpu_tables_match_their_zoo_graphs() {
+    // The example trains on these; a zoo change that renames or reorders ops
+    // must show up here, not as a confusing error in the example.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/predict/cpu");
+    for (model, batch, knob, value) in [
+        ("tiny-cnn", 4, "width", 8),
+        ("mlp", 8, "hidden", 128),
+        ("tiny-transformer", 4, "hidden", 64),
+    ] {
+        let file = dir.join(format!("{model}__b{batch}__{knob}={value}.json"));
+        let table = MeasuredTable::from_json_file(&file).unwrap();
+        let knobs = std::collections::BTreeMap::from([(knob.to_string(), value)]);
+        let g = outcore_graph::zoo::build(model, Some(batch), &knobs, None).unwrap();
+        let data = Dataset::from_table(&g, &table, model).unwrap();
+        assert_eq!(data.samples.len(), g.n_ops(), "{model}: every op measured");
+        assert!(data.samples.iter().all(|s| s.time_s > 0.0), "{model}");
+    }
+}
