@@ -6,6 +6,8 @@
 //! - [`CostModel`]: the trait; [`RooflineModel`] (analytic, per-class
 //!   [`Efficiencies`]), [`MeasuredModel`] (a [`MeasuredTable`] of per-op times
 //!   over a fallback model) and [`UnitCostModel`] (hand-checkable numbers for tests).
+//! - [`predict`]: op latencies predicted from the graph (cold start), EWMA
+//!   correction from measurements and TENSILE's replanning trigger.
 //!
 //! All rates are bytes/s or FLOP/s and all times seconds.
 
@@ -13,6 +15,7 @@ mod device;
 mod error;
 mod measured;
 mod model;
+pub mod predict;
 mod roofline;
 
 pub use device::{DeviceProfile, MAX_OVERHEAD_S, MAX_RATE_PER_S};
