@@ -7,9 +7,10 @@
 //! loop of Algorithm 3 with its stopping rule ([`scheduler`]).
 //!
 //! [`multi`] runs the same pieces over several jobs sharing one device (merged
-//! peak, biggest peak tensor among all jobs, max swapping rate). EWMA latency
-//! updates and cold start by predicted latencies are not here: a job is
-//! planned before it runs, with the cost model's op times as its latencies.
+//! peak, biggest peak tensor among all jobs, max swapping rate). The planner
+//! takes its latencies from the request's cost model; cold start (predicted
+//! latencies) and EWMA updates are cost models too (`outcore_cost::predict`),
+//! and the `tensile_coldstart` example replans with them between iterations.
 //!
 //! Choices where the paper is vague (see also each module):
 //! - When the plan with nothing moved fits the budget it is returned as is
