@@ -82,6 +82,13 @@ pub enum Command {
         /// Write a Chrome trace of the run, a track group per job (opens in Perfetto).
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// Plan all jobs together with TENSILE's multi-job scheduler (each job's
+        /// `priority` is its max swapping rate; its `planner` and `budget` are
+        /// not used) and compare with each job planned alone by capuchin and by
+        /// vdnn-conv at the bound TENSILE's plan for it proves. The trace is
+        /// TENSILE's run.
+        #[arg(long)]
+        tensile: bool,
         #[arg(long)]
         json: bool,
     },

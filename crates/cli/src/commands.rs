@@ -83,8 +83,15 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             device,
             budget,
             trace,
+            tensile,
             json,
-        } => cmd_colocate(&jobs, &device, budget.as_deref(), trace.as_deref(), json),
+        } => {
+            if tensile {
+                cmd_colocate_tensile(&jobs, &device, budget.as_deref(), trace.as_deref(), json)
+            } else {
+                cmd_colocate(&jobs, &device, budget.as_deref(), trace.as_deref(), json)
+            }
+        }
         Command::AllocReplay {
             trace,
             allocator,
@@ -103,13 +110,58 @@ fn cmd_colocate(
 ) -> Result<()> {
     let list = outcore::load_job_list(jobs)?;
     let r = outcore::colocate(&list, device, budget, trace.is_some())?;
-    if let (Some(path), Some(t)) = (trace, &r.trace) {
-        std::fs::write(path, serde_json::to_string(t)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    write_trace(trace, r.trace.as_ref())?;
     if json_out {
         return print_json(&serde_json::to_value(&r)?);
     }
+    print_colocate(&r);
+    check_fits(&r)
+}
+
+fn cmd_colocate_tensile(
+    jobs: &Path,
+    device: &str,
+    budget: Option<&str>,
+    trace: Option<&Path>,
+    json_out: bool,
+) -> Result<()> {
+    let list = outcore::load_job_list(jobs)?;
+    let r = outcore::colocate_tensile(&list, device, budget, trace.is_some())?;
+    write_trace(trace, r.tensile.trace.as_ref())?;
+    if json_out {
+        return print_json(&serde_json::to_value(&r)?);
+    }
+    let groups = [
+        ("TENSILE over all jobs (tensile-multi)", &r.tensile),
+        (
+            "each job alone: capuchin at TENSILE's bound for it",
+            &r.capuchin,
+        ),
+        (
+            "each job alone: vdnn-conv at TENSILE's bound for it",
+            &r.vdnn_conv,
+        ),
+    ];
+    for (title, group) in groups {
+        say!("== {title}");
+        print_colocate(group);
+    }
+    for (_, group) in groups {
+        check_fits(group)?;
+    }
+    Ok(())
+}
+
+fn write_trace(path: Option<&Path>, trace: Option<&Value>) -> Result<()> {
+    if let (Some(path), Some(t)) = (path, trace) {
+        std::fs::write(path, serde_json::to_string(t)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Per-job rows and the global line of one colocated run.
+fn print_colocate(r: &outcore::ColocateResult) {
     say!(
         "{:<12} {:<16} {:>10} {:>10} {:>10} {:>12} {:>10} {:>7} {:>7} {:>7}",
         "job",
@@ -158,6 +210,10 @@ fn cmd_colocate(
         g.eor,
         g.cbr
     );
+}
+
+/// An error (non-zero exit) when the jobs together exceed their budget.
+fn check_fits(r: &outcore::ColocateResult) -> Result<()> {
     if !r.report.fits_budget {
         bail!(
             "the jobs together peak at {}, over the {} they share; lower the jobs' budgets or give more memory",

@@ -87,7 +87,10 @@ fn per_job(planner: &str, graphs: &[Arc<Graph>], cost: &RooflineModel, like: &Gr
     let p = outcore_planners::by_name(planner)?;
     let mut plans = Vec::new();
     for (g, t) in graphs.iter().zip(&like.plans) {
-        match p.plan(&PlanRequest::new(g, cost, t.budget_bytes)).map_err(err)? {
+        match p
+            .plan(&PlanRequest::new(g, cost, t.budget_bytes))
+            .map_err(err)?
+        {
             PlanOutcome::Feasible(plan) => plans.push(*plan),
             PlanOutcome::Infeasible(i) => return Err(format!("{planner}: {}", i.message)),
         }
@@ -174,14 +177,32 @@ fn table4(cost: &RooflineModel, memory_bytes: u64) -> Res<()> {
     ];
     let vanilla_group = vanilla(&graphs);
     let unlimited: u64 = graphs.iter().map(|g| footprint(g).0).sum();
-    eprintln!("| seed | launch order | method | MSR | EOR | CBR | paper MSR | paper EOR | paper CBR |");
+    eprintln!(
+        "| seed | launch order | method | MSR | EOR | CBR | paper MSR | paper EOR | paper CBR |"
+    );
     eprintln!("|---|---|---|---|---|---|---|---|---|");
     for seed in 0..3u64 {
         let order = shuffled(graphs.len(), seed);
-        let v = run(&names, &graphs, &vanilla_group, &order, LAUNCH_INTERVAL_S, unlimited, cost)?;
+        let v = run(
+            &names,
+            &graphs,
+            &vanilla_group,
+            &order,
+            LAUNCH_INTERVAL_S,
+            unlimited,
+            cost,
+        )?;
         let launch: Vec<&str> = order.iter().map(|&i| MODELS[i].0).collect();
         for ((label, group), (_, paper)) in groups.iter().zip(PAPER_TABLE4) {
-            let r = run(&names, &graphs, group, &order, LAUNCH_INTERVAL_S, memory_bytes, cost)?;
+            let r = run(
+                &names,
+                &graphs,
+                group,
+                &order,
+                LAUNCH_INTERVAL_S,
+                memory_bytes,
+                cost,
+            )?;
             let m = SetMetrics::new(&v, &r).map_err(err)?;
             eprintln!(
                 "| {seed} | {} | {label} | {} | {:.4} | {:.4} | {:.4} |",
@@ -198,7 +219,9 @@ fn table4(cost: &RooflineModel, memory_bytes: u64) -> Res<()> {
 
 /// Fig. 6: 1 to 4 identical jobs of each model, launched one by one.
 fn fig6(cost: &RooflineModel, memory_bytes: u64) -> Res<()> {
-    eprintln!("| model | jobs | TENSILE MSR | EOR | CBR | Capuchin MSR | EOR | CBR | vDNN-conv MSR | EOR | CBR |");
+    eprintln!(
+        "| model | jobs | TENSILE MSR | EOR | CBR | Capuchin MSR | EOR | CBR | vDNN-conv MSR | EOR | CBR |"
+    );
     eprintln!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (label, z) in MODELS {
         let g = Arc::new(zoo::build(z, Some(BATCH), &BTreeMap::new(), None).map_err(err)?);
@@ -207,7 +230,15 @@ fn fig6(cost: &RooflineModel, memory_bytes: u64) -> Res<()> {
             let names: Vec<String> = (0..n).map(|i| format!("{label} #{i}")).collect();
             let order: Vec<usize> = (0..n).collect();
             let unlimited = footprint(&g).0 * n as u64;
-            let v = run(&names, &graphs, &vanilla(&graphs), &order, 0.0, unlimited, cost)?;
+            let v = run(
+                &names,
+                &graphs,
+                &vanilla(&graphs),
+                &order,
+                0.0,
+                unlimited,
+                cost,
+            )?;
             let t = tensile(&graphs, cost, memory_bytes)?;
             let mut cells = Vec::new();
             let c = per_job("capuchin", &graphs, cost, &t);

@@ -12,10 +12,15 @@ use std::sync::Arc;
 use outcore_colocate::{
     ColocateOptions, ColocateReport, Job, JobSet, SetMetrics, simulate_jobs, simulate_jobs_with,
 };
-use outcore_plan::{AllocatorSpec, PlannerInfo, lower_in_order};
+use outcore_cost::DeviceProfile;
+use outcore_graph::Graph;
+use outcore_plan::{AllocatorSpec, Plan, PlannerErrorKind, PlannerInfo, lower_in_order};
+use outcore_planners::tensile::multi::{JobInput, MultiOutcome, NAME as MULTI_NAME, plan_jobs};
 use serde::{Deserialize, Serialize};
 
-use crate::input::{GraphSource, cost_model, load_device, load_graph, parse_budget, parse_size};
+use crate::input::{
+    GraphSource, LoadedGraph, cost_model, load_device, load_graph, parse_budget, parse_size,
+};
 use crate::planning::{PlanOptions, Target, plan};
 use crate::{Error, ErrorKind, Result};
 
@@ -145,61 +150,86 @@ fn job_source(spec: &JobSpec) -> Result<GraphSource> {
     }
 }
 
-/// Plans every job alone, then runs them together on `device` with
-/// `budget` (a size; default: the device's memory) for all of them; with
-/// `record_trace`, the result carries the run's Chrome trace.
-pub fn colocate(
-    list: &JobList,
-    device: &str,
-    budget: Option<&str>,
+/// A job of the list with its graph loaded.
+struct LoadedJob<'a> {
+    spec: &'a JobSpec,
+    loaded: LoadedGraph,
+    graph: Arc<Graph>,
+    footprint_bytes: u64,
+}
+
+/// Loads every job's graph.
+fn load_jobs(list: &JobList) -> Result<Vec<LoadedJob<'_>>> {
+    list.jobs
+        .iter()
+        .map(|spec| {
+            let loaded = load_graph(&job_source(spec)?)?;
+            let footprint_bytes = loaded.footprint_bytes();
+            let graph = Arc::new(loaded.graph.clone());
+            Ok(LoadedJob {
+                spec,
+                loaded,
+                graph,
+                footprint_bytes,
+            })
+        })
+        .collect()
+}
+
+/// `budget` (a size; default: the device's memory) for all jobs together.
+fn set_budget(profile: &DeviceProfile, budget: Option<&str>) -> Result<u64> {
+    match budget {
+        Some(text) => parse_size(text),
+        None => Ok(profile.memory_bytes),
+    }
+}
+
+/// One job's plan in a group: the planner that made it and the budget it
+/// was made for.
+struct Planned {
+    planner: String,
+    plan_budget_bytes: u64,
+    plan: Plan,
+}
+
+/// Runs `planned` (one per job) together, beside the same jobs unscheduled.
+fn run_group(
+    jobs: &[LoadedJob<'_>],
+    planned: Vec<Planned>,
+    profile: &DeviceProfile,
+    budget_bytes: u64,
     record_trace: bool,
 ) -> Result<ColocateResult> {
-    let profile = load_device(device)?;
-    let budget_bytes = match budget {
-        Some(text) => parse_size(text)?,
-        None => profile.memory_bytes,
-    };
-    let mut jobs = Vec::with_capacity(list.jobs.len());
-    let mut vanilla = Vec::with_capacity(list.jobs.len());
-    let mut rows = Vec::with_capacity(list.jobs.len());
     let vanilla_info = PlannerInfo {
         name: "vanilla".into(),
         seed: None,
         settings: serde_json::Value::Null,
     };
+    let mut set = Vec::with_capacity(jobs.len());
+    let mut vanilla = Vec::with_capacity(jobs.len());
+    let mut rows = Vec::with_capacity(jobs.len());
     let mut vanilla_budget_bytes = 0u64;
-    for spec in &list.jobs {
-        let loaded = load_graph(&job_source(spec)?)?;
-        let footprint_bytes = loaded.footprint_bytes();
-        let plan_budget_bytes =
-            parse_budget(spec.budget.as_deref().unwrap_or("100%"), footprint_bytes)?;
-        let target = Target::new(
-            &loaded,
-            profile.clone(),
-            plan_budget_bytes,
-            AllocatorSpec::Perfect,
-        )?;
-        let planned = plan(&loaded, &spec.planner, &target, &PlanOptions::default())?;
-        let graph = Arc::new(loaded.graph);
-        let unscheduled = lower_in_order(&graph, vanilla_info.clone(), footprint_bytes);
-        vanilla_budget_bytes = vanilla_budget_bytes.saturating_add(footprint_bytes);
+    for (j, p) in jobs.iter().zip(planned) {
+        let spec = j.spec;
+        let unscheduled = lower_in_order(&j.graph, vanilla_info.clone(), j.footprint_bytes);
+        vanilla_budget_bytes = vanilla_budget_bytes.saturating_add(j.footprint_bytes);
         let job = |plan| {
             Job::new(
                 &spec.name,
-                graph.clone(),
+                j.graph.clone(),
                 Arc::new(plan),
                 spec.iterations,
                 spec.arrival_s,
                 spec.priority,
             )
         };
-        jobs.push(job(planned.plan)?);
+        set.push(job(p.plan)?);
         vanilla.push(job(unscheduled)?);
         rows.push(ColocateJobRow {
             name: spec.name.clone(),
-            planner: spec.planner.clone(),
-            plan_budget_bytes,
-            footprint_bytes,
+            planner: p.planner,
+            plan_budget_bytes: p.plan_budget_bytes,
+            footprint_bytes: j.footprint_bytes,
             msr: f64::NAN,
             eor: f64::NAN,
             cbr: f64::NAN,
@@ -207,7 +237,7 @@ pub fn colocate(
     }
     let cost = cost_model(profile.clone(), None);
     let options = ColocateOptions { record_trace };
-    let out = simulate_jobs_with(&JobSet::new(budget_bytes, jobs)?, cost.as_ref(), &options)?;
+    let out = simulate_jobs_with(&JobSet::new(budget_bytes, set)?, cost.as_ref(), &options)?;
     let report = out.report;
     // The vanilla group has no memory limit: its budget is every footprint together.
     let vanilla = simulate_jobs(
@@ -226,6 +256,151 @@ pub fn colocate(
         vanilla,
         metrics,
         trace: out.trace,
+    })
+}
+
+/// Plans every job alone, then runs them together on `device` with
+/// `budget` (a size; default: the device's memory) for all of them; with
+/// `record_trace`, the result carries the run's Chrome trace.
+pub fn colocate(
+    list: &JobList,
+    device: &str,
+    budget: Option<&str>,
+    record_trace: bool,
+) -> Result<ColocateResult> {
+    let profile = load_device(device)?;
+    let budget_bytes = set_budget(&profile, budget)?;
+    let jobs = load_jobs(list)?;
+    let mut planned = Vec::with_capacity(jobs.len());
+    for j in &jobs {
+        let plan_budget_bytes = parse_budget(
+            j.spec.budget.as_deref().unwrap_or("100%"),
+            j.footprint_bytes,
+        )?;
+        let planner = j.spec.planner.clone();
+        let plan = plan_alone(j, &planner, &profile, plan_budget_bytes)?;
+        planned.push(Planned {
+            planner,
+            plan_budget_bytes,
+            plan,
+        });
+    }
+    run_group(&jobs, planned, &profile, budget_bytes, record_trace)
+}
+
+/// `planner` on job `j` alone at `budget_bytes` (perfect allocator).
+fn plan_alone(
+    j: &LoadedJob<'_>,
+    planner: &str,
+    profile: &DeviceProfile,
+    budget_bytes: u64,
+) -> Result<Plan> {
+    let target = Target::new(
+        &j.loaded,
+        profile.clone(),
+        budget_bytes,
+        AllocatorSpec::Perfect,
+    )?;
+    Ok(plan(&j.loaded, planner, &target, &PlanOptions::default())?.plan)
+}
+
+/// The result of `outcore colocate --tensile`: TENSILE's scheduler over all
+/// jobs, and the same jobs each planned alone by `capuchin` and by
+/// `vdnn-conv` at the bound TENSILE's plan for it proves (the paper's
+/// setting: "we set Capuchin's GPU memory budget as the same as TENSILE").
+#[derive(Debug, Clone, Serialize)]
+pub struct TensileComparison {
+    pub tensile: ColocateResult,
+    pub capuchin: ColocateResult,
+    pub vdnn_conv: ColocateResult,
+}
+
+/// The job list's jobs (graphs, iterations, arrivals, priorities as TENSILE's
+/// max swapping rates; the jobs' own `planner` and `budget` are not used)
+/// planned by TENSILE over all jobs for `budget` (default: the device's
+/// memory), then compared with per-job Capuchin and vDNN-conv (see
+/// [`TensileComparison`]); the trace, when asked for, is TENSILE's run.
+pub fn colocate_tensile(
+    list: &JobList,
+    device: &str,
+    budget: Option<&str>,
+    record_trace: bool,
+) -> Result<TensileComparison> {
+    let profile = load_device(device)?;
+    let budget_bytes = set_budget(&profile, budget)?;
+    for spec in &list.jobs {
+        // `Job` accepts 0 (the simulator does not use it); the scheduler
+        // divides the swaps by it.
+        if !(spec.priority > 0.0 && spec.priority <= 1.0) {
+            return Err(Error::invalid(
+                format!("priority of job `{}`", spec.name),
+                spec.priority.to_string(),
+                "TENSILE's scheduler reads it as the job's max swapping rate, which must be above 0",
+                "a number in (0, 1]; 1 (the default) means no limit",
+            ));
+        }
+    }
+    let jobs = load_jobs(list)?;
+    let cost = cost_model(profile.clone(), None);
+    let inputs: Vec<JobInput<'_>> = jobs
+        .iter()
+        .map(|j| JobInput {
+            graph: &j.graph,
+            max_swap_rate: j.spec.priority,
+        })
+        .collect();
+    let outcome = plan_jobs(&inputs, cost.as_ref(), budget_bytes).map_err(|e| {
+        if e.kind == PlannerErrorKind::InvalidRequest {
+            Error::invalid(
+                "job list for TENSILE",
+                &e.message,
+                "cannot be planned",
+                "jobs with priorities (max swapping rates) in (0, 1]",
+            )
+        } else {
+            // A planner bug: say so, with the planner's own words.
+            Error::from(ErrorKind::NotRunnable {
+                reason: e.to_string(),
+            })
+        }
+    })?;
+    let plans = match outcome {
+        MultiOutcome::Feasible { jobs, .. } => jobs,
+        MultiOutcome::Infeasible { message, .. } => {
+            return Err(ErrorKind::Infeasible {
+                planner: MULTI_NAME.into(),
+                model: format!("{} jobs", jobs.len()),
+                budget_bytes,
+                reason: message,
+            }
+            .into());
+        }
+    };
+    let bounds: Vec<u64> = plans.iter().map(|p| p.bound_bytes).collect();
+    let tensile: Vec<Planned> = plans
+        .into_iter()
+        .map(|p| Planned {
+            planner: MULTI_NAME.into(),
+            plan_budget_bytes: p.bound_bytes,
+            plan: p.plan,
+        })
+        .collect();
+    let alone = |planner: &str| -> Result<Vec<Planned>> {
+        jobs.iter()
+            .zip(&bounds)
+            .map(|(j, &bound)| {
+                Ok(Planned {
+                    planner: planner.into(),
+                    plan_budget_bytes: bound,
+                    plan: plan_alone(j, planner, &profile, bound)?,
+                })
+            })
+            .collect()
+    };
+    Ok(TensileComparison {
+        tensile: run_group(&jobs, tensile, &profile, budget_bytes, record_trace)?,
+        capuchin: run_group(&jobs, alone("capuchin")?, &profile, budget_bytes, false)?,
+        vdnn_conv: run_group(&jobs, alone("vdnn-conv")?, &profile, budget_bytes, false)?,
     })
 }
 
@@ -297,5 +472,48 @@ mod tests {
         assert_eq!(r.report.jobs[0].start_s, 1.5);
         assert_eq!(r.report.jobs[0].per_iteration_time_s.len(), 2);
         assert!(r.report.fits_budget);
+    }
+
+    #[test]
+    fn tensile_plans_the_set_and_baselines_get_its_bounds() {
+        // Two ResNet-18 b8 jobs, the second arriving later: TENSILE plans
+        // both for the device; capuchin and vdnn-conv plan each alone at the
+        // bound TENSILE's plan for that job proves.
+        let text = list(concat!(
+            "{\"name\": \"a\", \"model\": \"resnet18\", \"batch\": 8, \"planner\": \"none\", \"iterations\": 2},",
+            "{\"name\": \"b\", \"model\": \"resnet18\", \"batch\": 8, \"planner\": \"none\", \"iterations\": 2, \"arrival_s\": 0.01}"
+        ));
+        let parsed = parse_job_list(&text, "jobs.json").expect("parses");
+        let r = colocate_tensile(&parsed, "v100-16gb-pcie3", None, false).expect("runs");
+        for (row, job) in r.tensile.jobs.iter().zip(&r.tensile.report.jobs) {
+            assert_eq!(row.planner, MULTI_NAME);
+            // The plan is proved at its bound, so the job never holds more.
+            assert!(job.peak_live_bytes <= row.plan_budget_bytes, "{row:?}");
+            assert!(row.plan_budget_bytes < row.footprint_bytes, "{row:?}");
+        }
+        for group in [&r.capuchin, &r.vdnn_conv] {
+            for (row, t) in group.jobs.iter().zip(&r.tensile.jobs) {
+                assert_eq!(row.plan_budget_bytes, t.plan_budget_bytes);
+            }
+            assert_eq!(
+                group.vanilla.peak_live_bytes,
+                r.tensile.vanilla.peak_live_bytes
+            );
+        }
+        assert_eq!(r.capuchin.jobs[0].planner, "capuchin");
+        assert_eq!(r.vdnn_conv.jobs[1].planner, "vdnn-conv");
+        assert!(r.tensile.report.fits_budget);
+        // A max swapping rate of 0 cannot be planned: a clear error.
+        let zero = list(
+            "{\"name\": \"a\", \"model\": \"mlp\", \"planner\": \"none\", \"iterations\": 1, \"priority\": 0}",
+        );
+        let e = colocate_tensile(
+            &parse_job_list(&zero, "jobs.json").expect("parses"),
+            "v100-16gb-pcie3",
+            None,
+            false,
+        )
+        .expect_err("rate 0");
+        assert!(e.to_string().contains("(0, 1]"), "{e}");
     }
 }

@@ -29,8 +29,8 @@ mod run;
 mod suite;
 
 pub use colocate::{
-    ColocateJobRow, ColocateResult, JOBS_FORMAT, JobList, JobSpec, colocate, load_job_list,
-    parse_job_list,
+    ColocateJobRow, ColocateResult, JOBS_FORMAT, JobList, JobSpec, TensileComparison, colocate,
+    colocate_tensile, load_job_list, parse_job_list,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use input::{
