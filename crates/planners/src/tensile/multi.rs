@@ -34,7 +34,7 @@
 use super::access::AccessSequence;
 use super::peak::{Peak, analyse, bytes_at, peak_only};
 use super::recompute::{self, Candidate};
-use super::scheduler::stalled;
+use super::scheduler::{MIN_ITERATIONS_BEFORE_STALL_CHECK, STALL_FRACTION, STALL_WINDOW};
 use super::swap::{SwapState, schedule_peak};
 use crate::framework::Ctx;
 use outcore_cost::CostModel;
@@ -219,18 +219,18 @@ fn schedule(
         ..MultiSummary::default()
     };
     let (mut swap_ok, mut recompute_ok) = (true, true);
-    let mut peaks: Vec<u64> = Vec::new();
+    // Per iteration: the relative fall of the changed job's peak MP_j.
+    let mut falls: Vec<f64> = Vec::new();
     while swap_ok || recompute_ok {
         let mp = merged(&states);
-        if stalled(&peaks, summary.iterations) {
+        if stalled_jobs(&falls, summary.iterations) {
             summary.stopped_by_stall_rule = true;
             if !swap_ok {
                 break;
             }
             swap_ok = false;
-            peaks.clear();
+            falls.clear();
         }
-        peaks.push(mp);
         let changed = if swap_ok {
             let taken = swap_biggest(ctxs, jobs, cost, &mut states);
             swap_ok = taken.is_some();
@@ -243,12 +243,29 @@ fn schedule(
             break;
         };
         if let Some(j) = changed {
+            let before = states[j].peak.peak_bytes;
             states[j].peak = analyse(&ctxs[j], &states[j].gaps);
+            let after = states[j].peak.peak_bytes;
+            falls.push((before as f64 - after as f64) / before.max(1) as f64);
         }
         summary.iterations += 1;
     }
     summary.final_peak_bytes = merged(&states);
     (summary, states)
+}
+
+/// Algorithm 3 line 4 over jobs: "the average MP_j of the jobs corresponding
+/// to the selected tensors in the past 3 iterations reduces less than 0.05%
+/// and iter > 100". `falls` holds, per iteration, the relative fall of the
+/// peak of the job whose tensor was taken; the rule reads each job's own
+/// peak, not the merged one, so that adding jobs does not make every swap
+/// look smaller. (With one job this is the single-job rule.)
+fn stalled_jobs(falls: &[f64], iterations: usize) -> bool {
+    if iterations <= MIN_ITERATIONS_BEFORE_STALL_CHECK || falls.len() < STALL_WINDOW {
+        return false;
+    }
+    let window = &falls[falls.len() - STALL_WINDOW..];
+    window.iter().sum::<f64>() / (STALL_WINDOW as f64) < STALL_FRACTION
 }
 
 /// Whether job `j` may take another swap under its max swapping rate.
