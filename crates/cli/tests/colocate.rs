@@ -177,3 +177,57 @@ fn bad_job_lists_are_one_line_errors() {
         "-3",
     );
 }
+
+#[test]
+fn tensile_over_all_jobs_beside_per_job_baselines() {
+    let jobs = job_list(
+        "tensile.json",
+        "{\"name\": \"a\", \"model\": \"resnet18\", \"batch\": 8, \"planner\": \"none\", \"iterations\": 2},
+         {\"name\": \"b\", \"model\": \"resnet18\", \"batch\": 8, \"planner\": \"none\", \"iterations\": 2, \"arrival_s\": 0.01}",
+    );
+    let out = outcore(&[
+        "colocate",
+        &jobs,
+        "--device",
+        "v100-16gb-pcie3",
+        "--tensile",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    for (group, planner) in [
+        ("tensile", "tensile-multi"),
+        ("capuchin", "capuchin"),
+        ("vdnn_conv", "vdnn-conv"),
+    ] {
+        let rows = v[group]["jobs"].as_array().expect("rows");
+        assert_eq!(rows.len(), 2, "{group}");
+        assert_eq!(rows[0]["planner"], planner);
+        // Every baseline plans each job at the bound TENSILE's plan proves.
+        assert_eq!(
+            rows[1]["plan_budget_bytes"],
+            v["tensile"]["jobs"][1]["plan_budget_bytes"]
+        );
+        let eor = v[group]["metrics"]["global"]["eor"].as_f64().expect("eor");
+        assert!(eor.is_finite() && eor > 0.0, "{group}: {eor}");
+    }
+    // A max swapping rate of 0 is refused, naming the job and the range.
+    let zero = job_list(
+        "zero.json",
+        "{\"name\": \"z\", \"model\": \"mlp\", \"planner\": \"none\", \"iterations\": 1, \"priority\": 0}",
+    );
+    fails_with(
+        &[
+            "colocate",
+            &zero,
+            "--device",
+            "v100-16gb-pcie3",
+            "--tensile",
+        ],
+        "priority of job `z`",
+    );
+}
