@@ -85,13 +85,14 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             trace,
             tensile,
             json,
-        } => {
-            if tensile {
-                cmd_colocate_tensile(&jobs, &device, budget.as_deref(), trace.as_deref(), json)
-            } else {
-                cmd_colocate(&jobs, &device, budget.as_deref(), trace.as_deref(), json)
-            }
-        }
+        } => cmd_colocate(
+            &jobs,
+            &device,
+            budget.as_deref(),
+            trace.as_deref(),
+            tensile,
+            json,
+        ),
         Command::AllocReplay {
             trace,
             allocator,
@@ -101,52 +102,49 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
     }
 }
 
+/// `outcore colocate`: the list's own plans, or with `tensile` TENSILE over
+/// all jobs beside per-job capuchin and vdnn-conv (one block each).
 fn cmd_colocate(
     jobs: &Path,
     device: &str,
     budget: Option<&str>,
     trace: Option<&Path>,
+    tensile: bool,
     json_out: bool,
 ) -> Result<()> {
     let list = outcore::load_job_list(jobs)?;
-    let r = outcore::colocate(&list, device, budget, trace.is_some())?;
-    write_trace(trace, r.trace.as_ref())?;
+    let record = trace.is_some();
+    let (json, groups) = if tensile {
+        let r = outcore::colocate_tensile(&list, device, budget, record)?;
+        let json = serde_json::to_value(&r)?;
+        let groups = vec![
+            ("TENSILE over all jobs (tensile-multi)", r.tensile),
+            (
+                "each job alone: capuchin at TENSILE's bound for it",
+                r.capuchin,
+            ),
+            (
+                "each job alone: vdnn-conv at TENSILE's bound for it",
+                r.vdnn_conv,
+            ),
+        ];
+        (json, groups)
+    } else {
+        let r = outcore::colocate(&list, device, budget, record)?;
+        (serde_json::to_value(&r)?, vec![("", r)])
+    };
+    // The trace, when asked for, is the first group's run.
+    write_trace(trace, groups[0].1.trace.as_ref())?;
     if json_out {
-        return print_json(&serde_json::to_value(&r)?);
+        return print_json(&json);
     }
-    print_colocate(&r);
-    check_fits(&r)
-}
-
-fn cmd_colocate_tensile(
-    jobs: &Path,
-    device: &str,
-    budget: Option<&str>,
-    trace: Option<&Path>,
-    json_out: bool,
-) -> Result<()> {
-    let list = outcore::load_job_list(jobs)?;
-    let r = outcore::colocate_tensile(&list, device, budget, trace.is_some())?;
-    write_trace(trace, r.tensile.trace.as_ref())?;
-    if json_out {
-        return print_json(&serde_json::to_value(&r)?);
-    }
-    let groups = [
-        ("TENSILE over all jobs (tensile-multi)", &r.tensile),
-        (
-            "each job alone: capuchin at TENSILE's bound for it",
-            &r.capuchin,
-        ),
-        (
-            "each job alone: vdnn-conv at TENSILE's bound for it",
-            &r.vdnn_conv,
-        ),
-    ];
-    for (title, group) in groups {
-        say!("== {title}");
+    for (title, group) in &groups {
+        if !title.is_empty() {
+            say!("== {title}");
+        }
         print_colocate(group);
     }
-    for (_, group) in groups {
+    for (_, group) in &groups {
         check_fits(group)?;
     }
     Ok(())
