@@ -82,6 +82,11 @@ pub enum Command {
         /// Write a Chrome trace of the run, a track group per job (opens in Perfetto).
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// Also train the jobs at once on the CPU executor, one shared arena,
+        /// each planned for the CPU at its budget, with checks, and compare each
+        /// with its model trained alone.
+        #[arg(long)]
+        run: bool,
         #[arg(long)]
         json: bool,
     },

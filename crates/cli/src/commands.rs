@@ -83,8 +83,16 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             device,
             budget,
             trace,
+            run,
             json,
-        } => cmd_colocate(&jobs, &device, budget.as_deref(), trace.as_deref(), json),
+        } => cmd_colocate(
+            &jobs,
+            &device,
+            budget.as_deref(),
+            trace.as_deref(),
+            run,
+            json,
+        ),
         Command::AllocReplay {
             trace,
             allocator,
@@ -99,6 +107,7 @@ fn cmd_colocate(
     device: &str,
     budget: Option<&str>,
     trace: Option<&Path>,
+    run: bool,
     json_out: bool,
 ) -> Result<()> {
     let list = outcore::load_job_list(jobs)?;
@@ -107,8 +116,21 @@ fn cmd_colocate(
         std::fs::write(path, serde_json::to_string(t)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    let cpu_run = if run {
+        Some(outcore::colocate_run(
+            &list,
+            &outcore::ColocateRunOptions::default(),
+        )?)
+    } else {
+        None
+    };
     if json_out {
-        return print_json(&serde_json::to_value(&r)?);
+        let mut value = serde_json::to_value(&r)?;
+        if let (Some(run), Value::Object(map)) = (&cpu_run, &mut value) {
+            map.insert("cpu_run".into(), serde_json::to_value(run)?);
+        }
+        print_json(&value)?;
+        return colocate_run_verdict(cpu_run.as_ref());
     }
     say!(
         "{:<12} {:<16} {:>10} {:>10} {:>10} {:>12} {:>10} {:>7} {:>7} {:>7}",
@@ -165,7 +187,85 @@ fn cmd_colocate(
             fmt_bytes(r.budget_bytes)
         );
     }
-    Ok(())
+    if let Some(run) = &cpu_run {
+        print_colocate_run(run);
+    }
+    colocate_run_verdict(cpu_run.as_ref())
+}
+
+/// The jobs as trained together on the CPU executor.
+fn print_colocate_run(run: &outcore::ColocateRunResult) {
+    say!(
+        "on the CPU executor, one arena of {}, all jobs at once ({:.3} s):",
+        fmt_bytes(run.capacity_bytes),
+        run.wall_time_s
+    );
+    say!(
+        "{:<12} {:<16} {:>10} {:>10} {:>6} {:>10} {:>12} {:>10} {:>10} {:>7} {:>6}",
+        "job",
+        "planner",
+        "window",
+        "plan_budg",
+        "iters",
+        "meas_it_s",
+        "peak",
+        "swap_in",
+        "recompute",
+        "checks",
+        "alone"
+    );
+    let yes_no = |v: Option<bool>| match v {
+        Some(true) => "same",
+        Some(false) => "DIFF",
+        None => "-",
+    };
+    for j in &run.jobs {
+        if let Some(e) = &j.error {
+            say!("{:<12} {:<16} FAILED: {e}", j.name, j.planner);
+            continue;
+        }
+        say!(
+            "{:<12} {:<16} {:>10} {:>10} {:>6} {:>10.4} {:>12} {:>10} {:>10} {:>7} {:>6}",
+            j.name,
+            j.planner,
+            fmt_bytes(j.window_bytes),
+            fmt_bytes(j.plan_budget_bytes),
+            j.iters,
+            j.measured_iter_time_s.unwrap_or(f64::NAN),
+            fmt_bytes(j.peak_device_bytes.unwrap_or(0)),
+            fmt_bytes(j.swap_in_bytes.unwrap_or(0)),
+            j.recomputes.unwrap_or(0),
+            match j.checks_passed {
+                Some(true) => "passed",
+                Some(false) => "FAILED",
+                None => "-",
+            },
+            yes_no(j.matches_reference)
+        );
+    }
+}
+
+/// An error when a job of the CPU run failed or differs from its run alone.
+fn colocate_run_verdict(run: Option<&outcore::ColocateRunResult>) -> Result<()> {
+    match run {
+        Some(run) if !run.all_ok() => {
+            let bad: Vec<&str> = run
+                .jobs
+                .iter()
+                .filter(|j| {
+                    j.error.is_some()
+                        || j.checks_passed == Some(false)
+                        || j.matches_reference == Some(false)
+                })
+                .map(|j| j.name.as_str())
+                .collect();
+            bail!(
+                "on the CPU executor, job(s) {} failed or differ from training alone; see the table above",
+                bad.join(", ")
+            )
+        }
+        _ => Ok(()),
+    }
 }
 
 fn print_json(value: &Value) -> Result<()> {
