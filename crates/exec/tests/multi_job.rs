@@ -20,6 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 const ITERS: u32 = 3;
+/// Iterations of the job that swaps plans after iterations 1, 2 and 3.
+const SWAP_ITERS: u32 = 5;
 
 fn tiny_cnn() -> Graph {
     common::model("tiny-cnn", 4, &[("depth", 4), ("width", 8)])
@@ -248,8 +250,17 @@ fn a_plan_swapped_between_iterations_keeps_the_training_state() {
         "tensile keeps nothing on the host"
     );
     assert_eq!(host_resident(&in_order), 0);
+    // The last plan's arena allocator is another kind: the allocator is
+    // rebuilt at the swap (tensors become lists of 64 KiB chunk segments).
+    let mut chunked = outcore_exec::test_plans::in_order_plan(&cnn, 0);
+    outcore_exec::test_plans::fit_budget(&mut chunked, &cnn, 0.5).expect("verifies");
+    chunked.allocator = AllocatorSpec::VirtualChunks(outcore_alloc::VirtualChunksConfig {
+        chunk_bytes: 64 * 1024,
+        small_alloc_max_bytes: 16 * 1024,
+    });
+    chunked.planner.name = "in-order-chunked".into();
     let mut swapper = job("swapper", &cnn, &tensile, tensile_order.clone(), 6);
-    swapper.options.iters = 4;
+    swapper.options.iters = SWAP_ITERS;
     swapper.swaps = vec![
         PlanSwap {
             after_iteration: 1,
@@ -261,13 +272,18 @@ fn a_plan_swapped_between_iterations_keeps_the_training_state() {
             plan: &tensile,
             issue_order: tensile_order,
         },
+        PlanSwap {
+            after_iteration: 3,
+            plan: &chunked,
+            issue_order: None,
+        },
     ];
     let (tf_plan, tf_order) = planned("tensile", &transformer, 50);
     let jobs = vec![swapper, job("steady", &transformer, &tf_plan, tf_order, 7)];
     let capacity: u64 = jobs.iter().map(Job::window_bytes).sum();
     assert_eq!(
         jobs[0].window_bytes(),
-        in_order.budget_bytes.div_ceil(512) * 512,
+        chunked.budget_bytes.div_ceil(512) * 512,
         "the window holds the largest of the job's plans"
     );
     let run = execute_jobs(&jobs, capacity).expect("the co-located run starts");
@@ -275,11 +291,14 @@ fn a_plan_swapped_between_iterations_keeps_the_training_state() {
         .result
         .as_ref()
         .expect("the swapping job finishes");
-    assert_eq!(report.planner, "tensile -> in-order -> tensile");
+    assert_eq!(
+        report.planner,
+        "tensile -> in-order -> tensile -> in-order-chunked"
+    );
     assert_eq!(report.checks_passed, Some(true));
     assert!(report.checks_run > 0);
     let mut reference_options = options(6, None);
-    reference_options.iters = 4;
+    reference_options.iters = SWAP_ITERS;
     let (fp, _) = footprint(&cnn);
     let info = PlannerInfo {
         name: "reference".into(),
@@ -400,6 +419,21 @@ fn bad_job_lists_are_refused_before_anything_runs() {
     let msg = err.to_string();
     assert!(
         msg.contains("job `late`") && msg.contains(&format!("after iteration {ITERS}")),
+        "{msg}"
+    );
+
+    let transformer = tiny_transformer();
+    let other_graph = common::in_order(&transformer);
+    let mut mixed = job("mixed", &cnn, &plan, None, 0);
+    mixed.swaps = vec![PlanSwap {
+        after_iteration: 1,
+        plan: &other_graph,
+        issue_order: None,
+    }];
+    let err = execute_jobs(&[mixed], 1 << 30).expect_err("a swap to another graph's plan");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("job `mixed`") && msg.contains("plan was made for a graph of"),
         "{msg}"
     );
 }
