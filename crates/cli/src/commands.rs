@@ -196,9 +196,10 @@ fn cmd_colocate(
 /// The jobs as trained together on the CPU executor.
 fn print_colocate_run(run: &outcore::ColocateRunResult) {
     say!(
-        "on the CPU executor, one arena of {}, all jobs at once ({:.3} s):",
+        "on the CPU executor, one arena of {}, all jobs at once ({:.3} s), measured global peak {}:",
         fmt_bytes(run.capacity_bytes),
-        run.wall_time_s
+        run.wall_time_s,
+        fmt_bytes(run.peak_device_bytes)
     );
     say!(
         "{:<12} {:<16} {:>10} {:>10} {:>6} {:>10} {:>12} {:>10} {:>10} {:>7} {:>6}",

@@ -54,4 +54,11 @@ fn two_tensile_jobs_train_together_on_the_cpu_executor() {
         window_total += row["window_bytes"].as_u64().expect("window");
     }
     assert_eq!(run["capacity_bytes"].as_u64(), Some(window_total));
+    let peak = run["peak_device_bytes"].as_u64().expect("global peak");
+    let job_peaks: Vec<u64> = rows
+        .iter()
+        .map(|r| r["peak_device_bytes"].as_u64().expect("job peak"))
+        .collect();
+    assert!(peak >= job_peaks.iter().copied().max().unwrap_or(0));
+    assert!(peak <= job_peaks.iter().sum::<u64>().min(window_total));
 }

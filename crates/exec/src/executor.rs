@@ -34,6 +34,7 @@ use outcore_graph::{DType, Graph, OpId, OpKind, TensorId, TensorKind};
 use outcore_plan::{Instr, Plan, Residency, Step, StepRef, Stream};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// How to run a plan.
@@ -70,6 +71,38 @@ pub struct ExecOptions {
     /// Told after each iteration; returning `false` stops the run before the
     /// next one with [`ExecErrorKind::Interrupted`] (a Ctrl-C, say).
     pub on_iteration: Option<IterationHook>,
+    /// Device bytes counted together with other runs (jobs sharing one
+    /// arena): this run adds its allocations and removes its frees, and its
+    /// remaining bytes when it ends.
+    pub shared_usage: Option<std::sync::Arc<SharedUsage>>,
+}
+
+/// Device bytes allocated by several runs together; its peak is their
+/// measured global peak (requested sizes, including frees still in flight,
+/// as [`RunReport::peak_device_bytes`] counts one run's).
+#[derive(Debug, Default)]
+pub struct SharedUsage {
+    live_bytes: AtomicU64,
+    peak_bytes: AtomicU64,
+}
+
+impl SharedUsage {
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes.load(Ordering::SeqCst)
+    }
+
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak_bytes.load(Ordering::SeqCst)
+    }
+
+    fn add(&self, bytes: u64) {
+        let now = self.live_bytes.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        self.peak_bytes.fetch_max(now, Ordering::SeqCst);
+    }
+
+    fn sub(&self, bytes: u64) {
+        self.live_bytes.fetch_sub(bytes, Ordering::SeqCst);
+    }
 }
 
 /// A plan to switch to at an iteration boundary (see [`execute_swapping`]).
@@ -107,6 +140,7 @@ impl Default for ExecOptions {
             op_time_s: None,
             issue_order: None,
             on_iteration: None,
+            shared_usage: None,
         }
     }
 }
@@ -395,7 +429,7 @@ impl<'a> Executor<'a> {
         while let Some((ev, key)) = self.pending_frees.pop_front() {
             if self.be.query_event(ev)? {
                 self.alloc.free(key)?;
-                self.live_bytes -= self.sizes.remove(&key).unwrap_or(0);
+                self.release_bytes(key);
                 any = true;
             } else {
                 keep.push_back((ev, key));
@@ -403,6 +437,15 @@ impl<'a> Executor<'a> {
         }
         self.pending_frees = keep;
         Ok(any)
+    }
+
+    /// Stops counting the allocation `key` (its allocator block was freed).
+    fn release_bytes(&mut self, key: u64) {
+        let size_bytes = self.sizes.remove(&key).unwrap_or(0);
+        self.live_bytes -= size_bytes;
+        if let Some(usage) = &self.opts.shared_usage {
+            usage.sub(size_bytes);
+        }
     }
 
     /// Allocates `size_bytes` for `tensor` (a name for errors), draining in-flight
@@ -422,6 +465,9 @@ impl<'a> Executor<'a> {
                     self.sizes.insert(key, size_bytes);
                     self.live_bytes += size_bytes;
                     self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+                    if let Some(usage) = &self.opts.shared_usage {
+                        usage.add(size_bytes);
+                    }
                     return Ok(Resident { key, segments });
                 }
                 Err(no_fit) => {
@@ -765,7 +811,7 @@ impl<'a> Executor<'a> {
         for &t in persistent {
             if let Some(r) = self.dev[t.index()].take() {
                 self.alloc.free(r.key)?;
-                self.live_bytes -= self.sizes.remove(&r.key).unwrap_or(0);
+                self.release_bytes(r.key);
             }
         }
         if self.live_bytes != 0 {
@@ -1169,7 +1215,7 @@ impl<'a> Executor<'a> {
             }
             if let Some(r) = self.dev[t.id.index()].take() {
                 self.alloc.free(r.key)?;
-                self.live_bytes -= self.sizes.remove(&r.key).unwrap_or(0);
+                self.release_bytes(r.key);
             }
         }
         Ok(())
@@ -1208,6 +1254,15 @@ impl<'a> Executor<'a> {
             out.insert(tensor.name.clone(), bytes);
         }
         Ok(out)
+    }
+}
+
+impl Drop for Executor<'_> {
+    /// A run that ends, finished or failed, no longer holds its device bytes.
+    fn drop(&mut self) {
+        if let Some(usage) = &self.opts.shared_usage {
+            usage.sub(self.live_bytes);
+        }
     }
 }
 

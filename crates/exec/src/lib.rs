@@ -20,5 +20,7 @@ pub use backend::{
 };
 pub use cpu::{CpuBackend, CpuBackendOptions, CpuDevice, CpuFaults};
 pub use error::{ExecError, ExecErrorKind};
-pub use executor::{ExecOptions, IterationHook, PlanSwap, RunReport, execute, execute_swapping};
+pub use executor::{
+    ExecOptions, IterationHook, PlanSwap, RunReport, SharedUsage, execute, execute_swapping,
+};
 pub use multi::{Job, JobOutcome, MultiRunReport, execute_jobs};

@@ -37,12 +37,13 @@
 
 use crate::backend::DeviceSegment;
 use crate::cpu::{CpuBackendOptions, CpuDevice};
-use crate::executor::{ExecOptions, PlanSwap, RunReport, execute_swapping};
+use crate::executor::{ExecOptions, PlanSwap, RunReport, SharedUsage, execute_swapping};
 use crate::{ExecError, ExecErrorKind};
 use outcore_alloc::ALIGNMENT_BYTES;
 use outcore_graph::Graph;
 use outcore_plan::Plan;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// One job of a co-located run.
@@ -95,6 +96,10 @@ pub struct MultiRunReport {
     pub jobs: Vec<JobOutcome>,
     /// Wall time from the first job's start to the last job's end.
     pub wall_time_s: f64,
+    /// The most device bytes the jobs held at once (the global peak TENSILE
+    /// minimises), measured: each job's allocations counted into one total as
+    /// they happen (requested sizes, frees counted once they completed).
+    pub peak_device_bytes: u64,
 }
 
 impl MultiRunReport {
@@ -159,16 +164,17 @@ pub fn layout_windows(
 pub fn execute_jobs(jobs: &[Job<'_>], capacity_bytes: u64) -> Result<MultiRunReport, ExecError> {
     let windows = layout_windows(jobs, capacity_bytes)?;
     let device = CpuDevice::new(capacity_bytes)?;
+    let usage = Arc::new(SharedUsage::default());
     let started = Instant::now();
     let results: Vec<Result<RunReport, ExecError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = jobs
             .iter()
             .zip(&windows)
             .map(|(job, window)| {
-                let device = &device;
+                let (device, usage) = (&device, &usage);
                 std::thread::Builder::new()
                     .name(format!("outcore-job-{}", job.name))
-                    .spawn_scoped(scope, move || run_job(device, job, *window))
+                    .spawn_scoped(scope, move || run_job(device, usage, job, *window))
             })
             .collect();
         handles
@@ -200,17 +206,24 @@ pub fn execute_jobs(jobs: &[Job<'_>], capacity_bytes: u64) -> Result<MultiRunRep
         capacity_bytes,
         jobs,
         wall_time_s,
+        peak_device_bytes: usage.peak_bytes(),
     })
 }
 
-/// One job on its window; the backend (and its lease of the window) lives as
-/// long as the run.
+/// One job on its window, its bytes counted into `usage` (in place of any
+/// usage its options name); the backend (and its lease of the window) lives
+/// as long as the run.
 fn run_job(
     device: &CpuDevice,
+    usage: &Arc<SharedUsage>,
     job: &Job<'_>,
     window: DeviceSegment,
 ) -> Result<RunReport, ExecError> {
     let backend =
         device.backend_in_window(window.offset_bytes, window.size_bytes, job.backend.clone())?;
-    execute_swapping(job.graph, job.plan, &job.swaps, &backend, &job.options)
+    let options = ExecOptions {
+        shared_usage: Some(Arc::clone(usage)),
+        ..job.options.clone()
+    };
+    execute_swapping(job.graph, job.plan, &job.swaps, &backend, &options)
 }

@@ -9,7 +9,7 @@ use outcore_cost::{LATENCY_TABLE_FORMAT, RooflineModel};
 use outcore_exec::multi::layout_windows;
 use outcore_exec::{
     Backend, CpuBackendOptions, CpuDevice, CpuFaults, ExecErrorKind, ExecOptions, IterationHook,
-    Job, PlanSwap, RunReport, execute, execute_jobs,
+    Job, PlanSwap, RunReport, SharedUsage, execute, execute_jobs,
 };
 use outcore_graph::{Graph, footprint};
 use outcore_plan::{
@@ -163,6 +163,14 @@ fn two_tensile_jobs_in_one_arena_train_as_if_alone() {
         w0.offset_bytes + w0.size_bytes <= w1.offset_bytes,
         "windows overlap"
     );
+    // The global peak: at least either job's, at most both together.
+    let peaks: Vec<u64> = run
+        .jobs
+        .iter()
+        .map(|j| j.result.as_ref().map_or(0, |r| r.peak_device_bytes))
+        .collect();
+    assert!(run.peak_device_bytes >= peaks[0].max(peaks[1]), "{peaks:?}");
+    assert!(run.peak_device_bytes <= (peaks[0] + peaks[1]).min(capacity));
     for (name, g, seed) in [("cnn", &cnn, 1), ("transformer", &transformer, 2)] {
         let outcome = run.job(name).expect("job reported");
         let report = outcome
@@ -315,6 +323,33 @@ fn a_plan_swapped_between_iterations_keeps_the_training_state() {
     assert_identical("swapper", report, &reference);
     let steady = run.jobs[1].result.as_ref().expect("the other job finishes");
     assert_identical("steady", steady, &alone(&transformer, 7));
+}
+
+#[test]
+fn shared_usage_counts_a_run_and_forgets_it_when_it_ends() {
+    let cnn = tiny_cnn();
+    let (plan, order) = planned("tensile", &cnn, 50);
+    let usage = Arc::new(SharedUsage::default());
+    let counted = ExecOptions {
+        shared_usage: Some(Arc::clone(&usage)),
+        iters: 2,
+        ..options(0, order.clone())
+    };
+    let backend = outcore_exec::CpuBackend::new(CpuBackendOptions::default());
+    let report = execute(&cnn, &plan, &backend, &counted).expect("runs");
+    // One run alone: the shared peak is its own.
+    assert_eq!(usage.peak_bytes(), report.peak_device_bytes);
+    assert_eq!(usage.live_bytes(), 0, "a finished run still counted");
+    // A run that fails (out of memory) is forgotten too.
+    let mut starved = plan.clone();
+    starved.budget_bytes /= 3;
+    let backend = outcore_exec::CpuBackend::new(CpuBackendOptions::default());
+    let err = execute(&cnn, &starved, &backend, &counted).expect_err("out of memory");
+    assert!(
+        matches!(err.kind, ExecErrorKind::OutOfDeviceMemory { .. }),
+        "{err}"
+    );
+    assert_eq!(usage.live_bytes(), 0, "a failed run still counted");
 }
 
 #[test]

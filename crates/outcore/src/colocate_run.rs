@@ -77,6 +77,8 @@ pub struct ColocateRunResult {
     pub capacity_bytes: u64,
     /// From the first job's start to the last job's end.
     pub wall_time_s: f64,
+    /// The most device bytes the jobs held at once, measured.
+    pub peak_device_bytes: u64,
     pub jobs: Vec<ColocateRunRow>,
 }
 
@@ -176,6 +178,7 @@ pub fn colocate_run(list: &JobList, options: &ColocateRunOptions) -> Result<Colo
     Ok(ColocateRunResult {
         capacity_bytes,
         wall_time_s,
+        peak_device_bytes: run.peak_device_bytes,
         jobs: rows,
     })
 }
