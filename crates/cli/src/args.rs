@@ -89,6 +89,12 @@ pub enum Command {
         /// TENSILE's run.
         #[arg(long)]
         tensile: bool,
+        /// Also train the jobs at once on the CPU executor, one shared arena,
+        /// each planned for the CPU at its budget, with checks, and compare each
+        /// with its model trained alone. (Not with `--tensile`: the CPU run
+        /// plans each job alone.)
+        #[arg(long, conflicts_with = "tensile")]
+        run: bool,
         #[arg(long)]
         json: bool,
     },

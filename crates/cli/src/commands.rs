@@ -84,13 +84,14 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             budget,
             trace,
             tensile,
+            run,
             json,
         } => cmd_colocate(
             &jobs,
             &device,
             budget.as_deref(),
             trace.as_deref(),
-            tensile,
+            ColocateMode { tensile, run },
             json,
         ),
         Command::AllocReplay {
@@ -102,19 +103,28 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
     }
 }
 
+/// What `outcore colocate` adds to the list's own plans.
+struct ColocateMode {
+    /// TENSILE over all jobs beside per-job capuchin and vdnn-conv, instead.
+    tensile: bool,
+    /// Also train the jobs at once on the CPU executor.
+    run: bool,
+}
+
 /// `outcore colocate`: the list's own plans, or with `tensile` TENSILE over
-/// all jobs beside per-job capuchin and vdnn-conv (one block each).
+/// all jobs beside per-job capuchin and vdnn-conv (one block each); with
+/// `run`, also the jobs trained at once on the CPU executor.
 fn cmd_colocate(
     jobs: &Path,
     device: &str,
     budget: Option<&str>,
     trace: Option<&Path>,
-    tensile: bool,
+    mode: ColocateMode,
     json_out: bool,
 ) -> Result<()> {
     let list = outcore::load_job_list(jobs)?;
     let record = trace.is_some();
-    let (json, groups) = if tensile {
+    let (mut json, groups) = if mode.tensile {
         let r = outcore::colocate_tensile(&list, device, budget, record)?;
         let json = serde_json::to_value(&r)?;
         let groups = vec![
@@ -135,8 +145,20 @@ fn cmd_colocate(
     };
     // The trace, when asked for, is the first group's run.
     write_trace(trace, groups[0].1.trace.as_ref())?;
+    let cpu_run = if mode.run {
+        Some(outcore::colocate_run(
+            &list,
+            &outcore::ColocateRunOptions::default(),
+        )?)
+    } else {
+        None
+    };
     if json_out {
-        return print_json(&json);
+        if let (Some(run), Value::Object(map)) = (&cpu_run, &mut json) {
+            map.insert("cpu_run".into(), serde_json::to_value(run)?);
+        }
+        print_json(&json)?;
+        return colocate_run_verdict(cpu_run.as_ref());
     }
     for (title, group) in &groups {
         if !title.is_empty() {
@@ -147,7 +169,10 @@ fn cmd_colocate(
     for (_, group) in &groups {
         check_fits(group)?;
     }
-    Ok(())
+    if let Some(run) = &cpu_run {
+        print_colocate_run(run);
+    }
+    colocate_run_verdict(cpu_run.as_ref())
 }
 
 fn write_trace(path: Option<&Path>, trace: Option<&Value>) -> Result<()> {
@@ -220,6 +245,82 @@ fn check_fits(r: &outcore::ColocateResult) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The jobs as trained together on the CPU executor.
+fn print_colocate_run(run: &outcore::ColocateRunResult) {
+    say!(
+        "on the CPU executor, one arena of {}, all jobs at once ({:.3} s), measured global peak {}:",
+        fmt_bytes(run.capacity_bytes),
+        run.wall_time_s,
+        fmt_bytes(run.peak_device_bytes)
+    );
+    say!(
+        "{:<12} {:<16} {:>10} {:>10} {:>6} {:>10} {:>12} {:>10} {:>10} {:>7} {:>6}",
+        "job",
+        "planner",
+        "window",
+        "plan_budg",
+        "iters",
+        "meas_it_s",
+        "peak",
+        "swap_in",
+        "recompute",
+        "checks",
+        "alone"
+    );
+    let yes_no = |v: Option<bool>| match v {
+        Some(true) => "same",
+        Some(false) => "DIFF",
+        None => "-",
+    };
+    for j in &run.jobs {
+        if let Some(e) = &j.error {
+            say!("{:<12} {:<16} FAILED: {e}", j.name, j.planner);
+            continue;
+        }
+        say!(
+            "{:<12} {:<16} {:>10} {:>10} {:>6} {:>10.4} {:>12} {:>10} {:>10} {:>7} {:>6}",
+            j.name,
+            j.planner,
+            fmt_bytes(j.window_bytes),
+            fmt_bytes(j.plan_budget_bytes),
+            j.iters,
+            j.measured_iter_time_s.unwrap_or(f64::NAN),
+            fmt_bytes(j.peak_device_bytes.unwrap_or(0)),
+            fmt_bytes(j.swap_in_bytes.unwrap_or(0)),
+            j.recomputes.unwrap_or(0),
+            match j.checks_passed {
+                Some(true) => "passed",
+                Some(false) => "FAILED",
+                None => "-",
+            },
+            yes_no(j.matches_reference)
+        );
+    }
+}
+
+/// An error when a job of the CPU run failed or differs from its run alone.
+fn colocate_run_verdict(run: Option<&outcore::ColocateRunResult>) -> Result<()> {
+    match run {
+        Some(run) if !run.all_ok() => {
+            let bad: Vec<&str> = run
+                .jobs
+                .iter()
+                .filter(|j| {
+                    j.error.is_some()
+                        || j.checks_passed == Some(false)
+                        || j.matches_reference == Some(false)
+                })
+                .map(|j| j.name.as_str())
+                .collect();
+            bail!(
+                "on the CPU executor, job(s) {} failed or differ from training alone; see the table above",
+                bad.join(", ")
+            )
+        }
+        _ => Ok(()),
+    }
 }
 
 fn print_json(value: &Value) -> Result<()> {

@@ -8,6 +8,18 @@
 //! completed, so memory is never reused while a copy or kernel may still touch it.
 //! When an allocation does not fit, the executor drains in-flight frees (waits for
 //! their events) and retries before failing with `OutOfDeviceMemory`.
+//!
+//! [`execute_swapping`] takes new plans of the same graph at iteration
+//! boundaries (TENSILE's Executor "checks whether the scheduling plan has been
+//! updated each time before a new round of calculation", Sec. III). At a swap the
+//! device is quiet (every stream synchronised, every free reclaimed), so the
+//! switch is a full hand-over rather than a diff of two plans' residencies:
+//! every device-resident persistent tensor (parameters, buffers, optimizer
+//! state) is copied to its host buffer, the arena allocator is rebuilt from the
+//! new plan's allocator and budget, and the tensors the new plan starts with on
+//! the device are copied back in, exactly as a fresh run of that plan places
+//! them. The host copies are checksummed, so with `check` a later swap-in of any
+//! of them is verified against the value carried over.
 
 use crate::arena::ArenaAllocator;
 use crate::backend::{
@@ -22,6 +34,7 @@ use outcore_graph::{DType, Graph, OpId, OpKind, TensorId, TensorKind};
 use outcore_plan::{Instr, Plan, Residency, Step, StepRef, Stream};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// How to run a plan.
@@ -58,6 +71,49 @@ pub struct ExecOptions {
     /// Told after each iteration; returning `false` stops the run before the
     /// next one with [`ExecErrorKind::Interrupted`] (a Ctrl-C, say).
     pub on_iteration: Option<IterationHook>,
+    /// Device bytes counted together with other runs (jobs sharing one
+    /// arena): this run adds its allocations and removes its frees, and its
+    /// remaining bytes when it ends.
+    pub shared_usage: Option<std::sync::Arc<SharedUsage>>,
+}
+
+/// Device bytes allocated by several runs together; its peak is their
+/// measured global peak (requested sizes, including frees still in flight,
+/// as [`RunReport::peak_device_bytes`] counts one run's).
+#[derive(Debug, Default)]
+pub struct SharedUsage {
+    live_bytes: AtomicU64,
+    peak_bytes: AtomicU64,
+}
+
+impl SharedUsage {
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes.load(Ordering::SeqCst)
+    }
+
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak_bytes.load(Ordering::SeqCst)
+    }
+
+    fn add(&self, bytes: u64) {
+        let now = self.live_bytes.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        self.peak_bytes.fetch_max(now, Ordering::SeqCst);
+    }
+
+    fn sub(&self, bytes: u64) {
+        self.live_bytes.fetch_sub(bytes, Ordering::SeqCst);
+    }
+}
+
+/// A plan to switch to at an iteration boundary (see [`execute_swapping`]).
+#[derive(Debug, Clone)]
+pub struct PlanSwap<'p> {
+    /// Iterations run before the switch (1 to the run's iterations - 1).
+    pub after_iteration: u32,
+    /// The new plan, for the same graph.
+    pub plan: &'p Plan,
+    /// Its issue order (see [`ExecOptions::issue_order`]); `None`: greedily.
+    pub issue_order: Option<Vec<StepRef>>,
 }
 
 /// Called with (iterations done, iterations asked for) after each iteration;
@@ -84,6 +140,7 @@ impl Default for ExecOptions {
             op_time_s: None,
             issue_order: None,
             on_iteration: None,
+            shared_usage: None,
         }
     }
 }
@@ -193,13 +250,88 @@ pub fn execute(
     backend: &dyn Backend,
     options: &ExecOptions,
 ) -> Result<RunReport, ExecError> {
+    execute_swapping(graph, plan, &[], backend, options)
+}
+
+/// Runs `plan` and switches to each of `swaps` after its iteration, carrying
+/// the persistent state over (see the module docs). The device region is
+/// allocated with the largest budget of all the plans. `options.issue_order`
+/// belongs to `plan`.
+pub fn execute_swapping(
+    graph: &Graph,
+    plan: &Plan,
+    swaps: &[PlanSwap<'_>],
+    backend: &dyn Backend,
+    options: &ExecOptions,
+) -> Result<RunReport, ExecError> {
+    check_swaps(graph, swaps, options.iters)?;
     let mut ex = Executor::new(graph, plan, backend, options)?;
+    ex.swaps = swaps;
     ex.run()
+}
+
+/// Swaps must come in increasing order strictly inside the run, each with a
+/// plan of this graph.
+pub(crate) fn check_swaps(
+    graph: &Graph,
+    swaps: &[PlanSwap<'_>],
+    iters: u32,
+) -> Result<(), ExecError> {
+    let mut previous = 0u32;
+    for (i, swap) in swaps.iter().enumerate() {
+        if swap.after_iteration <= previous || swap.after_iteration >= iters {
+            return Err(ExecError::invalid(format!(
+                "plan swap {i} is after iteration {}, accepted: {} to {} (after the previous swap, before the last of {iters} iterations); order the swaps by iteration and keep them inside the run",
+                swap.after_iteration,
+                previous + 1,
+                iters.saturating_sub(1)
+            )));
+        }
+        check_plan_fits_graph(swap.plan, graph)?;
+        previous = swap.after_iteration;
+    }
+    Ok(())
+}
+
+fn check_plan_fits_graph(plan: &Plan, graph: &Graph) -> Result<(), ExecError> {
+    if plan.graph.n_ops != graph.ops.len() || plan.graph.n_tensors != graph.tensors.len() {
+        return Err(bad_plan(format!(
+            "`{}`'s plan was made for a graph of {} ops and {} tensors, this one has {} and {}",
+            plan.planner.name,
+            plan.graph.n_ops,
+            plan.graph.n_tensors,
+            graph.ops.len(),
+            graph.tensors.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Tensors the plan recomputes (their first computation is checksummed).
+fn recompute_targets(plan: &Plan, n_tensors: usize) -> Vec<bool> {
+    let mut targets = vec![false; n_tensors];
+    for step in plan.stream(Stream::Compute) {
+        if let Instr::Recompute { outputs, .. } = &step.instr {
+            for t in outputs {
+                if let Some(flag) = targets.get_mut(t.index()) {
+                    *flag = true;
+                }
+            }
+        }
+    }
+    targets
 }
 
 struct Executor<'a> {
     graph: &'a Graph,
+    /// The plan of the current iteration.
     plan: &'a Plan,
+    /// The plan the run started with.
+    first_plan: &'a Plan,
+    /// Its issue order.
+    issue_order: Option<&'a [StepRef]>,
+    /// Plans to switch to, by iteration.
+    swaps: &'a [PlanSwap<'a>],
     be: &'a dyn Backend,
     opts: &'a ExecOptions,
     streams: [StreamHandle; 3],
@@ -233,30 +365,16 @@ impl<'a> Executor<'a> {
         be: &'a dyn Backend,
         opts: &'a ExecOptions,
     ) -> Result<Self, ExecError> {
-        if plan.graph.n_ops != graph.ops.len() || plan.graph.n_tensors != graph.tensors.len() {
-            return Err(bad_plan(format!(
-                "it was made for a graph of {} ops and {} tensors, this one has {} and {}",
-                plan.graph.n_ops,
-                plan.graph.n_tensors,
-                graph.ops.len(),
-                graph.tensors.len()
-            )));
-        }
+        check_plan_fits_graph(plan, graph)?;
         let alloc = ArenaAllocator::from_spec(&plan.allocator, plan.budget_bytes)?;
         let n = graph.tensors.len();
-        let mut recompute_target = vec![false; n];
-        for step in plan.stream(Stream::Compute) {
-            if let Instr::Recompute { outputs, .. } = &step.instr {
-                for t in outputs {
-                    if let Some(flag) = recompute_target.get_mut(t.index()) {
-                        *flag = true;
-                    }
-                }
-            }
-        }
+        let recompute_target = recompute_targets(plan, n);
         Ok(Executor {
             graph,
             plan,
+            first_plan: plan,
+            issue_order: opts.issue_order.as_deref(),
+            swaps: &[],
             be,
             opts,
             streams: StreamKind::ALL.map(|k| be.stream(k)),
@@ -311,7 +429,7 @@ impl<'a> Executor<'a> {
         while let Some((ev, key)) = self.pending_frees.pop_front() {
             if self.be.query_event(ev)? {
                 self.alloc.free(key)?;
-                self.live_bytes -= self.sizes.remove(&key).unwrap_or(0);
+                self.release_bytes(key);
                 any = true;
             } else {
                 keep.push_back((ev, key));
@@ -319,6 +437,15 @@ impl<'a> Executor<'a> {
         }
         self.pending_frees = keep;
         Ok(any)
+    }
+
+    /// Stops counting the allocation `key` (its allocator block was freed).
+    fn release_bytes(&mut self, key: u64) {
+        let size_bytes = self.sizes.remove(&key).unwrap_or(0);
+        self.live_bytes -= size_bytes;
+        if let Some(usage) = &self.opts.shared_usage {
+            usage.sub(size_bytes);
+        }
     }
 
     /// Allocates `size_bytes` for `tensor` (a name for errors), draining in-flight
@@ -338,6 +465,9 @@ impl<'a> Executor<'a> {
                     self.sizes.insert(key, size_bytes);
                     self.live_bytes += size_bytes;
                     self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+                    if let Some(usage) = &self.opts.shared_usage {
+                        usage.add(size_bytes);
+                    }
                     return Ok(Resident { key, segments });
                 }
                 Err(no_fit) => {
@@ -502,25 +632,19 @@ impl<'a> Executor<'a> {
     // ----- run -----
 
     fn run(&mut self) -> Result<RunReport, ExecError> {
-        self.be.alloc_region(self.plan.budget_bytes)?;
-        let residency: BTreeMap<TensorId, Residency> =
-            self.plan.initial_residency.iter().copied().collect();
+        let region_bytes = self
+            .swaps
+            .iter()
+            .map(|s| s.plan.budget_bytes)
+            .fold(self.plan.budget_bytes, u64::max);
+        self.be.alloc_region(region_bytes)?;
         let persistent: Vec<TensorId> = self.graph.persistent_tensors().map(|t| t.id).collect();
-        let h2d = self.stream(StreamKind::H2d);
         for &t in &persistent {
             let bytes = self.init_bytes(t, 0);
             let host = self.host_buffer(t)?;
             self.be.write_host(host, 0, &bytes)?;
-            let r = residency.get(&t).copied().unwrap_or(Residency::Device);
-            if matches!(r, Residency::DeviceAndHost | Residency::Host) {
-                self.host_sum[t.index()] = Some(Expected::Known(fnv1a(&bytes)));
-            }
-            if matches!(r, Residency::Device | Residency::DeviceAndHost) {
-                let res = self.materialise(t)?;
-                self.copy_in(h2d, host, &res.segments, bytes.len() as u64)?;
-            }
         }
-        self.be.synchronize(h2d)?;
+        self.place_persistent(&persistent)?;
         self.loss_host = Some(self.be.alloc_host(4)?);
         let base = self.be.record_event(self.stream(StreamKind::Compute))?;
         self.be.synchronize_event(base)?;
@@ -531,6 +655,10 @@ impl<'a> Executor<'a> {
         let mut copy_samples: BTreeMap<(TensorId, CopyDirection), Vec<f64>> = BTreeMap::new();
         let mut trace_events: Vec<serde_json::Value> = Vec::new();
         for iter in 0..self.opts.iters {
+            let swaps = self.swaps;
+            if let Some(swap) = swaps.iter().find(|s| s.after_iteration == iter) {
+                self.switch_plan(swap, &persistent)?;
+            }
             self.iteration = iter as u64;
             self.swap_in_bytes = 0;
             self.swap_out_bytes = 0;
@@ -609,8 +737,11 @@ impl<'a> Executor<'a> {
             serde_json::Value::Null
         };
         let after_first: Vec<f64> = iter_times_s.iter().skip(1).copied().collect();
+        let planners: Vec<&str> = std::iter::once(self.first_plan_name())
+            .chain(self.swaps.iter().map(|s| s.plan.planner.name.as_str()))
+            .collect();
         Ok(RunReport {
-            planner: self.plan.planner.name.clone(),
+            planner: planners.join(" -> "),
             graph_model: self.graph.meta.model.clone(),
             device,
             iters: self.opts.iters,
@@ -631,6 +762,69 @@ impl<'a> Executor<'a> {
             trace,
             final_state,
         })
+    }
+
+    fn first_plan_name(&self) -> &'a str {
+        self.first_plan.planner.name.as_str()
+    }
+
+    /// Puts every persistent tensor where the current plan starts it, from its
+    /// host buffer (which holds its value): on the device, on the host, or both.
+    fn place_persistent(&mut self, persistent: &[TensorId]) -> Result<(), ExecError> {
+        let residency: BTreeMap<TensorId, Residency> =
+            self.plan.initial_residency.iter().copied().collect();
+        let h2d = self.stream(StreamKind::H2d);
+        for &t in persistent {
+            let host = self.host_buffer(t)?;
+            let size = self.graph.tensor(t).size_bytes;
+            let r = residency.get(&t).copied().unwrap_or(Residency::Device);
+            self.host_sum[t.index()] = match r {
+                Residency::DeviceAndHost | Residency::Host => {
+                    Some(Expected::Known(fnv1a(&self.be.read_host(host, 0, size)?)))
+                }
+                Residency::Device => None,
+            };
+            if matches!(r, Residency::Device | Residency::DeviceAndHost) {
+                let res = self.materialise(t)?;
+                self.copy_in(h2d, host, &res.segments, size)?;
+            }
+        }
+        self.be.synchronize(h2d)
+    }
+
+    /// Hands the device over from the current plan to `swap.plan` between two
+    /// iterations (see the module docs). The streams are idle and every free
+    /// has been reclaimed when this runs.
+    fn switch_plan(
+        &mut self,
+        swap: &'a PlanSwap<'a>,
+        persistent: &[TensorId],
+    ) -> Result<(), ExecError> {
+        let d2h = self.stream(StreamKind::D2h);
+        for &t in persistent {
+            if let Some(r) = self.dev[t.index()].clone() {
+                let host = self.host_buffer(t)?;
+                self.copy_out(d2h, &r.segments, host, self.graph.tensor(t).size_bytes)?;
+            }
+        }
+        self.be.synchronize(d2h)?;
+        for &t in persistent {
+            if let Some(r) = self.dev[t.index()].take() {
+                self.alloc.free(r.key)?;
+                self.release_bytes(r.key);
+            }
+        }
+        if self.live_bytes != 0 {
+            return Err(bad_plan(format!(
+                "{} device bytes are still allocated at the switch to `{}`'s plan after iteration {}",
+                self.live_bytes, swap.plan.planner.name, swap.after_iteration
+            )));
+        }
+        self.alloc = ArenaAllocator::from_spec(&swap.plan.allocator, swap.plan.budget_bytes)?;
+        self.plan = swap.plan;
+        self.issue_order = swap.issue_order.as_deref();
+        self.recompute_target = recompute_targets(swap.plan, self.graph.tensors.len());
+        self.place_persistent(persistent)
     }
 
     /// The measured table: each op's and each copy's median time, and one-way
@@ -703,7 +897,7 @@ impl<'a> Executor<'a> {
     }
 
     fn issue_iteration(&mut self) -> Result<(), ExecError> {
-        if let Some(order) = &self.opts.issue_order {
+        if let Some(order) = self.issue_order {
             return self.issue_in_order(order);
         }
         let plan = self.plan;
@@ -1021,7 +1215,7 @@ impl<'a> Executor<'a> {
             }
             if let Some(r) = self.dev[t.id.index()].take() {
                 self.alloc.free(r.key)?;
-                self.live_bytes -= self.sizes.remove(&r.key).unwrap_or(0);
+                self.release_bytes(r.key);
             }
         }
         Ok(())
@@ -1060,6 +1254,15 @@ impl<'a> Executor<'a> {
             out.insert(tensor.name.clone(), bytes);
         }
         Ok(out)
+    }
+}
+
+impl Drop for Executor<'_> {
+    /// A run that ends, finished or failed, no longer holds its device bytes.
+    fn drop(&mut self) {
+        if let Some(usage) = &self.opts.shared_usage {
+            usage.sub(self.live_bytes);
+        }
     }
 }
 

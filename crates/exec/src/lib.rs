@@ -1,6 +1,8 @@
 //! outcore-exec: runs a Plan on a device backend with real buffers. The
 //! [`Backend`] trait maps onto CUDA concepts; [`CpuBackend`] implements it with an
 //! arena, worker-thread streams, real events and real f32 kernels.
+//! [`execute_jobs`] runs several jobs at once on disjoint windows of one shared
+//! CPU arena, each taking new plans between iterations ([`execute_swapping`]).
 
 mod arena;
 pub mod backend;
@@ -8,6 +10,7 @@ pub mod conformance;
 pub mod cpu;
 mod error;
 mod executor;
+pub mod multi;
 pub mod test_plans;
 pub mod view;
 
@@ -15,6 +18,9 @@ pub use backend::{
     Backend, ChecksumHandle, DeviceSegment, EventHandle, HostBuffer, KernelCall, Operand,
     StreamHandle, StreamKind, fnv1a, fnv1a_update,
 };
-pub use cpu::{CpuBackend, CpuBackendOptions, CpuFaults};
+pub use cpu::{CpuBackend, CpuBackendOptions, CpuDevice, CpuFaults};
 pub use error::{ExecError, ExecErrorKind};
-pub use executor::{ExecOptions, IterationHook, RunReport, execute};
+pub use executor::{
+    ExecOptions, IterationHook, PlanSwap, RunReport, SharedUsage, execute, execute_swapping,
+};
+pub use multi::{Job, JobOutcome, MultiRunReport, execute_jobs};

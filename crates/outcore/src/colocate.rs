@@ -130,7 +130,7 @@ pub struct ColocateResult {
 }
 
 /// The source of a job's graph: a zoo model or a file, exactly one.
-fn job_source(spec: &JobSpec) -> Result<GraphSource> {
+pub(crate) fn job_source(spec: &JobSpec) -> Result<GraphSource> {
     match (&spec.model, &spec.graph) {
         (Some(model), None) => Ok(GraphSource::Zoo {
             model: model.clone(),

@@ -20,6 +20,7 @@
 //! its simulation under its allocator has no allocation failure.
 
 mod colocate;
+mod colocate_run;
 mod error;
 mod input;
 mod max_batch;
@@ -32,6 +33,7 @@ pub use colocate::{
     ColocateJobRow, ColocateResult, JOBS_FORMAT, JobList, JobSpec, TensileComparison, colocate,
     colocate_tensile, load_job_list, parse_job_list,
 };
+pub use colocate_run::{ColocateRunOptions, ColocateRunResult, ColocateRunRow, colocate_run};
 pub use error::{Error, ErrorKind, Result};
 pub use input::{
     GraphSource, LoadedGraph, check_time_limit_s, cost_model, graph_of_plan, load_device,

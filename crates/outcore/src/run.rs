@@ -272,7 +272,7 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
 
 /// Runs the graph in order with room to spare, no swapping or recomputation,
 /// and compares final persistent tensors with `report`'s.
-fn matches_reference(
+pub(crate) fn matches_reference(
     graph: &Graph,
     options: &outcore_exec::ExecOptions,
     report: &outcore_exec::RunReport,

@@ -8,6 +8,15 @@
 //! into contiguous buffers and scatter their outputs back, and checksums fold
 //! over the segments in order. (A CUDA backend would map the chunks into one
 //! virtual range instead; see [`DeviceSegment`].)
+//!
+//! Several jobs can share one device arena: [`CpuDevice`] owns the arena and
+//! leases disjoint windows of it, each to its own [`CpuBackend`]
+//! ([`CpuDevice::backend_in_window`]). A windowed backend has its own stream
+//! workers, events, host buffers and sticky error (like one CUDA context per
+//! job, as TENSILE runs each job's executor in its own process), and every device
+//! offset it is given is checked against its window and then shifted by the
+//! window's base, so no copy, kernel or checksum of one job can reach another
+//! job's bytes, and one job's failure does not stop the others.
 
 mod kernels;
 
@@ -42,9 +51,21 @@ pub struct CpuFaults {
     /// After the device-to-host copy with this 0-based index completes, one byte of
     /// its destination host buffer is flipped (a corrupted host copy).
     pub flip_byte_after_d2h_copy: Option<u64>,
+    /// With `fail_kernel_named`: the kernel fails only at this 1-based optimizer
+    /// step (iteration), so a run fails part-way; `None`: at every step.
+    pub fail_kernel_at_step: Option<u64>,
+}
+
+impl CpuFaults {
+    fn kernel_fails(&self, call: &KernelCall) -> bool {
+        self.fail_kernel_named.as_deref() == Some(call.op_name.as_str())
+            && self.fail_kernel_at_step.is_none_or(|s| s == call.step)
+    }
 }
 
 type HostMem = Arc<Mutex<Vec<u8>>>;
+/// The device arena: one byte vector, shared by every backend leasing a window.
+type DeviceMem = Arc<Mutex<Vec<u8>>>;
 
 /// A cross-thread event: completion time, or `None` while pending.
 #[derive(Debug, Default)]
@@ -117,7 +138,7 @@ fn zeroed_bytes(len: usize) -> Option<Vec<u8>> {
 /// State shared by the host side and the stream workers.
 #[derive(Debug)]
 struct Shared {
-    arena: Mutex<Vec<u8>>,
+    arena: DeviceMem,
     /// The first asynchronous error; later work is skipped but events still fire,
     /// so nothing waits forever.
     sticky_error: Mutex<Option<ExecError>>,
@@ -202,7 +223,7 @@ impl Shared {
                 *lock(&slot) = Some(sum);
             }
             Command::Kernel(call) => {
-                if self.faults.fail_kernel_named.as_deref() == Some(call.op_name.as_str()) {
+                if self.faults.kernel_fails(&call) {
                     self.fail(ExecError::new(ExecErrorKind::KernelFailed {
                         op: call.op_name.clone(),
                         detail: "injected fault".into(),
@@ -323,7 +344,11 @@ struct Worker {
 pub struct CpuBackend {
     shared: Arc<Shared>,
     workers: Vec<Mutex<Worker>>,
-    region_allocated: Mutex<bool>,
+    /// The region's size once [`Backend::alloc_region`] ran.
+    region_bytes: Mutex<Option<u64>>,
+    /// Where this backend's region lies in a shared [`CpuDevice`]; `None`: the
+    /// backend owns its arena and the region is all of it.
+    window: Option<Window>,
     events: Mutex<HashMap<u64, Arc<Event>>>,
     hosts: Mutex<HashMap<u64, HostMem>>,
     checksums: Mutex<HashMap<u64, Arc<Mutex<Option<u64>>>>>,
@@ -333,8 +358,12 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// A backend with three stream workers and no region yet.
     pub fn new(options: CpuBackendOptions) -> Self {
+        Self::with_memory(options, Arc::new(Mutex::new(Vec::new())), None)
+    }
+
+    fn with_memory(options: CpuBackendOptions, arena: DeviceMem, window: Option<Window>) -> Self {
         let shared = Arc::new(Shared {
-            arena: Mutex::new(Vec::new()),
+            arena,
             sticky_error: Mutex::new(None),
             link_bytes_per_s: options.link_bytes_per_s,
             faults: options.faults,
@@ -362,7 +391,8 @@ impl CpuBackend {
         CpuBackend {
             shared,
             workers,
-            region_allocated: Mutex::new(false),
+            region_bytes: Mutex::new(None),
+            window,
             events: Mutex::new(HashMap::new()),
             hosts: Mutex::new(HashMap::new()),
             checksums: Mutex::new(HashMap::new()),
@@ -413,7 +443,9 @@ impl CpuBackend {
         }
     }
 
-    fn check_device_range(&self, what: &str, off: u64, len: u64) -> Result<(), ExecError> {
+    /// Checks `[off, off + len)` lies in the region and returns where it lies in
+    /// the arena (shifted by the window's base).
+    fn device_range(&self, what: &str, off: u64, len: u64) -> Result<u64, ExecError> {
         let size = self.region_size_bytes();
         if off.checked_add(len).is_none_or(|end| end > size) {
             return Err(ExecError::new(ExecErrorKind::OutOfRange {
@@ -423,7 +455,22 @@ impl CpuBackend {
                 ),
             }));
         }
-        Ok(())
+        Ok(off + self.window.as_ref().map_or(0, |w| w.base_bytes))
+    }
+
+    /// Checks and shifts every segment (see [`CpuBackend::device_range`]).
+    fn device_segments(
+        &self,
+        what: &str,
+        segments: &[DeviceSegment],
+    ) -> Result<Vec<DeviceSegment>, ExecError> {
+        segments
+            .iter()
+            .map(|s| {
+                let at = self.device_range(what, s.offset_bytes, s.size_bytes)?;
+                Ok(DeviceSegment::new(at, s.size_bytes))
+            })
+            .collect()
     }
 
     fn check_host_range(
@@ -462,6 +509,112 @@ impl Drop for CpuBackend {
                 let _ = h.join();
             }
         }
+        // The workers are gone, so nothing touches the window any more: give it back.
+        if let Some(w) = &self.window {
+            lock(&w.leases).remove(&w.base_bytes);
+        }
+    }
+}
+
+/// A backend's window of a shared [`CpuDevice`]: `[base_bytes, base_bytes +
+/// limit_bytes)` of the arena, leased until the backend is dropped.
+#[derive(Debug)]
+struct Window {
+    base_bytes: u64,
+    limit_bytes: u64,
+    leases: Leases,
+}
+
+/// The windows leased out of a device: base -> size.
+type Leases = Arc<Mutex<std::collections::BTreeMap<u64, u64>>>;
+
+/// One device arena shared by several jobs, each running on its own
+/// [`CpuBackend`] over a disjoint window of it (see the module docs).
+#[derive(Debug, Clone)]
+pub struct CpuDevice {
+    arena: DeviceMem,
+    capacity_bytes: u64,
+    leases: Leases,
+}
+
+impl CpuDevice {
+    /// A zero-filled arena of `capacity_bytes`.
+    pub fn new(capacity_bytes: u64) -> Result<Self, ExecError> {
+        let bytes = usize::try_from(capacity_bytes)
+            .ok()
+            .and_then(zeroed_bytes)
+            .ok_or_else(|| {
+                ExecError::invalid(format!(
+                    "cannot allocate a shared device arena of {capacity_bytes} bytes in host memory; give a smaller capacity"
+                ))
+            })?;
+        Ok(CpuDevice {
+            arena: Arc::new(Mutex::new(bytes)),
+            capacity_bytes,
+            leases: Arc::default(),
+        })
+    }
+
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    /// A backend whose device region is `[base_bytes, base_bytes + size_bytes)`
+    /// of this arena (its `alloc_region` may ask for at most `size_bytes`). The
+    /// window must lie in the arena and overlap no window leased to a backend
+    /// that is still alive.
+    pub fn backend_in_window(
+        &self,
+        base_bytes: u64,
+        size_bytes: u64,
+        options: CpuBackendOptions,
+    ) -> Result<CpuBackend, ExecError> {
+        let end = base_bytes.checked_add(size_bytes);
+        if end.is_none_or(|e| e > self.capacity_bytes) {
+            return Err(ExecError::invalid(format!(
+                "window [{base_bytes}, {base_bytes}+{size_bytes}) exceeds the {}-byte shared arena; give a window inside it",
+                self.capacity_bytes
+            )));
+        }
+        let end = base_bytes + size_bytes;
+        {
+            let mut leases = lock(&self.leases);
+            if let Some((b, s)) = leases
+                .iter()
+                .find(|&(&b, &s)| b < end && base_bytes < b + s && size_bytes > 0 && s > 0)
+            {
+                return Err(ExecError::invalid(format!(
+                    "window [{base_bytes}, {base_bytes}+{size_bytes}) overlaps the window [{b}, {b}+{s}) leased to another backend; give disjoint windows"
+                )));
+            }
+            leases.insert(base_bytes, size_bytes);
+        }
+        let window = Window {
+            base_bytes,
+            limit_bytes: size_bytes,
+            leases: Arc::clone(&self.leases),
+        };
+        Ok(CpuBackend::with_memory(
+            options,
+            Arc::clone(&self.arena),
+            Some(window),
+        ))
+    }
+
+    /// A copy of `[offset_bytes, offset_bytes + size_bytes)` of the arena (for
+    /// inspection; take it while no backend is writing there).
+    pub fn read(&self, offset_bytes: u64, size_bytes: u64) -> Result<Vec<u8>, ExecError> {
+        let arena = lock(&self.arena);
+        offset_bytes
+            .checked_add(size_bytes)
+            .filter(|&e| e <= arena.len() as u64)
+            .map(|e| arena[offset_bytes as usize..e as usize].to_vec())
+            .ok_or_else(|| {
+                ExecError::invalid(format!(
+                    "range [{offset_bytes}, {offset_bytes}+{size_bytes}) exceeds the {}-byte shared arena",
+                    arena.len()
+                ))
+            })
     }
 }
 
@@ -471,26 +624,42 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_region(&self, size_bytes: u64) -> Result<(), ExecError> {
-        let mut allocated = lock(&self.region_allocated);
-        if *allocated {
+        let mut region = lock(&self.region_bytes);
+        if region.is_some() {
             return Err(ExecError::invalid(
                 "the device region is already allocated; create a new backend for another region",
             ));
         }
-        let len = usize::try_from(size_bytes).map_err(|_| {
-            ExecError::invalid(format!("region of {size_bytes} bytes is too large"))
-        })?;
-        *lock(&self.shared.arena) = zeroed_bytes(len).ok_or_else(|| {
-            ExecError::invalid(format!(
-                "cannot allocate a device arena of {size_bytes} bytes in host memory; give a smaller budget"
-            ))
-        })?;
-        *allocated = true;
+        match &self.window {
+            // A window of a shared arena: zero the part asked for, so a job sees
+            // the same fresh memory as on a backend of its own.
+            Some(w) => {
+                if size_bytes > w.limit_bytes {
+                    return Err(ExecError::invalid(format!(
+                        "a region of {size_bytes} bytes does not fit this backend's {}-byte window of the shared arena; give the job a window of at least {size_bytes} bytes",
+                        w.limit_bytes
+                    )));
+                }
+                let (lo, hi) = (w.base_bytes as usize, (w.base_bytes + size_bytes) as usize);
+                lock(&self.shared.arena)[lo..hi].fill(0);
+            }
+            None => {
+                let len = usize::try_from(size_bytes).map_err(|_| {
+                    ExecError::invalid(format!("region of {size_bytes} bytes is too large"))
+                })?;
+                *lock(&self.shared.arena) = zeroed_bytes(len).ok_or_else(|| {
+                    ExecError::invalid(format!(
+                        "cannot allocate a device arena of {size_bytes} bytes in host memory; give a smaller budget"
+                    ))
+                })?;
+            }
+        }
+        *region = Some(size_bytes);
         Ok(())
     }
 
     fn region_size_bytes(&self) -> u64 {
-        lock(&self.shared.arena).len() as u64
+        lock(&self.region_bytes).unwrap_or(0)
     }
 
     fn alloc_host(&self, size_bytes: u64) -> Result<HostBuffer, ExecError> {
@@ -599,7 +768,7 @@ impl Backend for CpuBackend {
             src_offset_bytes,
             size_bytes,
         )?;
-        self.check_device_range(
+        let dst_at = self.device_range(
             "host-to-device copy destination",
             dst_offset_bytes,
             size_bytes,
@@ -609,7 +778,7 @@ impl Backend for CpuBackend {
             Command::H2d {
                 src: mem,
                 src_off: src_offset_bytes as usize,
-                dst_off: dst_offset_bytes as usize,
+                dst_off: dst_at as usize,
                 len: size_bytes as usize,
             },
         )
@@ -624,7 +793,8 @@ impl Backend for CpuBackend {
         size_bytes: u64,
     ) -> Result<(), ExecError> {
         let mem = self.host(dst)?;
-        self.check_device_range("device-to-host copy source", src_offset_bytes, size_bytes)?;
+        let src_at =
+            self.device_range("device-to-host copy source", src_offset_bytes, size_bytes)?;
         self.check_host_range(
             "device-to-host copy destination",
             &mem,
@@ -634,7 +804,7 @@ impl Backend for CpuBackend {
         self.send(
             stream,
             Command::D2h {
-                src_off: src_offset_bytes as usize,
+                src_off: src_at as usize,
                 dst: mem,
                 dst_off: dst_offset_bytes as usize,
                 len: size_bytes as usize,
@@ -642,8 +812,8 @@ impl Backend for CpuBackend {
         )
     }
 
-    fn launch(&self, stream: StreamHandle, kernel: KernelCall) -> Result<(), ExecError> {
-        for o in kernel.inputs.iter().chain(&kernel.outputs) {
+    fn launch(&self, stream: StreamHandle, mut kernel: KernelCall) -> Result<(), ExecError> {
+        for o in kernel.inputs.iter_mut().chain(kernel.outputs.iter_mut()) {
             // A view spans its owner's bytes, not its own logical size.
             let span = o.view.as_ref().map_or(o.size_bytes, |m| m.owner_size_bytes);
             let what = format!("operand {} of kernel `{}`", o.tensor, kernel.op_name);
@@ -654,9 +824,7 @@ impl Backend for CpuBackend {
                     detail: format!("its segments hold {covered} bytes, it spans {span}"),
                 }));
             }
-            for seg in &o.segments {
-                self.check_device_range(&what, seg.offset_bytes, seg.size_bytes)?;
-            }
+            o.segments = self.device_segments(&what, &o.segments)?;
         }
         self.send(stream, Command::Kernel(Box::new(kernel)))
     }
@@ -675,15 +843,13 @@ impl Backend for CpuBackend {
         stream: StreamHandle,
         segments: &[DeviceSegment],
     ) -> Result<ChecksumHandle, ExecError> {
-        for seg in segments {
-            self.check_device_range("checksum range", seg.offset_bytes, seg.size_bytes)?;
-        }
+        let segments = self.device_segments("checksum range", segments)?;
         let slot = Arc::new(Mutex::new(None));
         let id = self.id();
         self.send(
             stream,
             Command::Checksum {
-                segments: segments.to_vec(),
+                segments,
                 slot: Arc::clone(&slot),
             },
         )?;

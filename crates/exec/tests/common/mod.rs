@@ -11,6 +11,7 @@ pub fn model(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
 }
 
 /// Footprint of the in-order plan (its verified peak).
+#[allow(dead_code)]
 pub fn footprint_bytes(graph: &Graph) -> u64 {
     let plan = test_plans::in_order_plan(graph, 0);
     test_plans::verified_peak_bytes(&plan, graph).expect("in-order plan is valid")
