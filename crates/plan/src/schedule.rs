@@ -792,7 +792,9 @@ fn emit<S: ProgramSink>(
 /// Fills `s.chain_frees` for position `pos` (op `op`, actions
 /// `s.grouped[k..end]`): the tensors there only for its recomputations (see
 /// [`lower_schedule`]), each with the producer of the last recomputation step
-/// there that brings it back or reads it.
+/// there that brings it back or reads it. Most positions recompute nothing:
+/// that check is inlined into the per-position loop, the rest is not.
+#[inline(always)]
 fn chain_frees_at(
     prepared: &PreparedGraph,
     gaps: &[Gap],
@@ -803,10 +805,26 @@ fn chain_frees_at(
     end: usize,
 ) {
     s.chain_frees.clear();
-    let actions = &s.grouped[k..end];
-    if !actions.iter().any(|a| a.phase == Phase::Recompute) {
-        return;
+    if s.grouped[k..end]
+        .iter()
+        .any(|a| a.phase == Phase::Recompute)
+    {
+        chain_frees_with_recomputes(prepared, gaps, s, pos, op, k, end);
     }
+}
+
+/// [`chain_frees_at`] at a position with recomputations.
+#[inline(never)]
+fn chain_frees_with_recomputes(
+    prepared: &PreparedGraph,
+    gaps: &[Gap],
+    s: &mut LowerScratch,
+    pos: usize,
+    op: OpId,
+    k: usize,
+    end: usize,
+) {
+    let actions = &s.grouped[k..end];
     let recomputed_here = |t: TensorId| {
         actions.iter().any(|a| {
             a.phase == Phase::Recompute && gaps[s.sorted[a.value as usize] as usize].tensor == t
@@ -853,7 +871,8 @@ fn chain_frees_at(
 /// The tensors freed right after the op at `pos`, ascending: the owners used
 /// there for the last time (taken from the end of `last_uses`), unless a gap
 /// keeps them off the device to the end or they come back after it only to
-/// feed recomputations.
+/// feed recomputations. Inlined into its one caller, the per-position loop.
+#[inline(always)]
 fn final_frees(s: &mut LowerScratch, pos: usize) {
     s.frees.clear();
     while let Some(&(p, o)) = s.last_uses[..s.last_uses_end].last()
