@@ -2,8 +2,9 @@
 //! its own planner at its own budget, then all jobs run together on one device
 //! by `outcore_colocate::simulate_jobs`, beside the same jobs unscheduled (each
 //! graph in order, every tensor kept: TENSILE's vanilla group) for MSR, EOR and
-//! CBR. TENSILE's own multi-job scheduler is not implemented yet: each job's
-//! plan is a single-job planner's.
+//! CBR. [`colocate_tensile`] plans all jobs together with TENSILE's multi-job
+//! scheduler instead (`outcore_planners::tensile::multi`) and compares per-job
+//! `capuchin` and `vdnn-conv` plans made at the bounds its plans prove.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
