@@ -16,7 +16,9 @@ use outcore_colocate::{
 use outcore_cost::DeviceProfile;
 use outcore_graph::Graph;
 use outcore_plan::{AllocatorSpec, Plan, PlannerErrorKind, PlannerInfo, lower_in_order};
-use outcore_planners::tensile::multi::{JobInput, MultiOutcome, NAME as MULTI_NAME, plan_jobs};
+use outcore_planners::tensile::multi::{
+    JobInput, MultiOutcome, MultiSummary, NAME as MULTI_NAME, plan_jobs,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::input::{
@@ -311,6 +313,8 @@ fn plan_alone(
 /// setting: "we set Capuchin's GPU memory budget as the same as TENSILE").
 #[derive(Debug, Clone, Serialize)]
 pub struct TensileComparison {
+    /// What TENSILE's loop did over all jobs (iterations, merged peaks).
+    pub summary: MultiSummary,
     pub tensile: ColocateResult,
     pub capuchin: ColocateResult,
     pub vdnn_conv: ColocateResult,
@@ -365,8 +369,8 @@ pub fn colocate_tensile(
             })
         }
     })?;
-    let plans = match outcome {
-        MultiOutcome::Feasible { jobs, .. } => jobs,
+    let (plans, summary) = match outcome {
+        MultiOutcome::Feasible { jobs, summary } => (jobs, summary),
         MultiOutcome::Infeasible { message, .. } => {
             return Err(ErrorKind::Infeasible {
                 planner: MULTI_NAME.into(),
@@ -399,6 +403,7 @@ pub fn colocate_tensile(
             .collect()
     };
     Ok(TensileComparison {
+        summary,
         tensile: run_group(&jobs, tensile, &profile, budget_bytes, record_trace)?,
         capuchin: run_group(&jobs, alone("capuchin")?, &profile, budget_bytes, false)?,
         vdnn_conv: run_group(&jobs, alone("vdnn-conv")?, &profile, budget_bytes, false)?,

@@ -80,7 +80,7 @@ pub struct JobPlan {
 }
 
 /// What the loop did for the whole set.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct MultiSummary {
     /// Algorithm 3 iterations of the last round.
     pub iterations: usize,
@@ -359,14 +359,7 @@ fn recompute_best(ctxs: &[Ctx<'_>], states: &mut [JobState]) -> Option<usize> {
         let ctx = &ctxs[j];
         let st = &mut states[j];
         let mut trial = st.gaps.clone();
-        trial.push(Gap {
-            tensor: c.tensor,
-            after: Some(c.after),
-            before: Some(c.before),
-            how: outcore_plan::Restore::Recompute,
-            prefetch_after: None,
-            reclaim_before: None,
-        });
+        trial.push(recompute::gap(&c));
         if peak_only(ctx, &trial).0 >= st.peak.peak_bytes {
             continue;
         }

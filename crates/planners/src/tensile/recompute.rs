@@ -110,6 +110,12 @@ pub fn take(tas: &AccessSequence<'_, '_>, state: &mut SwapState, c: &Candidate) 
             state.pins[graph.storage_owner(x).index()].push(c.before);
         }
     }
+    gap(c)
+}
+
+/// The recomputation gap of a candidate (what [`take`] schedules, without
+/// pinning anything).
+pub fn gap(c: &Candidate) -> Gap {
     Gap {
         tensor: c.tensor,
         after: Some(c.after),
