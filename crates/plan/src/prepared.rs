@@ -56,6 +56,9 @@ pub struct PreparedGraph {
     pub producer: Vec<Option<OpId>>,
     /// Persistent tensors, ascending.
     pub persistent_ids: Vec<TensorId>,
+    /// Batch inputs that own storage, ascending: what each iteration
+    /// allocates at its start.
+    pub batch_input_ids: Vec<TensorId>,
     /// Per tensor: a non-persistent storage owner that some op uses and that
     /// is not a step output's storage: the lowering frees it after its last
     /// use (or after the recomputations it was brought back for).
@@ -227,6 +230,12 @@ impl PreparedGraph {
                 .tensors
                 .iter()
                 .filter(|t| persistent[t.id.index()])
+                .map(|t| t.id)
+                .collect(),
+            batch_input_ids: graph
+                .tensors
+                .iter()
+                .filter(|t| t.producer.is_none() && !t.is_persistent() && t.allocates())
                 .map(|t| t.id)
                 .collect(),
             persistent,

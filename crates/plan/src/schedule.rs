@@ -355,12 +355,11 @@ impl LowerScratch {
         self.use_items.clear();
         self.use_items.resize(sum as usize, 0);
         // Filled from each row's end, positions descending: rows ascend.
-        let mut fill = std::mem::take(&mut self.use_fill);
-        fill.clear();
-        fill.extend_from_slice(&self.use_start[1..]);
+        self.use_fill.clear();
+        self.use_fill.extend_from_slice(&self.use_start[1..]);
         for (pos, &op) in order.iter().enumerate().rev() {
             for &o in prepared.op_owners(op) {
-                let slot = &mut fill[o.index()];
+                let slot = &mut self.use_fill[o.index()];
                 *slot -= 1;
                 self.use_items[*slot as usize] = pos as u32;
                 let last = &mut self.last_use[o.index()];
@@ -372,7 +371,6 @@ impl LowerScratch {
                 }
             }
         }
-        self.use_fill = fill;
         // Within one position, tensors descending: the lowering takes them
         // from the end, so it meets each position's frees in ascending order.
         // Groups are short and pushed in operand order: an insertion sort.

@@ -234,10 +234,6 @@ pub struct SimPrepared {
     /// Sum of every op's time: the iteration time with unlimited memory.
     pub ideal_time_s: f64,
     pub graph: PreparedGraph,
-    /// (tensor id, size in bytes) of the batch inputs that own storage: each
-    /// iteration allocates them at its start. Listed once here rather than
-    /// found by a scan over every tensor in every simulation.
-    batch_inputs: Vec<(u64, u64)>,
 }
 
 impl SimPrepared {
@@ -245,17 +241,11 @@ impl SimPrepared {
         let op_time_s: Vec<f64> = (0..graph.ops.len())
             .map(|i| cost.op_time_s(graph, OpId(i as u32)))
             .collect();
-        let pg = PreparedGraph::new(graph);
-        let batch_inputs = (0..pg.n_tensors())
-            .filter(|&i| pg.batch_input[i] && pg.allocates[i])
-            .map(|i| (i as u64, pg.size_bytes[i]))
-            .collect();
         SimPrepared {
             ideal_time_s: op_time_s.iter().sum(),
             op_time_s,
             copy: cost.copy_rates(),
-            graph: pg,
-            batch_inputs,
+            graph: PreparedGraph::new(graph),
         }
     }
 }
@@ -570,8 +560,8 @@ impl<'a, P: Program> Run<'a, P> {
         let mut recompute_time_s = 0.0;
         for iter in 0..iterations {
             done_at.iter_mut().for_each(|d| *d = f64::INFINITY);
-            for &(id, size) in &self.prepared.batch_inputs {
-                sim.allocate(id, size, None);
+            for &t in &pg.batch_input_ids {
+                sim.allocate(t.0 as u64, pg.size_bytes[t.index()], None);
             }
             rec.peak_live = rec.peak_live.max(sim.memory.live());
             let mut it = Iteration {
