@@ -9,7 +9,8 @@
 //!
 //! `BUDGET` is bytes, `NNGiB` or `NN%` of the footprint. Keys: zoo knobs
 //! (`layers=8`), `device=` (default v100-16gb-pcie3), `population=`,
-//! `p=` (mutation probability), `search=joint|order-only|alloc-only`,
+//! `p=` (mutation probability), `adapt=self|fixed` (`P` adapts per
+//! individual, the default, or stays fixed as in the paper), `search=joint|order-only|alloc-only`,
 //! `seeding=seeded|random`, `generations=`, `seed=`, `order=random` (plan
 //! on a seeded random topological order instead of the graph's: the seed
 //! individual's order, and the fixed order of `alloc-only`).
@@ -21,7 +22,7 @@ use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_graph::footprint;
 use outcore_plan::{PlanOutcome, PlanRequest, Planner};
 use outcore_planners::SwapAdvisor;
-use outcore_planners::swapadvisor::{SearchSpace, Seeding};
+use outcore_planners::swapadvisor::{Adaptation, SearchSpace, Seeding};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -55,6 +56,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "device" => device = v.to_string(),
             "population" => planner.population = v.parse()?,
             "p" => planner.mutation_probability = v.parse()?,
+            "adapt" => {
+                planner.adaptation = match v {
+                    "fixed" => Adaptation::Fixed,
+                    "self" => Adaptation::SelfAdaptive,
+                    _ => return Err(format!("adapt `{v}`").into()),
+                }
+            }
             "generations" => planner.max_generations = Some(v.parse()?),
             "seed" => seed = v.parse()?,
             "order" if v == "random" => random_order = true,
@@ -95,11 +103,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         PlanOutcome::Feasible(plan) => {
             let s = &plan.planner.settings;
             println!(
-                "generation,evaluations,elapsed_s,best_s,mean_s,worst_s,feasible,alive,best_ever_s"
+                "generation,evaluations,elapsed_s,best_s,mean_s,worst_s,feasible,alive,best_ever_s,mean_p_order,mean_p_alloc"
             );
             for h in s["history"].as_array().into_iter().flatten() {
                 println!(
-                    "{},{},{:.3},{},{},{},{},{},{}",
+                    "{},{},{:.3},{},{},{},{},{},{},{:.4},{:.4}",
                     h["generation"],
                     h["evaluations"],
                     h["elapsed_s"].as_f64().unwrap_or(0.0),
@@ -108,7 +116,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     h["worst_s"],
                     h["feasible"],
                     h["alive"],
-                    h["best_ever_s"]
+                    h["best_ever_s"],
+                    h["mean_p"]["order"].as_f64().unwrap_or(f64::NAN),
+                    h["mean_p"]["alloc"].as_f64().unwrap_or(f64::NAN)
                 );
             }
             let ideal: f64 = (0..graph.ops.len())
@@ -118,7 +128,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .sum();
             let t = s["simulated_iter_time_s"].as_f64().unwrap_or(f64::NAN);
             println!(
-                "# {} {model} b{batch} budget {} ops {} footprint {fp}: {t:.4} s/iteration, {:.1}% of ideal {ideal:.4} s; {} generations, {} evaluations in {secs:.1} s; pool {} classes of {} sizes, {} bytes; {} swap-ins",
+                "# {} {model} b{batch} budget {} ops {} footprint {fp}: {t:.4} s/iteration, {:.1}% of ideal {ideal:.4} s; {} generations, {} evaluations in {secs:.1} s; pool {} classes of {} sizes, {} bytes; {} swap-ins ({} triggers delayed)",
                 plan.planner.name,
                 request.budget_bytes,
                 graph.ops.len(),
@@ -129,6 +139,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 s["tensor_sizes"],
                 s["pool_bytes"],
                 s["swap_ins"],
+                s["delayed_prefetches"],
             );
         }
         PlanOutcome::Infeasible(why) => println!("# infeasible after {secs:.1} s: {why}"),

@@ -15,8 +15,8 @@ use outcore_plan::{
     random_topological_order, verify,
 };
 use outcore_planners::swapadvisor::{
-    AllocGene, Breeder, Dag, Facts, PoolModel, SearchSpace, SizeDemand, SwapAdvisor, cls_valid,
-    plan_first_pass, plan_swaps, tensor_sizes,
+    Adaptation, AllocGene, Breeder, Dag, Facts, PoolModel, SearchSpace, SizeDemand, SwapAdvisor,
+    cls_valid, plan_first_pass, plan_swaps, tensor_sizes,
 };
 use outcore_sim::{SimOptions, simulate};
 use rand::SeedableRng;
@@ -78,6 +78,7 @@ fn swap_plans_verify_and_fit_their_pool_on_random_orders_and_pools() {
                 ts: &ts,
                 budget_bytes: budget,
                 p: 0.1,
+                adaptation: Adaptation::Fixed,
                 search: SearchSpace::Joint,
             };
             let order = if trial % 2 == 0 {
@@ -259,6 +260,7 @@ fn children_are_valid_orders_and_pools_on_zoo_graphs() {
             ts: &ts,
             budget_bytes: fp / 2,
             p: 0.3,
+            adaptation: Adaptation::Fixed,
             search: SearchSpace::Joint,
         };
         let order_a = random_topological_order(&g, 1);

@@ -69,7 +69,8 @@ pub use encoding::{
     AllocGene, Bounds, PoolModel, SizeDemand, class_sizes, cls_valid, pool_bytes, tensor_sizes,
 };
 pub use ga::{
-    Breeder, Fitness, GenerationStats, Individual, Limits, SearchSpace, softmax_survivors,
+    Adaptation, Breeder, Fitness, GenerationStats, Individual, Limits, P_MAX, P_MIN, Rates,
+    SearchSpace, elitist_survivors, softmax_survivors,
 };
 pub use schedule_ops::Dag;
 pub use swap_planner::{Facts, PoolShortfall, SwapPlan, plan_first_pass, plan_swaps};
@@ -117,8 +118,11 @@ pub struct SwapAdvisor {
     /// `Np`: individuals alive per generation (the paper: 144).
     pub population: usize,
     /// `P`: mutation probability per schedule step and per CLS / CNT entry
-    /// (the paper: 10%).
+    /// (the paper: 10%); the first generation's when it adapts.
     pub mutation_probability: f64,
+    /// Whether `P` stays fixed (the paper) or adapts per individual (the
+    /// default; see [`ga`]'s module doc for why).
+    pub adaptation: Adaptation,
     pub search: SearchSpace,
     pub seeding: Seeding,
     /// Stop after this many generations (besides the request's time limit).
@@ -128,11 +132,13 @@ pub struct SwapAdvisor {
 }
 
 impl SwapAdvisor {
-    /// The paper's settings (Np = 144, P = 10%), seeded, searching `search`.
+    /// The paper's settings (Np = 144, P = 10% at the start), seeded, searching
+    /// `search`, with `P` adapting per individual.
     pub fn new(search: SearchSpace) -> Self {
         SwapAdvisor {
             population: 144,
             mutation_probability: 0.1,
+            adaptation: Adaptation::SelfAdaptive,
             search,
             seeding: Seeding::Seeded,
             max_generations: None,
@@ -298,6 +304,7 @@ impl<'a, 'g> Env<'a, 'g> {
             ts: &self.ts,
             budget_bytes: self.request.budget_bytes,
             p: self.planner.mutation_probability,
+            adaptation: self.planner.adaptation,
             search: self.search_space,
         }
     }
@@ -676,6 +683,7 @@ impl<'a, 'g> Env<'a, 'g> {
         let settings = json!({
             "population": self.planner.population,
             "mutation_probability": self.planner.mutation_probability,
+            "mutation_adaptation": self.planner.adaptation,
             "search": self.search_space,
             "seeding": self.planner.seeding.name(),
             "generations": outcome.generations,
