@@ -11,7 +11,7 @@ mod schedule;
 mod verify;
 
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
-pub use order::{check_order, order_predecessors, random_topological_order};
+pub use order::{check_order, eager_update_order, order_predecessors, random_topological_order};
 pub use plan::{
     AllocatorSpec, GraphRef, Instr, PLAN_FORMAT, Plan, PlanError, PlanErrorKind, PlannerInfo,
     Residency, Step, StepRef, Stream, graph_fingerprint,

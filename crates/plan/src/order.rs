@@ -1,7 +1,8 @@
 //! Compute orders other than the graph's own: which orders are valid (every
 //! operand produced before it is read, and in-place updates kept in place
-//! relative to every other access of the storage they write), a check, and a
-//! seeded random valid order for tests and searches.
+//! relative to every other access of the storage they write), a check, a
+//! seeded random valid order for tests and searches, and the eager-update
+//! order that planners try beside the graph's.
 
 use crate::lower::uses_by_owner;
 use crate::schedule::ScheduleError;
@@ -141,6 +142,51 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The graph's order with every optimizer op moved as early as its
+/// dependencies allow: Kahn's algorithm that takes a ready optimizer op first
+/// and otherwise the ready op earliest in the graph's order (ties between
+/// optimizer ops: the earliest in the graph's order).
+///
+/// Why: a graph lists the optimizer step after the whole backward pass, so
+/// every parameter's gradient is live at once at its end (as many bytes as the
+/// parameters). Updating each parameter as soon as its gradient is complete
+/// (as PyTorch's `register_post_accumulate_grad_hook` optimizers do) frees
+/// the gradient at once, and the optimizer state is touched while the
+/// backward pass is still running, so a planner can swap it behind compute
+/// instead of after it. The values computed are the same: the update reads
+/// the same versions ([`order_predecessors`] keeps every access of an
+/// updated storage on its side of the update).
+pub fn eager_update_order(graph: &Graph) -> Vec<OpId> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let preds = order_predecessors(graph);
+    let n = graph.ops.len();
+    let mut missing: Vec<usize> = preds.iter().map(Vec::len).collect();
+    let mut succs: Vec<Vec<OpId>> = vec![Vec::new(); n];
+    for (op, ps) in preds.iter().enumerate() {
+        for &p in ps {
+            succs[p.index()].push(OpId(op as u32));
+        }
+    }
+    let key = |i: usize| {
+        let optimizer = graph.ops[i].phase == outcore_graph::Phase::Optimizer;
+        Reverse((!optimizer, i))
+    };
+    let mut ready: BinaryHeap<Reverse<(bool, usize)>> =
+        (0..n).filter(|&i| missing[i] == 0).map(key).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(Reverse((_, i))) = ready.pop() {
+        order.push(OpId(i as u32));
+        for &s in &succs[i] {
+            missing[s.index()] -= 1;
+            if missing[s.index()] == 0 {
+                ready.push(key(s.index()));
+            }
+        }
+    }
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +234,50 @@ mod tests {
         assert!(e.reason.contains("depends on"), "{}", e.reason);
         let short: Vec<OpId> = g.ops.iter().skip(1).map(|o| o.id).collect();
         assert!(check_order(&g, &short).is_err());
+    }
+
+    #[test]
+    fn eager_updates_follow_their_last_dependency_and_the_rest_keeps_its_order() {
+        let g = graph();
+        let order = eager_update_order(&g);
+        assert_eq!(check_order(&g, &order), Ok(()));
+        let preds = order_predecessors(&g);
+        let mut position = vec![0; g.ops.len()];
+        for (p, op) in order.iter().enumerate() {
+            position[op.index()] = p;
+        }
+        let mut moved = false;
+        for op in &g.ops {
+            if op.phase != outcore_graph::Phase::Optimizer {
+                continue;
+            }
+            // Right after its latest dependency, or after other optimizer ops
+            // that became ready with it.
+            let latest = preds[op.id.index()]
+                .iter()
+                .map(|p| position[p.index()])
+                .max()
+                .expect("an update depends on its gradient");
+            for between in &order[latest + 1..position[op.id.index()]] {
+                assert_eq!(
+                    g.op(*between).phase,
+                    outcore_graph::Phase::Optimizer,
+                    "`{}` waits behind `{}`",
+                    op.name,
+                    g.op(*between).name
+                );
+            }
+            moved |= position[op.id.index()] < op.id.index();
+        }
+        assert!(moved, "no update moved earlier: {order:?}");
+        // The other ops keep the graph's relative order.
+        let others: Vec<OpId> = order
+            .iter()
+            .copied()
+            .filter(|&o| g.op(o).phase != outcore_graph::Phase::Optimizer)
+            .collect();
+        let mut sorted = others.clone();
+        sorted.sort();
+        assert_eq!(others, sorted);
     }
 }

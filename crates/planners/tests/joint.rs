@@ -1,12 +1,13 @@
 //! outcore's own planner against every other planner: on small zoo models at
 //! 50% and 30% of the footprint it is feasible wherever one of them is, never
-//! slower than any of them (simulated, within 0.5%), and the same seed gives
-//! the same plan.
+//! slower than any of them (simulated, within 0.5%), nor than the fast seeds
+//! planned in the eager-update order, and the same seed gives the same plan.
 
 use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_graph::{Graph, footprint, zoo};
-use outcore_plan::{Plan, PlanOutcome, PlanRequest, Planner, verify};
+use outcore_plan::{Plan, PlanOutcome, PlanRequest, Planner, eager_update_order, verify};
 use outcore_planners::Joint;
+use outcore_planners::joint::EAGER_ORDER_SEEDS;
 use outcore_sim::{SimOptions, simulate};
 use std::collections::BTreeMap;
 
@@ -90,6 +91,38 @@ fn check_not_slower(g: &Graph, fraction: f64) {
             "outcore on {what}: {ours_s} s, slower than {} at {theirs_s} s",
             planner.name()
         );
+    }
+    // Nor slower than the eager-order seeds' own plans (they are seeds too).
+    let eager = eager_update_order(g);
+    assert!(
+        eager.iter().enumerate().any(|(i, op)| op.index() != i),
+        "{what}: the eager order is the graph's, so this part tests nothing"
+    );
+    let mut eager_feasible = 0;
+    for name in EAGER_ORDER_SEEDS {
+        let planner = outcore_planners::by_name(name).expect("a planner of the list");
+        let req = PlanRequest {
+            order: Some(&eager),
+            ..request(g, &cost, budget)
+        };
+        let Ok(PlanOutcome::Feasible(theirs)) = planner.plan(&req) else {
+            continue;
+        };
+        eager_feasible += 1;
+        let theirs_s = simulated_s(g, &theirs, &cost);
+        let ours_s = ours_s.unwrap_or_else(|| {
+            panic!("outcore found no plan on {what}, {name} in the eager order did")
+        });
+        assert!(
+            ours_s <= theirs_s * 1.005,
+            "outcore on {what}: {ours_s} s, slower than {name} in the eager order at {theirs_s} s"
+        );
+    }
+    if let Some(plan) = &ours
+        && eager_feasible > 0
+    {
+        let seeds = plan.planner.settings["seeds"].to_string();
+        assert!(seeds.contains("(eager order)"), "{what}: seeds {seeds}");
     }
 }
 

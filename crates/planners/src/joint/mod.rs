@@ -10,6 +10,17 @@
 //!   swap / recompute choice per feature map for `home`); starting from all
 //!   of them makes `outcore` at least as fast as each of them on the same
 //!   request by construction, and feasible wherever any of them is.
+//! - **Two orders for the seeds.** When the request plans in the graph's
+//!   order, the fast rule-based seeds ([`EAGER_ORDER_SEEDS`]) also plan in
+//!   the eager-update order ([`outcore_plan::eager_update_order`]: each
+//!   optimizer op as soon as its gradient is complete, which frees the
+//!   gradient at once and lets the optimizer state move while the backward
+//!   pass runs). Neither order wins everywhere (`order_study` example, in
+//!   RESULTS.md: ResNet-50 b64 at 25% gains 3 points in the eager order,
+//!   the PyTorch GPT-2 export at 50% loses 6), so both compete as seeds and
+//!   the local search starts from the fastest whatever its order. This is the
+//!   joint planner's search over the order: a choice between two orders, not
+//!   a search of the space of orders (SwapAdvisor's seed searches that).
 //! - **Local search over gaps, on the seed's own order.** A seed's schedule
 //!   ([`outcore_plan::Plan::lowered_from`]) is a list of gaps; the moves edit
 //!   one or two gaps at a time. Editing the order as well (SwapAdvisor's
@@ -48,9 +59,10 @@ pub mod moves;
 
 use crate::framework::{Ctx, Score, Scored, Scratch, Search};
 use local::Cost;
+use outcore_graph::OpId;
 use outcore_plan::{
     Infeasible, InfeasibleKind, Plan, PlanOutcome, PlanRequest, Planner, PlannerError,
-    PlannerErrorKind, Schedule, check_order,
+    PlannerErrorKind, Schedule, check_order, eager_update_order,
 };
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -86,6 +98,8 @@ pub struct Joint {
     pub home: crate::Home,
     /// Recomputation only: recompute-only seeds and moves (module docs).
     pub recompute_only: bool,
+    /// Also run [`EAGER_ORDER_SEEDS`] in the eager-update order (module docs).
+    pub eager_seeds: bool,
 }
 
 impl Default for Joint {
@@ -98,6 +112,7 @@ impl Default for Joint {
             swapadvisor: crate::SwapAdvisor::new(crate::swapadvisor::SearchSpace::Joint),
             home: crate::Home::default(),
             recompute_only: false,
+            eager_seeds: true,
         }
     }
 }
@@ -128,9 +143,23 @@ impl Joint {
     }
 }
 
+/// Seeds also run in the eager-update order (module docs): the fast,
+/// rule-based planners whose plans the order changes most. The searches
+/// (`home`, `swapadvisor`) run once, so that they keep their share of time.
+pub const EAGER_ORDER_SEEDS: [&str; 6] = [
+    "dtr",
+    "window",
+    "capuchin",
+    "lms",
+    "checkpoint-sqrt",
+    "checkpoint-greedy",
+];
+
 /// One seed's answer.
 struct Seed {
-    name: &'static str,
+    /// The planner's name, with " (eager order)" for a seed planned in the
+    /// eager-update order.
+    name: String,
     plan: Box<Plan>,
     /// Its time under this planner's evaluator (the seeds' own scoring path).
     iter_time_s: f64,
@@ -201,23 +230,41 @@ impl Joint {
                 _ => p,
             })
             .collect();
+        let eager = self.eager_order(request);
+        // Each planner in the request's order, and the fast ones again in the
+        // eager-update order right after.
+        let mut jobs: Vec<(&dyn Planner, Option<&[OpId]>)> = Vec::new();
+        for planner in &planners {
+            jobs.push((planner.as_ref(), request.order));
+            if let Some(eager) = &eager
+                && EAGER_ORDER_SEEDS.contains(&planner.name())
+            {
+                jobs.push((planner.as_ref(), Some(eager.as_slice())));
+            }
+        }
         let mut seeds = Vec::new();
         let mut infeasible = Vec::new();
         let mut errors = Vec::new();
-        for (i, planner) in planners.iter().enumerate() {
+        for (i, &(planner, order)) in jobs.iter().enumerate() {
             let left_s = until
                 .saturating_duration_since(Instant::now())
                 .as_secs_f64();
-            let share_s = left_s / (planners.len() - i) as f64;
+            let share_s = left_s / (jobs.len() - i) as f64;
             let sub = PlanRequest {
                 time_limit_s: share_s,
+                order,
                 ..*request
+            };
+            let name = if order.is_some() && request.order.is_none() {
+                format!("{} (eager order)", planner.name())
+            } else {
+                planner.name().to_string()
             };
             match planner.plan(&sub) {
                 Ok(PlanOutcome::Feasible(plan)) => {
                     if let Some(iter_time_s) = seed_time(self.name(), request, &plan)? {
                         seeds.push(Seed {
-                            name: planner.name(),
+                            name,
                             plan,
                             iter_time_s,
                         });
@@ -225,10 +272,21 @@ impl Joint {
                 }
                 Ok(PlanOutcome::Infeasible(why)) => infeasible.push(why),
                 Err(e) if e.kind == PlannerErrorKind::InvalidRequest => return Err(e),
-                Err(e) => errors.push(json!({"planner": planner.name(), "error": e.to_string()})),
+                Err(e) => errors.push(json!({"planner": name, "error": e.to_string()})),
             }
         }
         Ok((seeds, infeasible, errors))
+    }
+
+    /// The eager-update order, when the request plans in the graph's own
+    /// order (an order given by the caller is kept) and the two differ.
+    fn eager_order(&self, request: &PlanRequest<'_>) -> Option<Vec<OpId>> {
+        if !self.eager_seeds || request.order.is_some() {
+            return None;
+        }
+        let eager = eager_update_order(request.graph);
+        let graph_order = eager.iter().enumerate().all(|(i, op)| op.index() == i);
+        (!graph_order).then_some(eager)
     }
 
     /// Where the local search starts: the fastest seeds' schedules, then the
@@ -237,16 +295,30 @@ impl Joint {
     /// with its own moves (a mix of swaps and recomputations none of the seeds
     /// makes).
     fn starts(&self, request: &PlanRequest<'_>, seeds: &[Seed]) -> Vec<Start> {
-        let mut out: Vec<Start> = seeds
-            .iter()
-            .filter_map(|s| {
-                s.plan.lowered_from.as_deref().map(|schedule| Start {
-                    label: s.name.to_string(),
-                    schedule: schedule.clone(),
-                })
-            })
-            .take(self.improved_seeds)
-            .collect();
+        // The fastest seeds of distinct planners: a planner's plan in the
+        // other order is mostly the same plan, and starting from both would
+        // search the same ground twice (measured on the PyTorch GPT-2 export
+        // at 50%: `window` in both orders, 0.395 of ideal, where `window` and
+        // `capuchin` reached 0.432).
+        let mut planners_taken: Vec<&str> = Vec::new();
+        let mut out: Vec<Start> = Vec::new();
+        for s in seeds {
+            if out.len() == self.improved_seeds {
+                break;
+            }
+            let planner = s.plan.planner.name.as_str();
+            let Some(schedule) = s.plan.lowered_from.as_deref() else {
+                continue;
+            };
+            if planners_taken.contains(&planner) {
+                continue;
+            }
+            planners_taken.push(planner);
+            out.push(Start {
+                label: s.name.clone(),
+                schedule: schedule.clone(),
+            });
+        }
         if !self.repair_starts {
             return out;
         }

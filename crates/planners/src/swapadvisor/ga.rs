@@ -553,7 +553,10 @@ mod tests {
         }
         // Ties: the lowest index is the elite.
         let mut rng = ChaCha8Rng::seed_from_u64(0);
-        assert_eq!(elitist_survivors(&[3.0, 1.0, 1.0], 1.0, 1, &mut rng), vec![1]);
+        assert_eq!(
+            elitist_survivors(&[3.0, 1.0, 1.0], 1.0, 1, &mut rng),
+            vec![1]
+        );
         assert!(elitist_survivors(&[], 1.0, 3, &mut rng).is_empty());
         assert!(elitist_survivors(&[1.0], 1.0, 0, &mut rng).is_empty());
     }
