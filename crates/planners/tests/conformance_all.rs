@@ -150,6 +150,7 @@ fn quick_outcore() -> outcore_planners::Joint {
         swapadvisor: quick_swapadvisor(),
         home: quick_home(),
         recompute_only: false,
+        eager_seeds: true,
     }
 }
 
