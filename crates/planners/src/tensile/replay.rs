@@ -48,13 +48,14 @@ pub fn hidden(tas: &AccessSequence<'_, '_>, cost: &dyn CostModel, gaps: &[Gap]) 
     let ctx = tas.ctx;
     let end_of_iteration_s = tas.iteration_s();
     let (mut outs, mut ins) = (Vec::new(), Vec::new());
+    let copied_out = copied_out(tas, gaps);
     for (i, g) in gaps.iter().enumerate() {
         if g.how != Restore::Swap {
             continue;
         }
         let bytes = ctx.size(g.tensor) as f64;
         let start = g.after.map_or(0, |a| a + 1);
-        if let Some(a) = g.after {
+        if let Some(a) = g.after.filter(|_| copied_out[i]) {
             outs.push(Copy {
                 key: (a, g.tensor, start),
                 issue_s: tas.end_s(a),
@@ -86,6 +87,43 @@ pub fn hidden(tas: &AccessSequence<'_, '_>, cost: &dyn CostModel, gaps: &[Gap]) 
         out_done_s[c.gap] = f64::INFINITY;
     }
     Replay::new(cost.copy_rates(), [ins, outs]).run(&mut out_done_s)
+}
+
+/// Per gap: whether the plan copies the tensor out when the gap starts. The
+/// lowering skips the copy when the host already holds the current value: a
+/// batch input, a persistent tensor that starts the iteration on the host, or
+/// a tensor copied out by an earlier gap, in each case with no in-place write
+/// since (a parameter swapped out after its forward use and again after its
+/// backward use is copied once).
+pub(crate) fn copied_out(tas: &AccessSequence<'_, '_>, gaps: &[Gap]) -> Vec<bool> {
+    let ctx = tas.ctx;
+    let mut order: Vec<usize> = (0..gaps.len())
+        .filter(|&i| gaps[i].how == Restore::Swap)
+        .collect();
+    // Per tensor, by start (from the iteration start first).
+    order.sort_by_key(|&i| (gaps[i].tensor, gaps[i].after.map_or(0, |a| a + 1)));
+    let mut out = vec![false; gaps.len()];
+    // (tensor, position from which the host copy is current).
+    let mut current: Option<(TensorId, usize)> = None;
+    for i in order {
+        let g = &gaps[i];
+        let t = g.tensor;
+        let tensor = ctx.graph.tensor(t);
+        let Some(a) = g.after else {
+            // On the host at the start: current from there.
+            current = Some((t, 0));
+            continue;
+        };
+        let from = match current {
+            Some((u, from)) if u == t => Some(from),
+            _ if tensor.producer.is_none() && !ctx.persistent(t) => Some(0),
+            _ => None,
+        };
+        let written = |from: usize| ctx.writes[t.index()].iter().any(|&w| w >= from && w <= a);
+        out[i] = from.is_none_or(written);
+        current = Some((t, a + 1));
+    }
+    out
 }
 
 /// Both directions' queues and clocks (index 0: host-to-device, 1:

@@ -349,3 +349,44 @@ fn the_replay_accepts_algorithm_2s_swap_and_rejects_a_late_trigger() {
     assert!(copy_s > tas.start_s(b) - tas.end_s(b - 1));
     assert!(!replay::hidden(&tas, &cost, &[late]));
 }
+
+#[test]
+fn the_replay_copies_a_parameter_out_once_while_its_host_copy_is_current() {
+    // A weight swapped out after its forward use and again after its backward
+    // use is not written in between: the lowering copies it out once. The
+    // replay must not queue a second copy (it would delay other copies).
+    let g = with_momentum(4, 1024, 4096);
+    let cost = v100();
+    let ctx = Ctx::in_graph_order(&g, &cost);
+    let tas = AccessSequence::new(&ctx);
+    let w = ctx
+        .owners()
+        .filter(|&t| ctx.persistent(t) && !ctx.writes[t.index()].is_empty())
+        .find(|&t| ctx.uses[t.index()].len() >= 3)
+        .expect("a weight read in forward and backward, then updated");
+    let uses = &ctx.uses[w.index()];
+    let gap = |a: usize, b: usize| Gap {
+        tensor: w,
+        after: Some(a),
+        before: Some(b),
+        how: Restore::Swap,
+        prefetch_after: Some(b - 1),
+        reclaim_before: None,
+    };
+    let (u0, u1, u2) = (uses[0], uses[1], uses[2]);
+    assert!(!ctx.writes[w.index()].iter().any(|&p| p <= u1), "{uses:?}");
+    let gaps = [gap(u0, u1), gap(u1, u2)];
+    assert_eq!(replay::copied_out(&tas, &gaps), vec![true, false]);
+    // After the update (an in-place write) the host copy is stale again.
+    let last = *uses.last().expect("uses");
+    let across = Gap {
+        tensor: w,
+        after: Some(last),
+        before: None,
+        how: Restore::Swap,
+        prefetch_after: None,
+        reclaim_before: None,
+    };
+    let gaps = [gap(u0, u1), across];
+    assert_eq!(replay::copied_out(&tas, &gaps), vec![true, true]);
+}
