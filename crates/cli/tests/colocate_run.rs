@@ -15,12 +15,15 @@ fn two_tensile_jobs_train_together_on_the_cpu_executor() {
         &jobs,
         r#"{"format": "outcore-jobs/1", "jobs": [
             {"name": "cnn", "model": "tiny-cnn", "batch": 4, "knobs": {"depth": 4, "width": 8},
-             "planner": "tensile", "budget": "80%", "iterations": 2},
+             "planner": "tensile", "budget": "85%", "iterations": 2},
             {"name": "transformer", "model": "tiny-transformer", "batch": 4, "knobs": {"layers": 2},
              "planner": "tensile", "budget": "80%", "iterations": 2}
         ]}"#,
     )
     .expect("write job list");
+    // tiny-cnn at 85%: `tensile` takes no swap that would make compute wait,
+    // and at 80% of this tiny graph (copies of 10 us latency beside ops of a
+    // few us) hidden swaps stop 5 KB short of the budget.
     let out = Command::new(env!("CARGO_BIN_EXE_outcore"))
         .args(["colocate", &jobs.display().to_string()])
         .args(["--device", "a6000-48gb", "--run", "--json"])

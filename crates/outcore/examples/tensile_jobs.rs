@@ -105,6 +105,37 @@ fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     order
 }
 
+/// The global peaks (vanilla, then each group's) and each job's own peak in
+/// each group, in MB, to see which jobs' peaks line up.
+fn peaks(r: &TensileComparison) -> String {
+    let mb = |b: u64| b / 1_000_000;
+    let mut out = format!(
+        "global peak MB: vanilla {}",
+        mb(r.tensile.vanilla.peak_live_bytes)
+    );
+    let runs = [
+        ("vDNN-conv", &r.vdnn_conv),
+        ("Capuchin", &r.capuchin),
+        ("TENSILE", &r.tensile),
+    ];
+    for (label, run) in runs {
+        out += &format!(", {label} {}", mb(run.report.peak_live_bytes));
+    }
+    out += "; job peaks MB (vanilla / vDNN-conv / Capuchin / TENSILE):";
+    for (k, job) in r.tensile.vanilla.jobs.iter().enumerate() {
+        let own = runs.map(|(_, run)| mb(run.report.jobs[k].peak_live_bytes));
+        out += &format!(
+            " {} {} / {} / {} / {};",
+            job.name,
+            mb(job.peak_live_bytes),
+            own[0],
+            own[1],
+            own[2]
+        );
+    }
+    out
+}
+
 fn fmt(m: &Metrics) -> String {
     format!("{:.4} | {:.4} | {:.4}", m.msr, m.eor, m.cbr)
 }
@@ -130,6 +161,7 @@ fn table4() -> Res<()> {
             .collect();
         let r = colocate_tensile(&job_list(&jobs), DEVICE, None, false).map_err(err)?;
         eprintln!("<!-- tensile-multi: {:?} -->", r.summary);
+        eprintln!("<!-- {} -->", peaks(&r));
         let launch: Vec<&str> = order.iter().map(|&i| MODELS[i].0).collect();
         for ((label, m), (_, paper)) in groups(&r).iter().zip(PAPER_TABLE4) {
             eprintln!(

@@ -2,7 +2,8 @@
 //! job: tensor access sequences ([`access`]), the memory peak analysis
 //! (Algorithm 1, [`peak`]), greedy swap scheduling of the largest peak tensor
 //! in free link slots that never stall compute, with cross-iteration swaps of
-//! optimizer-updated parameters (Algorithm 2, [`swap`], [`link`]), MSPS
+//! optimizer-updated parameters (Algorithm 2, [`swap`], [`link`], checked on
+//! the copies as issued by [`replay`]), MSPS
 //! recomputation of never-released accesses (Sec. IV-D, [`recompute`]) and the
 //! loop of Algorithm 3 with its stopping rule ([`scheduler`]).
 //!
@@ -23,6 +24,7 @@ pub mod link;
 pub mod multi;
 pub mod peak;
 pub mod recompute;
+pub mod replay;
 pub mod scheduler;
 pub mod swap;
 #[cfg(test)]

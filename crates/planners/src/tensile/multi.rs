@@ -32,9 +32,11 @@
 //!   planner tightens its margin.
 
 use super::access::AccessSequence;
-use super::peak::{Peak, analyse, bytes_at, peak_only};
+use super::peak::{Peak, analyse, peak_only};
 use super::recompute::{self, Candidate};
-use super::scheduler::{MIN_ITERATIONS_BEFORE_STALL_CHECK, STALL_FRACTION, STALL_WINDOW};
+use super::scheduler::{
+    MIN_ITERATIONS_BEFORE_STALL_CHECK, STALL_FRACTION, STALL_WINDOW, lowers_and_hides,
+};
 use super::swap::{SwapState, schedule_peak};
 use crate::framework::Ctx;
 use outcore_cost::CostModel;
@@ -295,22 +297,9 @@ fn swap_biggest(
         let JobState {
             state, gaps, peak, ..
         } = &mut states[j];
-        let lowers = |new: &[Gap]| {
-            let mut trial = gaps.clone();
-            trial.extend_from_slice(new);
-            let (bytes, _) = peak_only(ctx, &trial);
-            bytes < peak.peak_bytes
-                || (bytes == peak.peak_bytes
-                    && bytes_at(ctx, &trial, peak.position) < peak.peak_bytes)
-        };
-        let new = schedule_peak(
-            &AccessSequence::new(ctx),
-            cost,
-            state,
-            peak.position,
-            &[t],
-            lowers,
-        );
+        let tas = AccessSequence::new(ctx);
+        let lowers = |new: &[Gap]| lowers_and_hides(&tas, cost, gaps, new, peak);
+        let new = schedule_peak(&tas, cost, state, peak.position, &[t], lowers);
         if new.is_empty() {
             continue;
         }

@@ -23,6 +23,7 @@
 use super::access::AccessSequence;
 use super::peak::{Peak, analyse, bytes_at, peak_only};
 use super::recompute;
+use super::replay;
 use super::swap::{SwapState, schedule_peak};
 use crate::framework::{Ctx, Shortfall};
 use outcore_cost::CostModel;
@@ -77,14 +78,7 @@ pub fn schedule(
         }
         peaks.push(peak.peak_bytes);
         let new_gaps = if swap_ok {
-            let lowers = |new: &[Gap]| {
-                let mut trial = gaps.clone();
-                trial.extend_from_slice(new);
-                let (bytes, _) = peak_only(ctx, &trial);
-                bytes < peak.peak_bytes
-                    || (bytes == peak.peak_bytes
-                        && bytes_at(ctx, &trial, peak.position) < peak.peak_bytes)
-            };
+            let lowers = |new: &[Gap]| lowers_and_hides(&tas, cost, &gaps, new, &peak);
             let new = schedule_peak(&tas, cost, &mut state, peak.position, &peak.tensors, lowers);
             swap_ok = !new.is_empty();
             if swap_ok {
@@ -117,6 +111,26 @@ pub fn schedule(
         return (summary, Err(shortfall(ctx, &peak, budget_bytes)));
     }
     (summary, Ok(gaps))
+}
+
+/// Whether adding `new` to `gaps` is taken: the peak analysis after it is
+/// lower (or, at a tie, the old peak point is lower: the greedy premise that
+/// each scheduled tensor reduces the peak), and every copy, as the plan will
+/// issue it, still ends before compute needs it ([`replay::hidden`]).
+pub(crate) fn lowers_and_hides(
+    tas: &AccessSequence<'_, '_>,
+    cost: &dyn CostModel,
+    gaps: &[Gap],
+    new: &[Gap],
+    peak: &Peak,
+) -> bool {
+    let ctx = tas.ctx;
+    let mut trial = gaps.to_vec();
+    trial.extend_from_slice(new);
+    let (bytes, _) = peak_only(ctx, &trial);
+    let lower = bytes < peak.peak_bytes
+        || (bytes == peak.peak_bytes && bytes_at(ctx, &trial, peak.position) < peak.peak_bytes);
+    lower && replay::hidden(tas, cost, &trial)
 }
 
 /// Algorithm 3 line 4 on the peaks seen so far.

@@ -6,14 +6,15 @@
 use super::access::AccessSequence;
 use super::peak::{analyse, peak_only, resident_at};
 use super::recompute;
+use super::replay;
 use super::scheduler;
-use super::swap::{SwapState, across_iterations, in_iteration};
+use super::swap::{CopyTimes, SwapState, across_iterations, in_iteration};
 use crate::framework::testing::{mlp_chain, v100};
 use crate::framework::{Ctx, live_bytes};
 use outcore_cost::CostModel;
 use outcore_graph::builder::{GraphBuilder, Optimizer};
 use outcore_graph::{DType, Graph, TensorId};
-use outcore_plan::{PlanOutcome, PlanRequest, Planner, Restore, verify};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, Planner, Restore, verify};
 
 /// Four wide layers at batch 512: each linear runs about a millisecond on the
 /// V100 roofline, longer than an 8 MiB activation's PCIe copy.
@@ -311,4 +312,81 @@ impl CostModel for SlowUpdates {
     fn name(&self) -> String {
         "v100 with slow updates".into()
     }
+}
+
+#[test]
+fn copy_times_are_one_way_and_duplex() {
+    // On PCIe both directions share 20 / 12 of the one-way bandwidth, so a
+    // copy beside one in the other direction is slower than alone.
+    let cost = v100();
+    let size = 64u64 << 20;
+    let times = CopyTimes::of(&cost, size);
+    assert!((times.out_one_way_s - cost.d2h_time_s(size)).abs() < 1e-12);
+    assert!((times.in_one_way_s - cost.h2d_time_s(size)).abs() < 1e-12);
+    assert!(times.out_duplex_s > times.out_one_way_s, "{times:?}");
+    assert!(times.in_duplex_s > times.in_one_way_s, "{times:?}");
+}
+
+#[test]
+fn the_replay_accepts_algorithm_2s_swap_and_rejects_a_late_trigger() {
+    let g = wide();
+    let cost = v100();
+    let ctx = Ctx::in_graph_order(&g, &cost);
+    let tas = AccessSequence::new(&ctx);
+    let (t, a, b) = saved_activation(&ctx);
+    let q = analyse(&ctx, &[]).position;
+    let mut state = SwapState::new(g.tensors.len());
+    let gap = in_iteration(&tas, &cost, &mut state, t, a, b, Some(q)).expect("hidden swap");
+    // What Algorithm 2 placed ends in time as issued.
+    assert!(replay::hidden(&tas, &cost, std::slice::from_ref(&gap)));
+    // The same swap-in issued after the op just before its use cannot copy
+    // 8 MiB in the time left.
+    let late = Gap {
+        prefetch_after: Some(b - 1),
+        ..gap.clone()
+    };
+    let copy_s = cost.h2d_time_s(ctx.size(t));
+    assert!(copy_s > tas.start_s(b) - tas.end_s(b - 1));
+    assert!(!replay::hidden(&tas, &cost, &[late]));
+}
+
+#[test]
+fn the_replay_copies_a_parameter_out_once_while_its_host_copy_is_current() {
+    // A weight swapped out after its forward use and again after its backward
+    // use is not written in between: the lowering copies it out once. The
+    // replay must not queue a second copy (it would delay other copies).
+    let g = with_momentum(4, 1024, 4096);
+    let cost = v100();
+    let ctx = Ctx::in_graph_order(&g, &cost);
+    let tas = AccessSequence::new(&ctx);
+    let w = ctx
+        .owners()
+        .filter(|&t| ctx.persistent(t) && !ctx.writes[t.index()].is_empty())
+        .find(|&t| ctx.uses[t.index()].len() >= 3)
+        .expect("a weight read in forward and backward, then updated");
+    let uses = &ctx.uses[w.index()];
+    let gap = |a: usize, b: usize| Gap {
+        tensor: w,
+        after: Some(a),
+        before: Some(b),
+        how: Restore::Swap,
+        prefetch_after: Some(b - 1),
+        reclaim_before: None,
+    };
+    let (u0, u1, u2) = (uses[0], uses[1], uses[2]);
+    assert!(!ctx.writes[w.index()].iter().any(|&p| p <= u1), "{uses:?}");
+    let gaps = [gap(u0, u1), gap(u1, u2)];
+    assert_eq!(replay::copied_out(&tas, &gaps), vec![true, false]);
+    // After the update (an in-place write) the host copy is stale again.
+    let last = *uses.last().expect("uses");
+    let across = Gap {
+        tensor: w,
+        after: Some(last),
+        before: None,
+        how: Restore::Swap,
+        prefetch_after: None,
+        reclaim_before: None,
+    };
+    let gaps = [gap(u0, u1), across];
+    assert_eq!(replay::copied_out(&tas, &gaps), vec![true, true]);
 }
