@@ -63,6 +63,18 @@ pub fn order_predecessors(graph: &Graph) -> Vec<Vec<OpId>> {
     preds
 }
 
+/// The inverse of [`order_predecessors`]: for every op, the ops that wait
+/// for it (what Kahn's algorithm releases when it runs).
+fn successors(preds: &[Vec<OpId>]) -> Vec<Vec<OpId>> {
+    let mut succs: Vec<Vec<OpId>> = vec![Vec::new(); preds.len()];
+    for (op, ps) in preds.iter().enumerate() {
+        for &p in ps {
+            succs[p.index()].push(OpId(op as u32));
+        }
+    }
+    succs
+}
+
 /// Checks that `order` lists every op of `graph` once and respects
 /// [`order_predecessors`]; the error names the first offending op.
 pub fn check_order(graph: &Graph, order: &[OpId]) -> Result<(), ScheduleError> {
@@ -106,12 +118,7 @@ pub fn random_topological_order(graph: &Graph, seed: u64) -> Vec<OpId> {
     let preds = order_predecessors(graph);
     let n = graph.ops.len();
     let mut missing: Vec<usize> = preds.iter().map(Vec::len).collect();
-    let mut succs: Vec<Vec<OpId>> = vec![Vec::new(); n];
-    for (op, ps) in preds.iter().enumerate() {
-        for &p in ps {
-            succs[p.index()].push(OpId(op as u32));
-        }
-    }
+    let succs = successors(&preds);
     let mut ready: Vec<OpId> = (0..n)
         .filter(|&i| missing[i] == 0)
         .map(|i| OpId(i as u32))
@@ -162,12 +169,7 @@ pub fn eager_update_order(graph: &Graph) -> Vec<OpId> {
     let preds = order_predecessors(graph);
     let n = graph.ops.len();
     let mut missing: Vec<usize> = preds.iter().map(Vec::len).collect();
-    let mut succs: Vec<Vec<OpId>> = vec![Vec::new(); n];
-    for (op, ps) in preds.iter().enumerate() {
-        for &p in ps {
-            succs[p.index()].push(OpId(op as u32));
-        }
-    }
+    let succs = successors(&preds);
     let key = |i: usize| {
         let optimizer = graph.ops[i].phase == outcore_graph::Phase::Optimizer;
         Reverse((!optimizer, i))
