@@ -77,8 +77,14 @@ fn no_plan_is_faster_than_the_bound() {
                 if sim.report.oom.is_some() {
                     continue;
                 }
+                // The simulator sums op times in the plan's order and the
+                // bound in the graph's: a plan in another order (`outcore`'s
+                // eager-order seeds) may differ from the same sum by a few
+                // ulps (measured: 0.0573013122943413 s against the bound's
+                // 0.05730131229434133 s for ResNet-50 at 100%).
+                let rounding_s = bound.time_s * 1e-12;
                 assert!(
-                    sim.report.iter_time_s >= bound.time_s,
+                    sim.report.iter_time_s >= bound.time_s - rounding_s,
                     "{} at {pct}%: {} simulates {} s, below the bound {} s ({:?})",
                     g.meta.model,
                     planner.name(),
