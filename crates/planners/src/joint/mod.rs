@@ -173,8 +173,6 @@ struct Seed {
     plan: Box<Plan>,
     /// Its time under this planner's evaluator (the seeds' own scoring path).
     iter_time_s: f64,
-    /// Wall-clock seconds the planner took.
-    planner_time_s: f64,
 }
 
 impl Planner for Joint {
@@ -207,13 +205,7 @@ impl Planner for Joint {
         let deadline = started.checked_add(total).unwrap_or(started);
         let seed_summary: Vec<Value> = seeds
             .iter()
-            .map(|s| {
-                json!({
-                    "planner": s.name,
-                    "iter_time_s": s.iter_time_s,
-                    "planner_time_s": s.planner_time_s,
-                })
-            })
+            .map(|s| json!({"planner": s.name, "iter_time_s": s.iter_time_s}))
             .collect();
         let context = Context {
             request,
@@ -285,17 +277,13 @@ impl Joint {
             } else {
                 planner.name().to_string()
             };
-            let planner_started = Instant::now();
-            let outcome = planner.plan(&sub);
-            let planner_time_s = planner_started.elapsed().as_secs_f64();
-            match outcome {
+            match planner.plan(&sub) {
                 Ok(PlanOutcome::Feasible(plan)) => {
                     if let Some(iter_time_s) = seed_time(self.name(), request, &plan)? {
                         seeds.push(Seed {
                             name,
                             plan,
                             iter_time_s,
-                            planner_time_s,
                         });
                     }
                 }
