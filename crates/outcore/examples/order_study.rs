@@ -19,6 +19,7 @@ use outcore::{GraphSource, load_graph};
 use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
 use outcore_graph::{OpId, footprint};
 use outcore_plan::{PlanOutcome, PlanRequest, eager_update_order};
+use outcore_planners::framework::{Ctx, live_bytes};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -84,7 +85,7 @@ fn main() -> Result<(), Error> {
             .sum();
         let eager = eager_update_order(&graph);
         for (name, order) in [("graph", None), ("eager", Some(eager.as_slice()))] {
-            let order_peak = order.map_or(fp, |o| peak_in_order(&graph, o));
+            let order_peak = order.map_or(fp, |o| peak_in_order(&graph, &cost, o));
             let mut cells = Vec::new();
             for planner in PLANNERS {
                 let p = outcore_planners::by_name(planner)?;
@@ -116,39 +117,15 @@ fn main() -> Result<(), Error> {
     Ok(())
 }
 
-/// Peak live bytes running `order` with nothing swapped (as `footprint` does
-/// for the graph's own order): each non-persistent tensor from its producer's
-/// position (the start for inputs) to its last use in `order`.
-fn peak_in_order(graph: &outcore_graph::Graph, order: &[OpId]) -> u64 {
-    let mut position = vec![0usize; graph.ops.len()];
-    for (p, op) in order.iter().enumerate() {
-        position[op.index()] = p;
-    }
-    let uses = outcore_plan::uses_by_owner(graph);
-    let n = order.len();
-    let mut delta = vec![0i128; n + 2];
-    let mut persistent: i128 = 0;
-    for t in graph.tensors.iter().filter(|t| t.allocates()) {
-        let size = t.size_bytes as i128;
-        if t.is_persistent() {
-            persistent += size;
-            continue;
-        }
-        let start = t.producer.map_or(0, |p| position[p.index()]);
-        let last = uses[t.id.index()]
-            .iter()
-            .map(|u| position[u.index()])
-            .max()
-            .unwrap_or(start);
-        let end = if t.is_output { n } else { last.max(start) };
-        delta[start] += size;
-        delta[end + 1] -= size;
-    }
-    let mut live = persistent;
-    let mut peak = persistent.max(0) as u64;
-    for (p, &op) in order.iter().enumerate() {
-        live += delta[p];
-        peak = peak.max(live.max(0) as u64 + graph.op(op).workspace_bytes);
-    }
-    peak
+/// Peak live bytes running `order` with nothing swapped, as `footprint` counts
+/// them for the graph's own order: the planners' live-bytes model of that
+/// order plus each op's workspace.
+fn peak_in_order(graph: &outcore_graph::Graph, cost: &RooflineModel, order: &[OpId]) -> u64 {
+    let ctx = Ctx::new(graph, cost, order.to_vec());
+    live_bytes(&ctx, &[])
+        .iter()
+        .zip(order)
+        .map(|(&live, &op)| live.max(0) as u64 + graph.op(op).workspace_bytes)
+        .max()
+        .unwrap_or(0)
 }

@@ -39,9 +39,10 @@
 //!   than needed), so that the swap-in can start there. Room for an op's own
 //!   output or workspace is reclaimed at that op: an earlier wait gains
 //!   nothing and stalls compute whenever the d2h stream is behind the
-//!   estimate (on WResNet-152-10 at 16 GiB, 4.6 s of the best plan's 5.9 s of
-//!   stalls were such waits; with this rule the 60 s search went from 0.805
-//!   to 0.840 of ideal, Inception-4 from 0.718 to 0.729).
+//!   estimate (on WResNet-152-10 at 16 GiB, 4.6 s of the seed plan's 7.4 s
+//!   of compute stalls passed while the d2h stream was busy, from its Chrome
+//!   trace; with this rule one 60 s search went from 0.805 to 0.840 of ideal,
+//!   one on Inception-4 from 0.718 to 0.729).
 //! - A swap-out whose host copy is current costs nothing (the lowering frees
 //!   on the compute stream); the reclaim wait is kept anyway, so the ordering
 //!   holds even if the lowering disagrees about the copy.
