@@ -73,8 +73,8 @@ pub fn all() -> Vec<Box<dyn Planner>> {
         Box::new(Window),
         Box::new(Capuchin),
         Box::new(OdSwap),
-        // Before SwapAdvisor: HOME's swarm stops when it converges and hands
-        // the rest of its seed share on, SwapAdvisor's runs to its share.
+        // Before SwapAdvisor: inside `outcore`, SwapAdvisor's search takes
+        // whatever HOME's restarts leave of the seeds' time.
         Box::new(Home::default()),
         Box::new(SwapAdvisor::new(swapadvisor::SearchSpace::Joint)),
         Box::new(Dtr),

@@ -151,6 +151,8 @@ fn quick_outcore() -> outcore_planners::Joint {
         home: quick_home(),
         recompute_only: false,
         eager_seeds: true,
+        // One swarm, as `quick_home`'s, so that the run stays short.
+        home_runs: 1,
     }
 }
 

@@ -18,7 +18,8 @@ fn graph(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
 
 /// Bounded by move and kick counts, not the clock, so that the plan is the
 /// same on every machine; SwapAdvisor's seed runs two generations of eight,
-/// HOME's a swarm of 32 (its default 512 would be most of this test's time).
+/// HOME's a swarm of 32 then one of 64 (its default 512 would be most of
+/// this test's time).
 fn bounded() -> Joint {
     Joint {
         max_kicks: 4,
@@ -32,6 +33,7 @@ fn bounded() -> Joint {
             particles: 32,
             ..outcore_planners::Home::default()
         },
+        home_runs: 2,
         ..Joint::default()
     }
 }
@@ -152,4 +154,41 @@ fn the_same_seed_gives_the_same_plan() {
     let (a, b) = (plan(), plan());
     assert_eq!(a.streams, b.streams);
     assert_eq!(a.planner.settings, b.planner.settings);
+}
+
+/// HOME runs inside `outcore` as restarts with a doubling swarm, each with the
+/// next seed, and every run's plan is a seed; with no time limit in reach,
+/// `home_runs` bounds them.
+#[test]
+fn home_restarts_double_the_swarm_up_to_their_bound() {
+    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
+    let (fp, _) = footprint(&g);
+    let joint = Joint {
+        home_runs: 3,
+        ..bounded()
+    };
+    let plan = match joint.plan(&request(&g, &cost, fp * 2 / 5)) {
+        Ok(PlanOutcome::Feasible(p)) => p,
+        other => panic!("outcore on tiny-cnn at 40%: {other:?}"),
+    };
+    let seeds: Vec<String> = plan.planner.settings["seeds"]
+        .as_array()
+        .expect("the seeds' summary")
+        .iter()
+        .filter_map(|s| s["planner"].as_str())
+        .filter(|name| name.starts_with("home"))
+        .map(str::to_string)
+        .collect();
+    let mut seeds_sorted = seeds.clone();
+    seeds_sorted.sort();
+    assert_eq!(
+        seeds_sorted,
+        [
+            "home (128 particles, seed +2)",
+            "home (32 particles, seed +0)",
+            "home (64 particles, seed +1)"
+        ],
+        "HOME's runs among the seeds: {seeds:?}"
+    );
 }
