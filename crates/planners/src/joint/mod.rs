@@ -42,7 +42,7 @@
 //!   each start in turn (a double one to the fastest seed's). Measured on the
 //!   13 suite cases where `home` alone (5 s) beat `outcore` by more than 0.5%
 //!   (RESULTS.md, "Joint planner: HOME restarts"): with half the time for
-//!   the seeds and equal shares, 5 of them stayed behind; with this split
+//!   the seeds and equal shares, 3 of them stayed behind; with this split
 //!   none did, while the seven local-search-bound cases measured beside
 //!   them (25% and 12.5%, where the local search makes most of `outcore`'s
 //!   gain) moved by at most 0.003 of ideal. `swapadvisor`'s quarter is the
@@ -375,8 +375,8 @@ impl Joint {
     /// `home_study search` (RESULTS.md, "Joint planner: HOME restarts"): on
     /// BERT-base b32 at 75% on `v100-16gb-pcie3`, 64 particles reach 0.995 of
     /// ideal in 1.2 s and 512 particles 0.882 (one iteration) in the same
-    /// time and 0.987 in 5 s; on the PyTorch MobileNet v2 export it is the
-    /// other way round (128 particles 0.934 in 1.2 s, 64 particles 0.922,
+    /// time and 0.987 in 5 s; on the PyTorch MobileNet v2 export (same
+    /// device) it is the other way round (128 particles 0.934 in 1.2 s, 64 particles 0.922,
     /// 512 particles 0.943 in 5 s). Small swarms first give a good plan soon;
     /// larger ones follow as long as time is left.
     fn home_restarts(
