@@ -41,7 +41,7 @@
 //!   share. The rest goes to the local search, a share of what is left to
 //!   each start in turn (a double one to the fastest seed's). Measured on the
 //!   13 suite cases where `home` alone (5 s) beat `outcore` by more than 0.5%
-//!   (RESULTS.md, "Joint planner: HOME restarts"): with half the time for
+//!   (RESULTS.md, "HOME restarts inside `outcore`"): with half the time for
 //!   the seeds and equal shares, 3 of them stayed behind; with this split
 //!   none did, while the seven local-search-bound cases measured beside
 //!   them (25% and 12.5%, where the local search makes most of `outcore`'s
@@ -313,9 +313,10 @@ impl Joint {
         let planners: Vec<Box<dyn Planner>> = crate::all()
             .into_iter()
             .filter(|p| self.seeds_from(p.name()))
+            // `home`'s entry only places it among the jobs: its runs are
+            // `home_restarts`', with `self.home`'s settings.
             .map(|p| match p.name() {
                 "swapadvisor" => Box::new(self.swapadvisor.clone()) as Box<dyn Planner>,
-                "home" => Box::new(self.home),
                 _ => p,
             })
             .collect();
@@ -350,17 +351,17 @@ impl Joint {
                 order,
                 ..*request
             };
+            if planner.name() == "home" {
+                self.home_restarts(&sub, request, &mut out)?;
+                continue;
+            }
             let name = if order.is_some() && request.order.is_none() {
                 format!("{} (eager order)", planner.name())
             } else {
                 planner.name().to_string()
             };
-            if planner.name() == "home" {
-                self.home_restarts(&sub, request, &mut out)?;
-            } else {
-                let outcome = planner.plan(&sub);
-                out.record(self.name(), request, name, outcome)?;
-            }
+            let outcome = planner.plan(&sub);
+            out.record(self.name(), request, name, outcome)?;
         }
         Ok((out.seeds, out.infeasible, out.errors))
     }
@@ -373,12 +374,12 @@ impl Joint {
     /// Why: HOME's swarm converges in a number of iterations, and what it
     /// converges to depends on the swarm's size in a way no fixed size gets
     /// right within a second or two, the share it has here. Measured with
-    /// `home_study search` (RESULTS.md, "Joint planner: HOME restarts"): on
+    /// `home_study search` (RESULTS.md, "HOME restarts inside `outcore`"): on
     /// BERT-base b32 at 75% on `v100-16gb-pcie3`, 64 particles reach 0.995 of
     /// ideal in 1.2 s and 512 particles 0.882 (one iteration) in the same
     /// time and 0.987 in 5 s; on the PyTorch MobileNet v2 export (same
-    /// device) it is the other way round (128 particles 0.934 in 1.2 s, 64 particles 0.922,
-    /// 512 particles 0.943 in 5 s). Small swarms first give a good plan soon;
+    /// device) it is the other way round (128 particles 0.934 in 1.2 s, 64
+    /// particles 0.922, 512 particles 0.943 in 5 s). Small swarms first give a good plan soon;
     /// larger ones follow as long as time is left.
     fn home_restarts(
         &self,
