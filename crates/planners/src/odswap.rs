@@ -10,6 +10,12 @@
 //!
 //! Choices where the paper is vague:
 //! - The look-ahead is fixed at `LOOKAHEAD_OPS` ops, never before the eviction.
+//!   A prefetched tensor is resident again and is not evicted a second time
+//!   between the same two uses (one absence per gap), so where prefetches
+//!   land in a pressure point that nothing else can relieve (RNN-8-8K's
+//!   optimizer updates of 1 GiB weights, gradients and momenta, back to
+//!   back), the look-ahead plan does not fit; the steady state then swaps in
+//!   on demand (look-ahead 0), as the first iteration does.
 //! - Persistent tensors are LRU candidates too; one evicted stays on the host
 //!   across the iteration boundary.
 //! - Each margin of `framework::MARGINS` is tried in turn until the steady-state
@@ -44,20 +50,28 @@ impl Planner for OdSwap {
         if let Some(outcome) = search.fits_as_is()? {
             return Ok(outcome);
         }
-        let steady = search.best(
-            "after swapping on demand",
-            &[()],
-            Pick::Fastest,
-            |_, scratch| {
-                search.with_margins(scratch, |budget_bytes, margin| {
-                    let settings = serde_json::json!({
-                        "lookahead_ops": LOOKAHEAD_OPS,
-                        "planning_margin": margin,
-                    });
-                    (settings, odswap_gaps(&ctx, budget_bytes, LOOKAHEAD_OPS))
-                })
-            },
-        )?;
+        let steady_at = |lookahead_ops: usize| {
+            search.best(
+                "after swapping on demand",
+                &[()],
+                Pick::Fastest,
+                |_, scratch| {
+                    search.with_margins(scratch, |budget_bytes, margin| {
+                        let settings = serde_json::json!({
+                            "lookahead_ops": lookahead_ops,
+                            "planning_margin": margin,
+                        });
+                        (settings, odswap_gaps(&ctx, budget_bytes, lookahead_ops))
+                    })
+                },
+            )
+        };
+        let mut steady = steady_at(LOOKAHEAD_OPS)?;
+        if matches!(steady, PlanOutcome::Infeasible(_)) {
+            // Prefetching brought tensors back into a pressure point where
+            // nothing else could leave (module docs): swap in on demand.
+            steady = steady_at(0)?;
+        }
         let PlanOutcome::Feasible(mut plan) = steady else {
             return Ok(steady);
         };
@@ -172,6 +186,84 @@ mod tests {
             g.prefetch_after
                 .zip(g.before)
                 .is_some_and(|(p, b)| p + 1 < b)
+        }));
+    }
+
+    /// BRNN-4-2K (batch 32) at 30% of its footprint: prefetching 4 ops ahead
+    /// brings 32 MiB weights and momenta back into pressure points nothing
+    /// else can relieve; swapping in on demand fits.
+    #[test]
+    fn the_steady_state_swaps_in_on_demand_where_prefetching_does_not_fit() {
+        let graph = outcore_graph::zoo::build(
+            "brnn",
+            Some(32),
+            &[("layers".to_string(), 4), ("hidden".to_string(), 2048)]
+                .into_iter()
+                .collect(),
+            None,
+        )
+        .expect("builds");
+        let cost = v100();
+        let budget_bytes = outcore_graph::footprint(&graph).0 * 3 / 10;
+        let outcome = OdSwap
+            .plan(&PlanRequest::new(&graph, &cost, budget_bytes))
+            .expect("plans");
+        let PlanOutcome::Feasible(plan) = outcome else {
+            panic!("infeasible at 30%: {outcome:?}");
+        };
+        assert!(outcore_plan::verify(&plan, &graph).is_empty());
+        assert_eq!(plan.planner.settings["lookahead_ops"], 0);
+    }
+
+    /// Wide ResNet-50-2 (batch 8) at 25% of its footprint: weights evicted
+    /// before their first forward use must also leave after their update
+    /// (their copy-out after the last use freed there), else the optimizer
+    /// updates pile up the updated weights with nothing left to evict (before
+    /// that was allowed, `odswap` had no plan here).
+    #[test]
+    fn a_weight_evicted_at_the_start_also_leaves_after_its_update() {
+        let graph = outcore_graph::zoo::build(
+            "wide-resnet",
+            Some(8),
+            &[("depth".to_string(), 50), ("width".to_string(), 2)]
+                .into_iter()
+                .collect(),
+            None,
+        )
+        .expect("builds");
+        let cost = v100();
+        let budget_bytes = outcore_graph::footprint(&graph).0 / 4;
+        let outcome = OdSwap
+            .plan(&PlanRequest::new(&graph, &cost, budget_bytes))
+            .expect("plans");
+        let PlanOutcome::Feasible(plan) = outcome else {
+            panic!("infeasible at 25%: {outcome:?}");
+        };
+        assert!(outcore_plan::verify(&plan, &graph).is_empty());
+        // The loop itself: some persistent tensor has a copy-out after its last
+        // use that is freed at a pressure point, and a swap-in before its first
+        // use, i.e. it was evicted twice across the iteration boundary.
+        let ctx = Ctx::new(&graph, &cost, crate::framework::graph_order(&graph));
+        let lookahead = plan.planner.settings["lookahead_ops"]
+            .as_u64()
+            .expect("lookahead in the settings") as usize;
+        let margin = plan.planner.settings["planning_margin"]
+            .as_f64()
+            .expect("margin in the settings");
+        let gaps = odswap_gaps(
+            &ctx,
+            crate::framework::margin_budget(budget_bytes, margin),
+            lookahead,
+        )
+        .expect("the plan's own gaps");
+        let freed_after_last =
+            |g: &Gap| g.after.is_some() && g.before.is_none() && g.reclaim_before.is_some();
+        assert!(gaps.iter().any(|g| {
+            freed_after_last(g)
+                && gaps
+                    .iter()
+                    .any(|h| h.tensor == g.tensor && h.after.is_none() && h.before.is_some())
+                && g.reclaim_before > g.after
         }));
     }
 }

@@ -10,7 +10,7 @@ use super::ctx::Ctx;
 use super::score::Shortfall;
 use outcore_graph::TensorId;
 use outcore_plan::{Gap, Restore, fmt_bytes};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// The positions `[lo, hi]` at which a gap's tensor is surely off the device in
 /// verify's accounting, given the position its free is ordered before (`freed_by`).
@@ -157,10 +157,23 @@ pub fn evict_on_demand(
     // (tensor, after) of every gap pair already chosen; wrap pairs use `after` = last use.
     let mut gapped: HashSet<(TensorId, usize)> = HashSet::new();
     let mut pins: Vec<Vec<usize>> = vec![Vec::new(); ctx.graph.tensors.len()];
+    // Persistent tensors evicted across the iteration boundary before their
+    // first use, whose copy-out after the last use frees nothing yet: the
+    // index of that gap, so a pressure point after the last use can still
+    // take the device copy away (the same gap, freed there).
+    let mut reopenable: HashMap<TensorId, usize> = HashMap::new();
     let owners: Vec<TensorId> = ctx.owners().filter(|&t| ctx.size(t) > 0).collect();
     for q in 0..n {
         while live[q] > budget_bytes as i128 {
-            let cands = candidates(ctx, q, &owners, &gapped, &pins, allow_recompute);
+            let cands = candidates(
+                ctx,
+                q,
+                &owners,
+                &gapped,
+                &reopenable,
+                &pins,
+                allow_recompute,
+            );
             let Some((ci, choice)) = choose(q, &cands) else {
                 let needed_bytes = u64::try_from(live[q]).unwrap_or(u64::MAX);
                 return Err(Shortfall {
@@ -218,10 +231,21 @@ pub fn evict_on_demand(
                         reclaim_before: Some(q),
                     });
                 }
+                (_, true) if q > c.after && reopenable.contains_key(&c.tensor) => {
+                    // Already swapped out after its last use and back before its
+                    // first: free the device copy here as well.
+                    if let Some(gi) = reopenable.remove(&c.tensor) {
+                        gaps[gi].reclaim_before = Some(q);
+                    }
+                    absent(q, n - 1);
+                }
                 (_, true) => {
                     // Off the device across the iteration boundary: out after the
                     // last use, back before the first.
                     let after_last = q > c.after;
+                    if !after_last {
+                        reopenable.insert(c.tensor, gaps.len());
+                    }
                     let lo = if after_last { 0 } else { q };
                     let p = prefetch_trigger(ctx, lo, c.before, lead_of(choice));
                     if after_last {
@@ -273,6 +297,7 @@ fn candidates(
     q: usize,
     owners: &[TensorId],
     gapped: &HashSet<(TensorId, usize)>,
+    reopenable: &HashMap<TensorId, usize>,
     pins: &[Vec<usize>],
     allow_recompute: bool,
 ) -> Vec<Evictable> {
@@ -341,7 +366,8 @@ fn candidates(
             }
             _ => continue,
         };
-        if gapped.contains(&(t, cand.after)) {
+        let reopened = cand.wraps && q > cand.after && reopenable.contains_key(&t);
+        if gapped.contains(&(t, cand.after)) && !reopened {
             continue;
         }
         out.push(cand);
