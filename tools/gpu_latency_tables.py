@@ -21,6 +21,9 @@ it on the compute stream: the kernel(s) and any time the GPU waited for the
 Python that launches them. Small ops of the generated code are launch-bound,
 and that wait is part of what a real step pays, so it is kept in the table.
 
+`summary.json` in OUT_DIR lists this run's configurations (a second run into
+the same directory replaces it).
+
 A configuration that fails (an op the capture does not support, out of
 memory) is logged with its error and skipped; the others go on. The run stops
 starting configurations after `--deadline-s`.

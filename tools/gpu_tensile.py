@@ -65,10 +65,15 @@ def measure(model_name, batch, planner, budget, latency_table, iterations, devic
     return out
 
 
+#: A group's process (capture, plan, 12 steps) is stopped after this long.
+CHILD_TIMEOUT_S = 300
+
+
 def measure_alone(model_name, batch, planner, budget, latency_table, iterations):
     """`measure` in a fresh process; raises `ot.InfeasibleError` when the child reports infeasible."""
     args = json.dumps([model_name, batch, planner, budget, latency_table, iterations])
-    r = subprocess.run([sys.executable, __file__, "--one", args], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, __file__, "--one", args], capture_output=True, text=True,
+                       timeout=CHILD_TIMEOUT_S)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if r.returncode != 0 or not lines:
         raise RuntimeError(f"{planner} on {model_name}: exit {r.returncode}: {r.stderr[-600:]}")
@@ -118,8 +123,13 @@ def main() -> int:
             groups = [("vanilla (none)", van)]
             for label, table in (("tensile, measured (warm)", warm_table), ("tensile, predicted (cold)", pred_table),
                                  ("tensile, roofline", None)):
-                groups.append((label, measure_alone(model_name, batch, "tensile", budget, table, a.iterations)))
-            warm = groups[1][1]
+                try:
+                    groups.append((label, measure_alone(model_name, batch, "tensile", budget, table, a.iterations)))
+                except ot.InfeasibleError as e:
+                    print(f"{stem}: {label}: infeasible ({str(e)[:200]})", flush=True)
+            warm = dict(groups).get("tensile, measured (warm)")
+            if warm is None:
+                raise ot.InfeasibleError("the warm tensile plan is infeasible: no budget for capuchin")
             cap_budget = warm["plan_peak_bytes"] + warm["pinned_bytes"]
             try:
                 groups.append(("capuchin at warm's peak, measured",

@@ -21,7 +21,9 @@
 //! The target ("the new warm plans") is `tensile-multi` planned with the
 //! changed times. Reported: the changed job's mean iteration time and the
 //! global peak of the plans in use over the target's, before and at the end,
-//! and after how many rounds both are within 1% of the target's.
+//! and after how many rounds both are within 1% of the target's (either way);
+//! the run goes on until the tracked latency sum has settled too, and every
+//! replan the trigger makes on the way is counted.
 //!
 //! `cargo run --release -p outcore --example tensile_drift [-- sweep]`
 
@@ -210,7 +212,9 @@ fn drift(
     let mut plans = plan_all(graphs, &per_job(graphs, roof, roof), budget)?
         .ok_or("the plans made with the unchanged times do not fit")?;
     let ratios = |(t, peak): (f64, u64)| (t / target.0, peak as f64 / target.1 as f64);
-    let within = |(t, p): (f64, f64)| t <= 1.0 + WITHIN && p <= 1.0 + WITHIN;
+    // Both ways: a plan set better than the target on one measure is still
+    // not the target's.
+    let within = |(t, p): (f64, f64)| (t - 1.0).abs() <= WITHIN && (p - 1.0).abs() <= WITHIN;
     let mut now = ratios(round(graphs, &plans, truth, budget)?);
     let mut run = Drift {
         first: now,
@@ -271,7 +275,7 @@ fn main() -> Res<()> {
         }
     }
     eprintln!(
-        "| changed job's op times x | alpha | threshold | old plans / new warm plans: changed job's time, global peak | rounds until both within 1% | rounds until the EWMA latency sum is within 1% | replans until both (infeasible) | plans in use / new warm plans at the end |"
+        "| changed job's op times x | alpha | threshold | old plans / new warm plans: changed job's time, global peak | rounds until both within 1% | rounds until the EWMA latency sum is within 1% | replans in the run (infeasible) | plans in use / new warm plans at the end |"
     );
     eprintln!("|---|---|---|---|---|---|---|---|");
     let settings: &[(f64, f64)] = if sweep {

@@ -6,8 +6,8 @@
 //! 1. `predict`: the MLP and the per-kind least squares trained on the
 //!    measured tables of every family but one, scored on the held-out
 //!    family's tables (all batches), and on held-out batches; beside them the
-//!    roofline model of `h100-80gb`, which needs no training (what every
-//!    simulated experiment of this repository prices ops with).
+//!    roofline model of `h100-80gb`, which needs no training (what the
+//!    simulated H100 experiments of this repository price ops with).
 //! 2. `coldstart`: `tensile` in the paper's active mode (one byte below VMP)
 //!    planned with the measured times (warm), with the MLP's predictions (cold,
 //!    its family not trained on) and with the roofline's times; every plan
@@ -133,12 +133,19 @@ fn roofline() -> Res<RooflineModel> {
 }
 
 /// Median, p90 of `|pred - true| / true` over ops, and the mean and max over
-/// configurations of the summed-latency error; the same definitions as
-/// `outcore_cost::predict::evaluate`.
+/// configurations of the summed-latency error, as
+/// `outcore_cost::predict::evaluate` defines them (true times clamped to
+/// `MIN_TIME_S` per op); NaN for no rows.
 fn score(rows: &[(f64, f64, &str)]) -> (usize, f64, f64, f64, f64) {
+    if rows.is_empty() {
+        return (0, f64::NAN, f64::NAN, f64::NAN, f64::NAN);
+    }
     let mut errors: Vec<f64> = rows
         .iter()
-        .map(|(p, t, _)| (p - t).abs() / t.max(outcore_cost::predict::MIN_TIME_S))
+        .map(|(p, t, _)| {
+            let truth = t.max(outcore_cost::predict::MIN_TIME_S);
+            (p - truth).abs() / truth
+        })
         .collect();
     errors.sort_by(f64::total_cmp);
     let q = |x: f64| errors[((x * errors.len() as f64).ceil() as usize).clamp(1, errors.len()) - 1];
