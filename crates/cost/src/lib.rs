@@ -24,5 +24,5 @@ pub use measured::{
     CopyDirection, Coverage, LATENCY_TABLE_FORMAT, MeasuredCopies, MeasuredCopyEntry,
     MeasuredEntry, MeasuredModel, MeasuredTable, NameMismatch,
 };
-pub use model::{CopyRates, CostModel, UnitCostModel};
+pub use model::{CopyRates, CostModel, ScaledOps, UnitCostModel};
 pub use roofline::{ClassEfficiency, Efficiencies, OpBounds, RooflineModel, op_dtype};

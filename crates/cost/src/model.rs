@@ -108,6 +108,37 @@ impl<T: CostModel + ?Sized> CostModel for Arc<T> {
     }
 }
 
+/// Another model with every op `factor` times as slow and the copies
+/// unchanged: a device whose kernels slowed down or sped up while the link
+/// did not (TENSILE's drift experiments, Sec. IV-E).
+#[derive(Debug, Clone, Copy)]
+pub struct ScaledOps<'a> {
+    pub inner: &'a dyn CostModel,
+    /// Multiplies every op time; finite and positive to make sense.
+    pub factor: f64,
+}
+
+impl CostModel for ScaledOps<'_> {
+    fn device(&self) -> &DeviceProfile {
+        self.inner.device()
+    }
+    fn op_time_s(&self, graph: &Graph, op: OpId) -> f64 {
+        self.inner.op_time_s(graph, op) * self.factor
+    }
+    fn copy_rates(&self) -> CopyRates {
+        self.inner.copy_rates()
+    }
+    fn h2d_time_s(&self, size_bytes: u64) -> f64 {
+        self.inner.h2d_time_s(size_bytes)
+    }
+    fn d2h_time_s(&self, size_bytes: u64) -> f64 {
+        self.inner.d2h_time_s(size_bytes)
+    }
+    fn name(&self) -> String {
+        format!("{}x ops of {}", self.factor, self.inner.name())
+    }
+}
+
 /// A model for tests with numbers that can be checked by hand: 1 FLOP/s compute,
 /// 1 byte/s copies each way alone, 2 bytes/s total when both directions are busy
 /// (so 1 byte/s each), zero copy latency and launch overhead, unbounded memory.
@@ -184,6 +215,28 @@ mod tests {
         for op in &g.ops {
             assert_eq!(UnitCostModel.op_time_s(&g, op.id), op.flops as f64);
         }
+    }
+
+    #[test]
+    fn scaled_ops_scale_ops_and_leave_copies() {
+        let mut b = GraphBuilder::new("t", 4, DType::Float32);
+        let x = b.input("x", &[4, 8]);
+        let y = b.label("y", &[4]);
+        let h = b.linear("fc", x, 3, true);
+        let loss = b.softmax_cross_entropy(h, y);
+        let g = b.finish(loss, Optimizer::None).unwrap();
+        let m = ScaledOps {
+            inner: &UnitCostModel,
+            factor: 2.5,
+        };
+        for op in &g.ops {
+            assert_eq!(m.op_time_s(&g, op.id), 2.5 * op.flops as f64);
+        }
+        assert_eq!(m.h2d_time_s(10), 10.0);
+        assert_eq!(m.d2h_time_s(4), 4.0);
+        assert_eq!(m.copy_rates(), UnitCostModel.copy_rates());
+        assert_eq!(m.device().name, "unit");
+        assert_eq!(m.name(), "2.5x ops of unit");
     }
 
     #[test]

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use outcore_colocate::{Job, JobSet, simulate_jobs};
 use outcore_cost::predict::{EwmaTracker, ReplanTrigger};
-use outcore_cost::{CopyRates, CostModel, DeviceProfile, RooflineModel};
+use outcore_cost::{CopyRates, CostModel, DeviceProfile, RooflineModel, ScaledOps};
 use outcore_graph::{Graph, OpId, zoo};
 use outcore_plan::Plan;
 use outcore_planners::tensile::multi::{JobInput, MultiOutcome, plan_jobs};
@@ -84,28 +84,6 @@ impl CostModel for PerJob<'_> {
     fn name(&self) -> String {
         let names: Vec<String> = self.models.iter().map(|(_, m)| m.name()).collect();
         format!("per-job({})", names.join(", "))
-    }
-}
-
-/// The roofline model with every op `factor` times as slow (copies unchanged).
-#[derive(Debug)]
-struct Scaled<'a> {
-    inner: &'a RooflineModel,
-    factor: f64,
-}
-
-impl CostModel for Scaled<'_> {
-    fn device(&self) -> &DeviceProfile {
-        self.inner.device()
-    }
-    fn op_time_s(&self, graph: &Graph, op: OpId) -> f64 {
-        self.inner.op_time_s(graph, op) * self.factor
-    }
-    fn copy_rates(&self) -> CopyRates {
-        self.inner.copy_rates()
-    }
-    fn name(&self) -> String {
-        format!("{}x {}", self.factor, self.inner.name())
     }
 }
 
@@ -196,7 +174,7 @@ fn drift(
     graphs: &[Arc<Graph>],
     roof: &RooflineModel,
     truth: &dyn CostModel,
-    changed: &Scaled<'_>,
+    changed: &ScaledOps<'_>,
     budget: u64,
     target: (f64, u64),
     alpha: f64,
@@ -290,7 +268,7 @@ fn main() -> Res<()> {
         &[(0.5, 0.05)]
     };
     for factor in [2.0, 0.5] {
-        let changed = Scaled {
+        let changed = ScaledOps {
             inner: &roof,
             factor,
         };

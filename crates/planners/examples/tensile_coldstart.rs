@@ -19,14 +19,15 @@
 //!
 //! `cargo run --release -p outcore-planners --example tensile_coldstart [-- SECTION...]`
 
+mod common;
+use common::plan_and_simulate;
+
 use outcore_cost::predict::{
     Dataset, EwmaTracker, LatencyPredictor, MlpConfig, MlpPredictor, PerKindLeastSquares,
     PredictedModel, ReplanTrigger, evaluate,
 };
-use outcore_cost::{CopyRates, CostModel, DeviceProfile, MeasuredTable, RooflineModel};
+use outcore_cost::{CostModel, DeviceProfile, MeasuredTable, RooflineModel, ScaledOps};
 use outcore_graph::{Graph, OpId, footprint, zoo};
-use outcore_plan::{PlanOutcome, PlanRequest, verify};
-use outcore_sim::{SimOptions, simulate};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -272,35 +273,6 @@ fn section_roofline(
 
 // ---------------------------------------------------------------- section 3
 
-/// `planner` at `budget_bytes` planning with `plan_cost`, simulated with
-/// `true_cost`: (iteration time, peak, settings), or `None` if infeasible.
-fn plan_and_simulate(
-    planner: &str,
-    g: &Graph,
-    plan_cost: &dyn CostModel,
-    true_cost: &dyn CostModel,
-    budget_bytes: u64,
-) -> Res<Option<(f64, u64, serde_json::Value)>> {
-    let p = outcore_planners::by_name(planner)?;
-    match p
-        .plan(&PlanRequest::new(g, plan_cost, budget_bytes))
-        .map_err(err)?
-    {
-        PlanOutcome::Feasible(plan) => {
-            if let Some(v) = verify(&plan, g).first() {
-                return Err(format!("{planner} does not verify: {v}"));
-            }
-            let out = simulate(g, &plan, true_cost, &SimOptions::default()).map_err(err)?;
-            Ok(Some((
-                out.report.iter_time_s,
-                out.report.peak_live_bytes,
-                plan.planner.settings,
-            )))
-        }
-        PlanOutcome::Infeasible(_) => Ok(None),
-    }
-}
-
 /// The vanilla group: `none` at the footprint, simulated (VTC, VMP).
 fn vanilla(g: &Graph, cost: &RooflineModel) -> Res<(f64, u64)> {
     let (t, peak, _) = plan_and_simulate("none", g, cost, cost, footprint(g).0)?
@@ -384,28 +356,6 @@ fn section_coldstart(cost: &RooflineModel, predictors: &BTreeMap<&str, MlpPredic
 
 // ---------------------------------------------------------------- section 4
 
-/// The roofline model with every op `factor` times slower (copies unchanged).
-#[derive(Debug)]
-struct Scaled<'a> {
-    inner: &'a RooflineModel,
-    factor: f64,
-}
-
-impl CostModel for Scaled<'_> {
-    fn device(&self) -> &DeviceProfile {
-        self.inner.device()
-    }
-    fn op_time_s(&self, graph: &Graph, op: OpId) -> f64 {
-        self.inner.op_time_s(graph, op) * self.factor
-    }
-    fn copy_rates(&self) -> CopyRates {
-        self.inner.copy_rates()
-    }
-    fn name(&self) -> String {
-        format!("{}x {}", self.factor, self.inner.name())
-    }
-}
-
 /// Longest run of EWMA iterations simulated.
 const MAX_ITERS: usize = 40;
 /// "Reached the warm plan's time": within this fraction of it.
@@ -430,7 +380,7 @@ struct EwmaRun {
 fn ewma_run(
     g: &Graph,
     cost: &RooflineModel,
-    changed: &Scaled<'_>,
+    changed: &ScaledOps<'_>,
     budget: u64,
     target_s: f64,
     alpha: f64,
@@ -507,7 +457,7 @@ fn section_ewma(cost: &RooflineModel, sweep: bool) -> Res<()> {
         let g = build(name, BATCH, &BTreeMap::new())?;
         let (_, vmp) = vanilla(&g, cost)?;
         for factor in [2.0, 0.5] {
-            let changed = Scaled {
+            let changed = ScaledOps {
                 inner: cost,
                 factor,
             };

@@ -18,6 +18,8 @@
 //!
 //! `cargo run --release -p outcore-planners --example tensile_h100 -- DIR [predict] [coldstart] [--write OUT]`
 
+mod common;
+
 use outcore_cost::predict::{
     Dataset, LatencyPredictor, MlpConfig, MlpPredictor, PerKindLeastSquares, PredictedModel,
     evaluate,
@@ -25,8 +27,6 @@ use outcore_cost::predict::{
 use outcore_cost::{CostModel, DeviceProfile, MeasuredModel, MeasuredTable, RooflineModel};
 use outcore_graph::format::load_graph_file;
 use outcore_graph::{Graph, OpId};
-use outcore_plan::{PlanOutcome, PlanRequest, verify};
-use outcore_sim::{SimOptions, simulate};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -239,20 +239,10 @@ fn plan_and_simulate(
     true_cost: &dyn CostModel,
     budget_bytes: u64,
 ) -> Res<Option<(f64, u64)>> {
-    let p = outcore_planners::by_name(planner)?;
-    match p
-        .plan(&PlanRequest::new(g, plan_cost, budget_bytes))
-        .map_err(err)?
-    {
-        PlanOutcome::Feasible(plan) => {
-            if let Some(v) = verify(&plan, g).first() {
-                return Err(format!("{planner} does not verify: {v}"));
-            }
-            let out = simulate(g, &plan, true_cost, &SimOptions::default()).map_err(err)?;
-            Ok(Some((out.report.iter_time_s, out.report.peak_live_bytes)))
-        }
-        PlanOutcome::Infeasible(_) => Ok(None),
-    }
+    Ok(
+        common::plan_and_simulate(planner, g, plan_cost, true_cost, budget_bytes)?
+            .map(|(t, peak, _)| (t, peak)),
+    )
 }
 
 /// `MSR / EOR / CBR` against the vanilla (time, peak), or `inf.`.
