@@ -204,14 +204,19 @@ mod tests {
         m.device().validate().unwrap();
     }
 
-    #[test]
-    fn unit_model_op_time_is_flops() {
+    /// One linear layer and a loss, no optimizer.
+    fn linear_graph() -> Graph {
         let mut b = GraphBuilder::new("t", 4, DType::Float32);
         let x = b.input("x", &[4, 8]);
         let y = b.label("y", &[4]);
         let h = b.linear("fc", x, 3, true);
         let loss = b.softmax_cross_entropy(h, y);
-        let g = b.finish(loss, Optimizer::None).unwrap();
+        b.finish(loss, Optimizer::None).unwrap()
+    }
+
+    #[test]
+    fn unit_model_op_time_is_flops() {
+        let g = linear_graph();
         for op in &g.ops {
             assert_eq!(UnitCostModel.op_time_s(&g, op.id), op.flops as f64);
         }
@@ -219,12 +224,7 @@ mod tests {
 
     #[test]
     fn scaled_ops_scale_ops_and_leave_copies() {
-        let mut b = GraphBuilder::new("t", 4, DType::Float32);
-        let x = b.input("x", &[4, 8]);
-        let y = b.label("y", &[4]);
-        let h = b.linear("fc", x, 3, true);
-        let loss = b.softmax_cross_entropy(h, y);
-        let g = b.finish(loss, Optimizer::None).unwrap();
+        let g = linear_graph();
         let m = ScaledOps {
             inner: &UnitCostModel,
             factor: 2.5,
