@@ -181,16 +181,8 @@ fn split_and_report(
     tables: &[CpuTable],
     held_out: impl Fn(&CpuTable) -> bool,
 ) -> Res<()> {
-    let (mut train, mut test) = (Dataset::default(), Dataset::default());
-    for t in tables {
-        if held_out(t) {
-            test.extend(t.data.clone());
-        } else {
-            train.extend(t.data.clone());
-        }
-    }
-    let mlp = MlpPredictor::fit(&train, &MlpConfig::default()).map_err(err)?;
-    let lsq = PerKindLeastSquares::fit(&train.deduplicated().samples).map_err(err)?;
+    let (train, test) = common::split(tables, held_out, |t| &t.data);
+    let (mlp, lsq) = common::fit_both(&train)?;
     report_row(label, &mlp, &test, true);
     report_row(label, &lsq, &test, true);
     Ok(())

@@ -21,13 +21,11 @@
 mod common;
 
 use outcore_cost::predict::{
-    Dataset, LatencyPredictor, MlpConfig, MlpPredictor, PerKindLeastSquares, PredictedModel,
-    evaluate,
+    Dataset, ErrorReport, LatencyPredictor, MlpConfig, MlpPredictor, PredictedModel, evaluate,
 };
 use outcore_cost::{CostModel, DeviceProfile, MeasuredModel, MeasuredTable, RooflineModel};
 use outcore_graph::format::load_graph_file;
 use outcore_graph::{Graph, OpId};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const DEVICE: &str = "h100-80gb";
@@ -132,80 +130,35 @@ fn roofline() -> Res<RooflineModel> {
     ))
 }
 
-/// Median, p90 of `|pred - true| / true` over ops, and the mean and max over
-/// configurations of the summed-latency error, as
-/// `outcore_cost::predict::evaluate` defines them (true times clamped to
-/// `MIN_TIME_S` per op); NaN for no rows.
-fn score(rows: &[(f64, f64, &str)]) -> (usize, f64, f64, f64, f64) {
-    if rows.is_empty() {
-        return (0, f64::NAN, f64::NAN, f64::NAN, f64::NAN);
-    }
-    let mut errors: Vec<f64> = rows
-        .iter()
-        .map(|(p, t, _)| {
-            let truth = t.max(outcore_cost::predict::MIN_TIME_S);
-            (p - truth).abs() / truth
-        })
-        .collect();
-    errors.sort_by(f64::total_cmp);
-    let q = |x: f64| errors[((x * errors.len() as f64).ceil() as usize).clamp(1, errors.len()) - 1];
-    let mut sums: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
-    for (p, t, s) in rows {
-        let e = sums.entry(s).or_default();
-        e.0 += p;
-        e.1 += t;
-    }
-    let per: Vec<f64> = sums.values().map(|(p, t)| (p - t).abs() / t).collect();
-    let mean = per.iter().sum::<f64>() / per.len().max(1) as f64;
-    let max = per.iter().copied().fold(0.0, f64::max);
-    (rows.len(), q(0.5), q(0.9), mean, max)
-}
-
-fn row(label: &str, name: &str, s: (usize, f64, f64, f64, f64)) {
+fn row(label: &str, name: &str, r: &ErrorReport) {
     eprintln!(
         "| {label} | {name} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
-        s.0, s.1, s.2, s.3, s.4
+        r.n,
+        r.median_rel_error,
+        r.p90_rel_error,
+        r.mean_sum_rel_error(),
+        r.max_sum_rel_error()
     );
 }
 
 /// Trains on the configurations `held_out` rejects, scores on the others.
 fn split(label: &str, configs: &[Config], held_out: impl Fn(&Config) -> bool) -> Res<()> {
-    let (mut train, mut test) = (Dataset::default(), Dataset::default());
-    for c in configs {
-        if held_out(c) {
-            test.extend(c.data.clone());
-        } else {
-            train.extend(c.data.clone());
-        }
-    }
-    let mlp = MlpPredictor::fit(&train, &MlpConfig::default()).map_err(err)?;
-    let lsq = PerKindLeastSquares::fit(&train.deduplicated().samples).map_err(err)?;
+    let (train, test) = common::split(configs, &held_out, |c| &c.data);
+    let (mlp, lsq) = common::fit_both(&train)?;
     for p in [&mlp as &dyn LatencyPredictor, &lsq] {
-        let r = evaluate(p, &test);
-        row(
-            label,
-            &p.name(),
-            (
-                r.n,
-                r.median_rel_error,
-                r.p90_rel_error,
-                r.mean_sum_rel_error(),
-                r.max_sum_rel_error(),
-            ),
-        );
+        row(label, &p.name(), &evaluate(p, &test));
     }
     let cost = roofline()?;
-    let mut rows = Vec::new();
-    for c in configs.iter().filter(|c| held_out(c)) {
-        for e in &c.table.entries {
-            rows.push((
+    let roof = ErrorReport::from_rows(configs.iter().filter(|c| held_out(c)).flat_map(|c| {
+        c.table.entries.iter().map(|e| {
+            (
                 cost.op_time_s(&c.graph, OpId(e.op)),
                 e.time_s,
                 c.stem.as_str(),
-            ));
-        }
-    }
-    row(label, "roofline (untrained)", score(&rows));
+            )
+        })
+    }));
+    row(label, "roofline (untrained)", &roof);
     Ok(())
 }
 

@@ -190,20 +190,17 @@ mod tests {
         }));
     }
 
+    fn zoo_graph(model: &str, batch: u64, knobs: &[(&str, u64)]) -> outcore_graph::Graph {
+        let knobs = knobs.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+        outcore_graph::zoo::build(model, Some(batch), &knobs, None).expect("builds")
+    }
+
     /// BRNN-4-2K (batch 32) at 30% of its footprint: prefetching 4 ops ahead
     /// brings 64-128 MiB weights and momenta back into pressure points nothing
     /// else can relieve; swapping in on demand fits.
     #[test]
     fn the_steady_state_swaps_in_on_demand_where_prefetching_does_not_fit() {
-        let graph = outcore_graph::zoo::build(
-            "brnn",
-            Some(32),
-            &[("layers".to_string(), 4), ("hidden".to_string(), 2048)]
-                .into_iter()
-                .collect(),
-            None,
-        )
-        .expect("builds");
+        let graph = zoo_graph("brnn", 32, &[("layers", 4), ("hidden", 2048)]);
         let cost = v100();
         let budget_bytes = outcore_graph::footprint(&graph).0 * 3 / 10;
         let outcome = OdSwap
@@ -223,15 +220,7 @@ mod tests {
     /// that was allowed, `odswap` had no plan here: checked by reverting it).
     #[test]
     fn a_weight_evicted_at_the_start_also_leaves_after_its_update() {
-        let graph = outcore_graph::zoo::build(
-            "wide-resnet",
-            Some(8),
-            &[("depth".to_string(), 50), ("width".to_string(), 2)]
-                .into_iter()
-                .collect(),
-            None,
-        )
-        .expect("builds");
+        let graph = zoo_graph("wide-resnet", 8, &[("depth", 50), ("width", 2)]);
         let cost = v100();
         let budget_bytes = outcore_graph::footprint(&graph).0 / 4;
         let outcome = OdSwap

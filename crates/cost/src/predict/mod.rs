@@ -343,29 +343,44 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
+impl ErrorReport {
+    /// The report over `(predicted_s, true_s, source)` rows: a true time below
+    /// [`MIN_TIME_S`] is compared against `MIN_TIME_S`, per row and per
+    /// source's sum. For predictions that do not come from a
+    /// [`LatencyPredictor`] (a cost model's times, say).
+    pub fn from_rows<'a>(rows: impl IntoIterator<Item = (f64, f64, &'a str)>) -> ErrorReport {
+        let mut errors = Vec::new();
+        let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for (predicted, true_s, source) in rows {
+            let truth = true_s.max(MIN_TIME_S);
+            errors.push((predicted - truth).abs() / truth);
+            let e = sums.entry(source.to_string()).or_default();
+            e.0 += predicted;
+            e.1 += true_s;
+        }
+        errors.sort_by(f64::total_cmp);
+        ErrorReport {
+            n: errors.len(),
+            median_rel_error: quantile(&errors, 0.5),
+            p90_rel_error: quantile(&errors, 0.9),
+            sum_rel_error_by_source: sums
+                .into_iter()
+                .map(|(k, (p, t))| (k, (p - t).abs() / t.max(MIN_TIME_S)))
+                .collect(),
+        }
+    }
+}
+
 /// Scores `predictor` on every row of `data` (rows with true time below
 /// [`MIN_TIME_S`] are compared against `MIN_TIME_S`).
 pub fn evaluate(predictor: &dyn LatencyPredictor, data: &Dataset) -> ErrorReport {
-    let mut errors = Vec::with_capacity(data.samples.len());
-    let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for s in &data.samples {
-        let truth = s.time_s.max(MIN_TIME_S);
-        let predicted = predictor.predict_time_s(&s.features);
-        errors.push((predicted - truth).abs() / truth);
-        let e = sums.entry(s.source.clone()).or_default();
-        e.0 += predicted;
-        e.1 += s.time_s;
-    }
-    errors.sort_by(f64::total_cmp);
-    ErrorReport {
-        n: errors.len(),
-        median_rel_error: quantile(&errors, 0.5),
-        p90_rel_error: quantile(&errors, 0.9),
-        sum_rel_error_by_source: sums
-            .into_iter()
-            .map(|(k, (p, t))| (k, (p - t).abs() / t.max(MIN_TIME_S)))
-            .collect(),
-    }
+    ErrorReport::from_rows(data.samples.iter().map(|s| {
+        (
+            predictor.predict_time_s(&s.features),
+            s.time_s,
+            s.source.as_str(),
+        )
+    }))
 }
 
 #[cfg(test)]

@@ -240,6 +240,20 @@ fn evaluation_numbers_by_hand() {
 }
 
 #[test]
+fn error_reports_from_rows_by_hand() {
+    // Source a: 2 s predicted for 1 s and 3 s for 3 s (errors 1 and 0; sum
+    // 5 vs 4, 1/4); source b: 0 s for 2 s (error 1; sum error 1). Sorted
+    // errors 0, 1, 1: median 1, p90 1; mean summed error 5/8, max 1.
+    let r = ErrorReport::from_rows([(2.0, 1.0, "a"), (3.0, 3.0, "a"), (0.0, 2.0, "b")]);
+    assert_eq!(r.n, 3);
+    assert_eq!(r.median_rel_error, 1.0);
+    assert_eq!(r.p90_rel_error, 1.0);
+    assert!((r.sum_rel_error_by_source["a"] - 0.25).abs() < 1e-12);
+    assert!((r.mean_sum_rel_error() - 0.625).abs() < 1e-12);
+    assert_eq!(r.max_sum_rel_error(), 1.0);
+}
+
+#[test]
 fn ewma_updates_by_hand() {
     // alpha 0.25: 4 -> 0.25 * 8 + 0.75 * 4 = 5, then 0.25 * 8 + 0.75 * 5 = 5.75;
     // op 1 not measured stays at 2.

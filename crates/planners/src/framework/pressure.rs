@@ -231,7 +231,7 @@ pub fn evict_on_demand(
                         reclaim_before: Some(q),
                     });
                 }
-                (_, true) if q > c.after && reopenable.contains_key(&c.tensor) => {
+                (_, true) if reopens(c, q, &reopenable) => {
                     // Already swapped out after its last use and back before its
                     // first: free the device copy here as well.
                     if let Some(gi) = reopenable.remove(&c.tensor) {
@@ -273,6 +273,13 @@ pub fn evict_on_demand(
         }
     }
     Ok(gaps)
+}
+
+/// Taking `c` at `q` frees, after its last use, a tensor already evicted
+/// across the iteration boundary before its first use (its gap is reopened,
+/// not a new one made).
+fn reopens(c: &Evictable, q: usize, reopenable: &HashMap<TensorId, usize>) -> bool {
+    c.wraps && q > c.after && reopenable.contains_key(&c.tensor)
 }
 
 fn lead_of(choice: Choice) -> f64 {
@@ -366,8 +373,7 @@ fn candidates(
             }
             _ => continue,
         };
-        let reopened = cand.wraps && q > cand.after && reopenable.contains_key(&t);
-        if gapped.contains(&(t, cand.after)) && !reopened {
+        if gapped.contains(&(t, cand.after)) && !reopens(&cand, q, reopenable) {
             continue;
         }
         out.push(cand);
