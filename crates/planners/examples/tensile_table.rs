@@ -22,6 +22,13 @@
 //! unless swapping cannot even save one byte.
 //!
 //! `cargo run --release -p outcore-planners --example tensile_table -- protocol`
+//!
+//! With `protocol-eager`, the same protocol with every planner (and the
+//! vanilla run) in the eager-update order ([`outcore_plan::eager_update_order`]:
+//! each optimizer op as soon as its gradient is complete, as PyTorch's
+//! optimizer-in-backward runs it). It tests whether VGG-16's loss in the
+//! protocol comes from the graph's order, where the classifier's gradients
+//! and momentum buffers wait for the end of the iteration.
 
 use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_graph::{Graph, footprint, zoo};
@@ -91,8 +98,21 @@ fn run(
     cost: &RooflineModel,
     budget_bytes: u64,
 ) -> Result<Option<SimReport>, String> {
+    run_in(planner, g, cost, budget_bytes, None)
+}
+
+/// [`run`] in the compute order `order` (`None`: the graph's).
+fn run_in(
+    planner: &str,
+    g: &Graph,
+    cost: &RooflineModel,
+    budget_bytes: u64,
+    order: Option<&[outcore_graph::OpId]>,
+) -> Result<Option<SimReport>, String> {
     let p = outcore_planners::by_name(planner)?;
-    match p.plan(&PlanRequest::new(g, cost, budget_bytes)) {
+    let mut request = PlanRequest::new(g, cost, budget_bytes);
+    request.order = order;
+    match p.plan(&request) {
         Ok(PlanOutcome::Feasible(plan)) => {
             if let Some(v) = verify(&plan, g).first() {
                 return Err(format!("{planner} does not verify: {v}"));
@@ -140,22 +160,25 @@ fn metrics(vanilla: &SimReport, report: Option<&SimReport>) -> String {
 }
 
 /// The paper's own protocol (see the module docs): `tensile` active, then
-/// `capuchin` and `vdnn-conv` at the peak it reaches.
-fn protocol(cost: &RooflineModel) -> Result<(), String> {
+/// `capuchin` and `vdnn-conv` at the peak it reaches; all in the eager-update
+/// order if `eager`, else in the graph's.
+fn protocol(cost: &RooflineModel, eager: bool) -> Result<(), String> {
     eprintln!(
         "| model | tensile (active): EMP / VMP | MSR / EOR / CBR | capuchin at that budget: MSR / EOR / CBR | vdnn-conv at that budget: MSR / EOR / CBR |"
     );
     eprintln!("|---|---|---|---|---|");
     for (label, name, _) in PAPER {
         let g = zoo::build(name, Some(BATCH), &BTreeMap::new(), None).map_err(|e| e.to_string())?;
-        let vanilla = run("none", &g, cost, footprint(&g).0)?
+        let order = eager.then(|| outcore_plan::eager_update_order(&g));
+        let order = order.as_deref();
+        let vanilla = run_in("none", &g, cost, footprint(&g).0, order)?
             .ok_or_else(|| format!("{label}: the vanilla plan is infeasible"))?;
         let vmp = vanilla.peak_live_bytes;
-        let active = run("tensile", &g, cost, vmp - 1)?
+        let active = run_in("tensile", &g, cost, vmp - 1, order)?
             .ok_or_else(|| format!("{label}: tensile saves nothing below VMP"))?;
         let budget = active.peak_live_bytes;
-        let capuchin = run("capuchin", &g, cost, budget)?;
-        let vdnn = run("vdnn-conv", &g, cost, budget)?;
+        let capuchin = run_in("capuchin", &g, cost, budget, order)?;
+        let vdnn = run_in("vdnn-conv", &g, cost, budget, order)?;
         eprintln!(
             "| {label} | {:.4} | {} | {} | {} |",
             budget as f64 / vmp as f64,
@@ -169,8 +192,10 @@ fn protocol(cost: &RooflineModel) -> Result<(), String> {
 
 fn main() -> Result<(), String> {
     let cost = RooflineModel::new(DeviceProfile::builtin(DEVICE).map_err(|e| e.to_string())?);
-    if std::env::args().nth(1).as_deref() == Some("protocol") {
-        return protocol(&cost);
+    match std::env::args().nth(1).as_deref() {
+        Some("protocol") => return protocol(&cost, false),
+        Some("protocol-eager") => return protocol(&cost, true),
+        _ => {}
     }
     eprintln!(
         "| model | method | paper MSR | paper EOR | paper CBR | MSR at own paper budget | EOR | CBR | MSR at TENSILE's paper budget | EOR | CBR | smallest feasible budget / VMP | MSR there | EOR | CBR |"
