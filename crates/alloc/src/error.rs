@@ -78,13 +78,20 @@ pub enum AllocErrorKind {
         requested_bytes: u64,
         largest_class_bytes: u64,
     },
+    /// An `offsets` layout has no valid place for this allocation (not laid
+    /// out, larger than laid out, past the capacity, or over a live one).
+    #[error(
+        "the layout has no place for allocation {id}: {reason}; plan again with \
+         `--allocator offsets` for this graph and plan"
+    )]
+    LayoutViolation { id: AllocId, reason: String },
     /// Constructor parameters are inconsistent.
     #[error("invalid allocator configuration: {reason}")]
     InvalidConfig { reason: String },
     /// An allocator name that is none of the known ones.
     #[error(
         "unknown allocator name {name:?}; use one of \"size-class\", \"best-fit\", \
-         \"virtual-chunks\""
+         \"virtual-chunks\", \"offsets\""
     )]
     UnknownAllocatorName { name: String },
 }

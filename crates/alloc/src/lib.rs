@@ -5,7 +5,7 @@
 //! it fit?" so that planners and the simulator can account for fragmentation,
 //! not just for the sum of live bytes.
 //!
-//! Three allocators sit behind the [`Allocator`] trait (CLI / plan names in
+//! Four allocators sit behind the [`Allocator`] trait (CLI / plan names in
 //! brackets):
 //!
 //! * [`SizeClassPool`] (`size-class`): SwapAdvisor's fixed memory pool of size
@@ -14,6 +14,8 @@
 //!   `CUDACachingAllocator` (and NNabla's default caching allocator).
 //! * [`VirtualChunks`] (`virtual-chunks`): virtual addressing onto fixed-size
 //!   physical chunks (schedule-window paper Sec. 4).
+//! * [`FixedOffsets`] (`offsets`): an exact offset per allocation, computed
+//!   ahead of time by the planner (`outcore_plan::layout`).
 //!
 //! # Alignment
 //!
@@ -33,6 +35,7 @@ mod blocks;
 mod error;
 mod extent;
 mod hash;
+pub mod offsets;
 pub mod size_class;
 mod stats;
 pub mod trace;
@@ -45,6 +48,7 @@ use serde::{Deserialize, Serialize};
 
 pub use best_fit::{BestFitCaching, BestFitConfig};
 pub use error::{AllocError, AllocErrorKind};
+pub use offsets::{FixedOffsets, OffsetsConfig, OwnerOffsets};
 pub use size_class::{SizeClassConfig, SizeClassEncoding, SizeClassPool, SizeClassSpec};
 pub use stats::{AllocStats, FailureRecord, MAX_RECORDED_FAILURES};
 pub use trace::{
@@ -100,14 +104,17 @@ pub enum AllocatorKind {
     BestFit,
     /// `virtual-chunks`: virtual addresses mapped onto physical chunks.
     VirtualChunks,
+    /// `offsets`: every allocation at an offset the planner fixed.
+    Offsets,
 }
 
 impl AllocatorKind {
     /// All kinds, in a stable order.
-    pub const ALL: [AllocatorKind; 3] = [
+    pub const ALL: [AllocatorKind; 4] = [
         AllocatorKind::SizeClass,
         AllocatorKind::BestFit,
         AllocatorKind::VirtualChunks,
+        AllocatorKind::Offsets,
     ];
 
     /// The CLI / plan name.
@@ -116,6 +123,7 @@ impl AllocatorKind {
             AllocatorKind::SizeClass => "size-class",
             AllocatorKind::BestFit => "best-fit",
             AllocatorKind::VirtualChunks => "virtual-chunks",
+            AllocatorKind::Offsets => "offsets",
         }
     }
 }
@@ -153,6 +161,7 @@ pub enum AllocatorConfig {
     SizeClass(SizeClassConfig),
     BestFit(BestFitConfig),
     VirtualChunks(VirtualChunksConfig),
+    Offsets(OffsetsConfig),
 }
 
 impl AllocatorConfig {
@@ -162,12 +171,14 @@ impl AllocatorConfig {
             AllocatorConfig::SizeClass(_) => AllocatorKind::SizeClass,
             AllocatorConfig::BestFit(_) => AllocatorKind::BestFit,
             AllocatorConfig::VirtualChunks(_) => AllocatorKind::VirtualChunks,
+            AllocatorConfig::Offsets(_) => AllocatorKind::Offsets,
         }
     }
 
-    /// Default parameters for `kind`. The size-class pool has no meaningful
-    /// default (its classes come from the graph's tensor sizes), so its default
-    /// config is empty and [`build`] rejects it until classes are filled in.
+    /// Default parameters for `kind`. The size-class pool and the offsets
+    /// layout have no meaningful default (classes and offsets come from the
+    /// graph and the plan), so their default configs are empty and [`build`]
+    /// rejects them until they are filled in.
     pub fn default_for(kind: AllocatorKind) -> Self {
         match kind {
             AllocatorKind::SizeClass => AllocatorConfig::SizeClass(SizeClassConfig::default()),
@@ -175,6 +186,7 @@ impl AllocatorConfig {
             AllocatorKind::VirtualChunks => {
                 AllocatorConfig::VirtualChunks(VirtualChunksConfig::default())
             }
+            AllocatorKind::Offsets => AllocatorConfig::Offsets(OffsetsConfig::default()),
         }
     }
 }
@@ -195,6 +207,7 @@ pub fn build(
         AllocatorConfig::VirtualChunks(cfg) => {
             Box::new(VirtualChunks::new(cfg.clone(), capacity_bytes)?)
         }
+        AllocatorConfig::Offsets(cfg) => Box::new(FixedOffsets::from_config(cfg, capacity_bytes)?),
     })
 }
 

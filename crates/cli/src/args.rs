@@ -198,7 +198,8 @@ pub struct RunArgs {
     /// Training iterations, 1 to 100000 (a run predicted to take over an hour is refused).
     #[arg(long, default_value_t = 10)]
     pub iters: u32,
-    /// Device-arena allocator: perfect, best-fit, size-class or virtual-chunks
+    /// Device-arena allocator: perfect, best-fit, size-class, virtual-chunks,
+    /// or offsets (the plan laid out at exact offsets, valid for every timing)
     /// (default: the plan's own, `perfect` for plans made here). Also used by
     /// the simulator's prediction.
     #[arg(long)]
@@ -258,7 +259,9 @@ pub struct MaxBatchArgs {
     /// Comma-separated planner names, or `all`.
     #[arg(long, default_value = "none,capuchin,home")]
     pub planners: String,
-    /// Allocator the plans run under: perfect, best-fit, size-class or virtual-chunks.
+    /// Allocator the plans run under: perfect, best-fit, size-class, virtual-chunks, or
+    /// offsets (each plan made in bytes, then laid out at exact offsets; replanned at a
+    /// lower budget while the layout needs more than the budget).
     #[arg(long, default_value = "perfect")]
     pub allocator: String,
     /// The largest batch tried, 1 to 16777216.
@@ -307,7 +310,9 @@ pub struct TargetArgs {
     // Negative text reaches the budget parser, which names the accepted range.
     #[arg(long, allow_hyphen_values = true)]
     pub budget: String,
-    /// Allocator the plan uses: perfect, best-fit, size-class or virtual-chunks.
+    /// Allocator the plan uses: perfect, best-fit, size-class, virtual-chunks, or
+    /// offsets (the plan made in bytes, then laid out at exact offsets; replanned at a
+    /// lower budget while the layout needs more than the budget).
     #[arg(long, default_value = "perfect")]
     pub allocator: String,
     #[arg(long, default_value_t = 0)]

@@ -1046,7 +1046,7 @@ fn cmd_run(a: RunArgs, stop: &StopFlag) -> Result<()> {
         let graph = outcore::graph_of_plan(&plan)?;
         // The arena runs the named allocator (the plan's own otherwise).
         if let Some(allocator) = allocator {
-            outcore::set_allocator(&mut plan, &graph, allocator);
+            outcore::set_allocator(&mut plan, &graph, allocator)?;
         }
         (graph, plan)
     } else {

@@ -628,12 +628,17 @@ fn also_found_one_allocator_vocabulary() {
             "best-fit, size-class or virtual-chunks",
         ],
     );
+    // Nor does `offsets`: a layout is made for one plan's allocations.
+    refused(
+        &["alloc-replay", t, "--allocator", "offsets"],
+        &["does not apply to alloc-replay", "one plan's allocations"],
+    );
     for allocator in ["best-fit", "size-class", "virtual-chunks"] {
         json_of(&["alloc-replay", t, "--allocator", allocator, "--json"]);
     }
-    // Unknown names list the same four everywhere.
-    let four = "perfect, best-fit, size-class, virtual-chunks";
-    refused(&["alloc-replay", t, "--allocator", "buddy"], &[four]);
+    // Unknown names list the same five everywhere.
+    let five = "perfect, best-fit, size-class, virtual-chunks, offsets";
+    refused(&["alloc-replay", t, "--allocator", "buddy"], &[five]);
     refused_owned(
         &tiny_run(&[
             "--planner",
@@ -643,7 +648,7 @@ fn also_found_one_allocator_vocabulary() {
             "--allocator",
             "buddy",
         ]),
-        &[four],
+        &[five],
     );
     let mut plan_args = vec!["plan"];
     plan_args.extend(TINY);
@@ -659,7 +664,7 @@ fn also_found_one_allocator_vocabulary() {
         "-o",
         "unused.json",
     ]);
-    refused(&plan_args, &[four]);
+    refused(&plan_args, &[five]);
     // `run` plans under size-class, sizing its pool, as `plan` does.
     let ran = json_of(
         &tiny_run(&[

@@ -1,5 +1,6 @@
 //! Device-arena allocation for the executor: a best-fit free list for plans made
-//! with the `perfect` allocator, or any `outcore-alloc` allocator named by the plan.
+//! with the `perfect` allocator, the plan's own layout for `offsets`, or any
+//! other `outcore-alloc` allocator named by the plan.
 //!
 //! An allocation is a list of [`DeviceSegment`]s of the region: one for the
 //! contiguous allocators, the mapped physical chunks for `virtual-chunks`
@@ -23,6 +24,9 @@ pub(crate) struct NoFit {
 #[derive(Debug)]
 pub(crate) enum ArenaAllocator {
     Perfect(BestFitList),
+    /// An `offsets` layout: each allocation where the plan's layout puts its
+    /// owner's next allocation.
+    Laid(outcore_alloc::FixedOffsets),
     Library(Box<dyn outcore_alloc::Allocator>),
 }
 
@@ -32,6 +36,15 @@ impl ArenaAllocator {
         let Some(config) = spec.config() else {
             return Ok(ArenaAllocator::Perfect(BestFitList::new(capacity_bytes)));
         };
+        if let outcore_alloc::AllocatorConfig::Offsets(layout) = &config {
+            let laid =
+                outcore_alloc::FixedOffsets::from_config(layout, capacity_bytes).map_err(|e| {
+                    ExecError::new(ExecErrorKind::Allocator {
+                        detail: e.to_string(),
+                    })
+                })?;
+            return Ok(ArenaAllocator::Laid(laid));
+        }
         let alloc = outcore_alloc::build(&config, capacity_bytes).map_err(|e| {
             ExecError::new(ExecErrorKind::Allocator {
                 detail: e.to_string(),
@@ -40,19 +53,33 @@ impl ArenaAllocator {
         Ok(ArenaAllocator::Library(alloc))
     }
 
-    /// Allocates `size_bytes`; returns the device segments holding it (they total
-    /// `size_bytes`), or where the arena stood. `long_lived` asks the built-in list
-    /// to place the block at the top of the arena (library allocators place by
-    /// their own policy).
+    /// Whether allocations follow a plan's `offsets` layout (then a step's
+    /// scratch is one slot, see the executor's `scratch`).
+    pub fn is_laid_out(&self) -> bool {
+        matches!(self, ArenaAllocator::Laid(_))
+    }
+
+    /// Allocates `size_bytes` under `key`; returns the device segments holding
+    /// it (they total `size_bytes`), or where the arena stood. `owner` names
+    /// the allocation in an `offsets` layout (the tensor, or a step's scratch
+    /// slot). `long_lived` asks the built-in list to place the block at the top
+    /// of the arena (library allocators place by their own policy).
     pub fn allocate(
         &mut self,
         key: u64,
+        owner: u64,
         size_bytes: u64,
         long_lived: bool,
     ) -> Result<Vec<DeviceSegment>, NoFit> {
         let offset_bytes = match self {
             ArenaAllocator::Perfect(list) if long_lived => list.allocate_high(key, size_bytes)?,
             ArenaAllocator::Perfect(list) => list.allocate(key, size_bytes)?,
+            // A refusal is most often the previous occupant's free still in
+            // flight: the executor drains those and asks again.
+            ArenaAllocator::Laid(a) => match a.allocate_for(AllocId(key), owner, size_bytes) {
+                Ok(al) => al.addr,
+                Err(_) => return Err(library_no_fit(a)),
+            },
             ArenaAllocator::Library(a) => match a.allocate(AllocId(key), size_bytes) {
                 Ok(al) => {
                     // A virtual-address allocator says where the bytes physically
@@ -75,7 +102,7 @@ impl ArenaAllocator {
                             free_bytes,
                             largest_free_block: largest_free_block_bytes,
                         },
-                        _ => library_no_fit(a.as_ref()),
+                        _ => library_no_fit(&**a),
                     });
                 }
             },
@@ -86,6 +113,13 @@ impl ArenaAllocator {
     pub fn free(&mut self, key: u64) -> Result<(), ExecError> {
         match self {
             ArenaAllocator::Perfect(list) => list.free(key),
+            ArenaAllocator::Laid(a) => {
+                outcore_alloc::Allocator::free(a, AllocId(key)).map_err(|e| {
+                    ExecError::new(ExecErrorKind::Allocator {
+                        detail: e.to_string(),
+                    })
+                })
+            }
             ArenaAllocator::Library(a) => a.free(AllocId(key)).map_err(|e| {
                 ExecError::new(ExecErrorKind::Allocator {
                     detail: e.to_string(),

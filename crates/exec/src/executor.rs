@@ -337,6 +337,10 @@ struct Executor<'a> {
     streams: [StreamHandle; 3],
     alloc: ArenaAllocator,
     next_key: u64,
+    /// The compute-stream index of the recomputation being issued, and the
+    /// start of its scratch slot under an `offsets` layout (see `scratch`).
+    scratch_step: usize,
+    scratch_slot: u64,
     owner: Vec<TensorId>,
     dev: Vec<Option<Resident>>,
     sizes: BTreeMap<u64, u64>,
@@ -380,6 +384,8 @@ impl<'a> Executor<'a> {
             streams: StreamKind::ALL.map(|k| be.stream(k)),
             alloc,
             next_key: 1,
+            scratch_step: 0,
+            scratch_slot: 0,
             owner: graph
                 .tensors
                 .iter()
@@ -451,6 +457,17 @@ impl<'a> Executor<'a> {
     /// Allocates `size_bytes` for `tensor` (a name for errors), draining in-flight
     /// frees when it does not fit.
     fn allocate(&mut self, tensor: TensorId, size_bytes: u64) -> Result<Resident, ExecError> {
+        self.allocate_as(tensor, tensor.0 as u64, size_bytes)
+    }
+
+    /// [`Self::allocate`] of the bytes an `offsets` layout places as `owner`'s
+    /// (the tensor itself, or a step's scratch slot).
+    fn allocate_as(
+        &mut self,
+        tensor: TensorId,
+        owner: u64,
+        size_bytes: u64,
+    ) -> Result<Resident, ExecError> {
         self.reclaim(false)?;
         let key = self.next_key;
         self.next_key += 1;
@@ -460,7 +477,7 @@ impl<'a> Executor<'a> {
         let long_lived =
             kind.is_persistent() || kind == outcore_graph::TensorKind::ParameterGradient;
         loop {
-            match self.alloc.allocate(key, size_bytes, long_lived) {
+            match self.alloc.allocate(key, owner, size_bytes, long_lived) {
                 Ok(segments) => {
                     self.sizes.insert(key, size_bytes);
                     self.live_bytes += size_bytes;
@@ -933,7 +950,7 @@ impl<'a> Executor<'a> {
                     if !ready {
                         break;
                     }
-                    let end = self.issue_step(s, step, &waits)?;
+                    let end = self.issue_step(s, cursor[si], step, &waits)?;
                     ends[si][cursor[si]] = Some(end);
                     cursor[si] += 1;
                     issued += 1;
@@ -985,15 +1002,17 @@ impl<'a> Executor<'a> {
                     }
                 }
             }
-            let end = self.issue_step(at.stream, step, &waits)?;
+            let end = self.issue_step(at.stream, at.index as usize, step, &waits)?;
             ends[si].push(end);
         }
         Ok(())
     }
 
+    /// Issues `step`, the `index`-th of stream `s`.
     fn issue_step(
         &mut self,
         s: Stream,
+        index: usize,
         step: &Step,
         waits: &[EventHandle],
     ) -> Result<EventHandle, ExecError> {
@@ -1008,6 +1027,8 @@ impl<'a> Executor<'a> {
             Instr::Compute(op) => self.compute(stream, *op, None, &mut free_after)?,
             Instr::Recompute { op, outputs } => {
                 self.recomputes += 1;
+                // Compute-stream steps come first in the global numbering.
+                self.scratch_step = index;
                 self.compute(stream, *op, Some(outputs), &mut free_after)?
             }
             Instr::SwapIn(t) => {
@@ -1078,6 +1099,41 @@ impl<'a> Executor<'a> {
         Ok(end)
     }
 
+    /// Device bytes for output `o` of a recomputation of `op` that `listed`
+    /// does not keep, freed after the step. Under an `offsets` layout they
+    /// are carved from the step's scratch slot, allocated at the first such
+    /// output ([`outcore_plan::scratch_pieces`]); otherwise each is allocated
+    /// on its own.
+    fn scratch(
+        &mut self,
+        op: OpId,
+        listed: &[TensorId],
+        o: TensorId,
+        free_after: &mut Vec<u64>,
+    ) -> Result<Vec<DeviceSegment>, ExecError> {
+        let size = self.graph.tensor(o).size_bytes;
+        if !self.alloc.is_laid_out() {
+            let r = self.allocate(o, size)?;
+            free_after.push(r.key);
+            return Ok(r.segments);
+        }
+        let (slot_bytes, pieces) = outcore_plan::scratch_pieces(self.graph, op, Some(listed));
+        let Some(&(_, at)) = pieces.iter().find(|(t, _)| *t == o) else {
+            return Err(bad_plan(format!(
+                "`{}` is not an output of `{}`",
+                self.graph.tensor(o).name,
+                self.graph.op(op).name
+            )));
+        };
+        if pieces.first().is_some_and(|(t, _)| *t == o) {
+            let owner = self.graph.tensors.len() as u64 + self.scratch_step as u64;
+            let r = self.allocate_as(o, owner, slot_bytes)?;
+            free_after.push(r.key);
+            self.scratch_slot = r.segments.first().map_or(0, |seg| seg.offset_bytes);
+        }
+        Ok(vec![DeviceSegment::new(self.scratch_slot + at, size)])
+    }
+
     /// Launches an op; with `recompute`, re-materialises the listed outputs and puts
     /// the others in scratch memory freed after the step.
     fn compute(
@@ -1112,11 +1168,10 @@ impl<'a> Executor<'a> {
                     let r = self.materialise(o)?;
                     operand(graph, o, r.segments, true)
                 }
-                Some(_) => {
+                Some(listed) => {
                     // Scratch for outputs the recomputation does not keep.
-                    let r = self.allocate(o, t.size_bytes)?;
-                    free_after.push(r.key);
-                    operand(graph, o, r.segments, true)
+                    let segments = self.scratch(op_id, listed, o, free_after)?;
+                    operand(graph, o, segments, true)
                 }
             };
             outputs.push(op_ref);

@@ -92,13 +92,28 @@ fn run_planners_at_40_with(
             allocator: &request_allocator,
             order: None,
         };
-        let mut plan = match planner.plan(&request) {
+        // An empty `offsets` layout asks for the plan's own: planned in bytes,
+        // laid out, replanned lower while the layout misses the budget.
+        let laid_out = matches!(&allocator, Some(a) if outcore_planners::layout::wants_layout(a));
+        let outcome = if laid_out {
+            outcore_planners::layout::plan_laid_out(planner.as_ref(), &request)
+        } else {
+            planner.plan(&request)
+        };
+        let mut plan = match outcome {
             Ok(PlanOutcome::Feasible(p)) => *p,
             Ok(PlanOutcome::Infeasible(why)) => panic!("{name} on {}: {why}", g.meta.model),
             Err(e) => panic!("{name} on {}: {e}", g.meta.model),
         };
-        if let Some(config) = &allocator {
-            plan.allocator = config.clone();
+        match &allocator {
+            // The plan carries its layout (the executor then needs no issue
+            // order: the layout holds for every timing).
+            Some(_) if laid_out => assert!(
+                matches!(&plan.allocator, outcore_plan::AllocatorSpec::Offsets(c) if !c.owners.is_empty()),
+                "{name}: not laid out"
+            ),
+            Some(config) => plan.allocator = config.clone(),
+            None => {}
         }
         assert_eq!(plan.budget_bytes, budget);
         let v = verify(&plan, g);
@@ -203,6 +218,19 @@ fn mlp_under_three_planners_at_40_percent_with_virtual_chunks() {
         &["window", "lms", "vdnn-all-sync"],
         Some(virtual_chunks),
     );
+}
+
+/// Planned for `perfect`, laid out with `offsets` and run in the executor's
+/// own issue order (no simulated order): the layout holds for every timing,
+/// where best-fit fragmented in some runs (see `allocator_aware`).
+/// Recomputing planners (`dtr`, `checkpoint-sqrt`) use scratch slots.
+#[test]
+fn tiny_models_with_an_offsets_layout_at_40_percent() {
+    let layout = || Some(outcore_plan::AllocatorSpec::Offsets(Default::default()));
+    let cnn = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    run_planners_at_40(&cnn, &["odswap", "dtr", "checkpoint-sqrt"], layout());
+    let transformer = graph("tiny-transformer", 32, &[("layers", 8)]);
+    run_planners_at_40(&transformer, &["lms", "dtr"], layout());
 }
 
 #[test]

@@ -365,7 +365,12 @@ pub(crate) fn plan_and_check(
         order: None,
     };
     let t0 = Instant::now();
-    let outcome = planner.plan(&request);
+    // An `offsets` request: plan in bytes, then lay the plan out.
+    let outcome = if outcore_planners::layout::wants_layout(&target.allocator) {
+        outcore_planners::layout::plan_laid_out(planner, &request)
+    } else {
+        planner.plan(&request)
+    };
     let mut out = PlannerOutcome {
         planner: planner.name().to_string(),
         status: Runnability::Infeasible,
@@ -403,6 +408,13 @@ pub(crate) fn plan_and_check(
     {
         plan.allocator = size_class_pool_for(g, &plan, cost);
     }
+    judge(&mut out, plan, g, cost);
+    out
+}
+
+/// Verifies and simulates `plan` into `out`: feasible only if it verifies
+/// and runs under its allocator.
+fn judge(out: &mut PlannerOutcome, plan: Plan, g: &Graph, cost: &dyn CostModel) {
     let verification = verify_plan(&plan, g);
     out.verified = verification.passed;
     let t1 = Instant::now();
@@ -424,7 +436,6 @@ pub(crate) fn plan_and_check(
     };
     out.report = simulated.ok().map(|s| s.report);
     out.plan = Some(plan);
-    out
 }
 
 /// Names the allocator and the shortfall of an allocation the simulator's
@@ -451,7 +462,34 @@ pub fn allocator_shortfall(allocator: &AllocatorSpec, oom: &SimOom) -> String {
 /// Makes `plan` run under `allocator`; a `size-class` pool is sized for the
 /// plan's own allocations (on its device, or unit costs without one), as
 /// `plan()` sizes it, since the default pool fits no particular plan.
-pub fn set_allocator(plan: &mut Plan, graph: &Graph, allocator: AllocatorSpec) {
+///
+/// An `offsets` allocator with no layout lays the plan out; that fails when
+/// the plan does not verify or its layout spans more than its budget.
+pub fn set_allocator(plan: &mut Plan, graph: &Graph, allocator: AllocatorSpec) -> Result<()> {
+    if outcore_planners::layout::wants_layout(&allocator) {
+        let layout = outcore_plan::lay_out(plan, graph).map_err(|e| {
+            Error::invalid(
+                "plan (--allocator offsets)",
+                "the plan",
+                e.to_string(),
+                "a plan that `outcore verify` accepts",
+            )
+        })?;
+        if layout.config.height_bytes > plan.budget_bytes {
+            return Err(Error::invalid(
+                "allocator (--allocator)",
+                "offsets",
+                format!(
+                    "the plan's layout needs {}, more than its budget of {}",
+                    fmt_bytes(layout.config.height_bytes),
+                    fmt_bytes(plan.budget_bytes)
+                ),
+                "plan with `outcore plan --allocator offsets`, which plans at a lower budget until the layout fits, or run with another allocator",
+            ));
+        }
+        plan.allocator = AllocatorSpec::Offsets(layout.config);
+        return Ok(());
+    }
     plan.allocator = allocator;
     if matches!(plan.allocator, AllocatorSpec::SizeClass(_)) {
         let sized = match &plan.device {
@@ -460,6 +498,7 @@ pub fn set_allocator(plan: &mut Plan, graph: &Graph, allocator: AllocatorSpec) {
         };
         plan.allocator = sized;
     }
+    Ok(())
 }
 
 /// A size-class pool sized for `plan`: replayed first with the perfect
@@ -604,6 +643,14 @@ pub fn alloc_replay(
             "allocator (--allocator)",
             allocator,
             "does not apply to alloc-replay: the perfect allocator places no addresses, so there is nothing to replay",
+            "best-fit, size-class or virtual-chunks",
+        ));
+    }
+    if allocator == "offsets" {
+        return Err(Error::invalid(
+            "allocator (--allocator)",
+            allocator,
+            "does not apply to alloc-replay: an offsets layout is made for one plan's allocations, not for a trace",
             "best-fit, size-class or virtual-chunks",
         ));
     }

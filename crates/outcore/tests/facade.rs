@@ -267,3 +267,57 @@ fn assert_same_table(a: &outcore::MeasuredTable, b: &outcore::MeasuredTable) {
         close(x.h2d_bytes_per_s, y.h2d_bytes_per_s) && close(x.d2h_bytes_per_s, y.d2h_bytes_per_s)
     );
 }
+
+#[test]
+fn an_offsets_request_is_laid_out_simulated_and_its_file_round_trips() {
+    let graph = zoo("resnet18", 16);
+    let target = Target::parse(&graph, "a100-40gb", "60%", "offsets").unwrap();
+    let options = PlanOptions {
+        time_limit_s: 2.0,
+        ..PlanOptions::default()
+    };
+    let made =
+        outcore::plan(&graph, "window", &target, &options).expect("window plans and lays out");
+    let outcore_plan::AllocatorSpec::Offsets(layout) = &made.plan.allocator else {
+        panic!("not laid out: {}", made.plan.allocator.name());
+    };
+    assert!(layout.height_bytes <= target.budget_bytes);
+    // The simulator ran the layout itself: its reserved peak is the highest
+    // end it touched, within the layout's height.
+    assert!(made.report.peak_reserved_bytes <= layout.height_bytes);
+    assert!(made.report.oom.is_none());
+    assert!(made.verification.passed);
+    // Written and read back, the plan simulates the same.
+    let path = scratch("offsets-plan.json");
+    std::fs::write(&path, serde_json::to_string(&made.plan).unwrap()).unwrap();
+    let loaded = outcore::load_plan(&path).expect("the plan file loads");
+    let sim = outcore::simulate_plan(&loaded, &SimulateOptions::default()).unwrap();
+    assert!(sim.runnable, "{:?}", sim.reason);
+    assert_eq!(sim.report.iter_time_s, made.report.iter_time_s);
+}
+
+#[test]
+fn laying_out_a_plan_that_needs_more_than_its_budget_is_an_error() {
+    let graph = zoo("resnet18", 16);
+    let target = Target::parse(&graph, "a100-40gb", "60%", "perfect").unwrap();
+    let options = PlanOptions {
+        time_limit_s: 2.0,
+        ..PlanOptions::default()
+    };
+    let mut plan = outcore::plan(&graph, "window", &target, &options)
+        .expect("window plans")
+        .plan;
+    let layout = outcore_plan::lay_out(&plan, &graph.graph).expect("verifies");
+    // A budget one byte below the layout's height: laying out must refuse.
+    plan.budget_bytes = layout.config.height_bytes - 1;
+    let err = outcore::set_allocator(
+        &mut plan,
+        &graph.graph,
+        outcore::parse_allocator("offsets").unwrap(),
+    )
+    .expect_err("the layout does not fit");
+    let msg = err.to_string();
+    assert!(msg.contains("more than its budget"), "{msg}");
+    assert!(msg.contains("outcore plan --allocator offsets"), "{msg}");
+    assert!(plan.allocator == outcore_plan::AllocatorSpec::Perfect);
+}

@@ -1,6 +1,7 @@
 //! outcore-plan: the one Plan type every planner lowers to, verify() which proves a
 //! plan safe for every timing, and analyses shared by planners.
 
+pub mod layout;
 mod lower;
 mod order;
 mod plan;
@@ -10,6 +11,7 @@ mod program;
 mod schedule;
 mod verify;
 
+pub use layout::{Layout, LayoutError, lay_out, scratch_pieces};
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
 pub use order::{check_order, eager_update_order, order_predecessors, random_topological_order};
 pub use plan::{

@@ -168,9 +168,11 @@ pub fn graph_fingerprint(graph: &Graph) -> String {
 /// The allocator a plan is made for: the perfect allocator (bytes only, no
 /// addresses, so no fragmentation) or one of `outcore_alloc`'s algorithms with its
 /// parameters. Serialised as `{"kind": "perfect"}`, `{"kind": "best-fit"}`,
-/// `{"kind": "size-class", "classes": [...]}` or
-/// `{"kind": "virtual-chunks", "chunk_bytes": ...}` (the same JSON as
-/// [`AllocatorConfig`] plus `perfect`).
+/// `{"kind": "size-class", "classes": [...]}`,
+/// `{"kind": "virtual-chunks", "chunk_bytes": ...}` or
+/// `{"kind": "offsets", "height_bytes": ..., "owners": [...]}` (the same JSON
+/// as [`AllocatorConfig`] plus `perfect`). An `offsets` request without
+/// owners asks the planner to lay the plan out ([`crate::layout`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum AllocatorSpec {
@@ -180,6 +182,7 @@ pub enum AllocatorSpec {
     SizeClass(outcore_alloc::SizeClassConfig),
     BestFit(outcore_alloc::BestFitConfig),
     VirtualChunks(outcore_alloc::VirtualChunksConfig),
+    Offsets(outcore_alloc::OffsetsConfig),
 }
 
 impl AllocatorSpec {
@@ -190,17 +193,19 @@ impl AllocatorSpec {
             AllocatorSpec::SizeClass(c) => Some(AllocatorConfig::SizeClass(c.clone())),
             AllocatorSpec::BestFit(c) => Some(AllocatorConfig::BestFit(c.clone())),
             AllocatorSpec::VirtualChunks(c) => Some(AllocatorConfig::VirtualChunks(c.clone())),
+            AllocatorSpec::Offsets(c) => Some(AllocatorConfig::Offsets(c.clone())),
         }
     }
 
     /// The name used on the command line: `perfect`, `best-fit`, `size-class`,
-    /// `virtual-chunks`.
+    /// `virtual-chunks`, `offsets`.
     pub fn name(&self) -> &'static str {
         match self {
             AllocatorSpec::Perfect => "perfect",
             AllocatorSpec::SizeClass(_) => "size-class",
             AllocatorSpec::BestFit(_) => "best-fit",
             AllocatorSpec::VirtualChunks(_) => "virtual-chunks",
+            AllocatorSpec::Offsets(_) => "offsets",
         }
     }
 }
@@ -211,6 +216,7 @@ impl From<AllocatorConfig> for AllocatorSpec {
             AllocatorConfig::SizeClass(c) => AllocatorSpec::SizeClass(c),
             AllocatorConfig::BestFit(c) => AllocatorSpec::BestFit(c),
             AllocatorConfig::VirtualChunks(c) => AllocatorSpec::VirtualChunks(c),
+            AllocatorConfig::Offsets(c) => AllocatorSpec::Offsets(c),
         }
     }
 }

@@ -68,6 +68,10 @@ pub enum ViolationKind {
     SwapInWithoutHostCopy { tensor: TensorId },
     /// Device memory may exceed the budget while this step runs.
     OverBudget { bytes: u64, budget_bytes: u64 },
+    /// The plan's `offsets` layout does not hold: an allocation it does not
+    /// place as the plan makes it, or two buffers that may be resident
+    /// together at overlapping addresses.
+    Layout { reason: String },
     /// The residency at the end of the iteration differs from the start.
     EndResidency {
         tensor: TensorId,
@@ -123,6 +127,7 @@ impl fmt::Display for ViolationKind {
                 f,
                 "device memory may reach {bytes} bytes, over the budget of {budget_bytes} bytes"
             ),
+            Layout { reason } => write!(f, "the memory layout does not hold: {reason}"),
             EndResidency {
                 tensor,
                 expected,
@@ -195,7 +200,7 @@ impl Layout {
 }
 
 /// "No step", "no read" in the per-tensor state and the buffer records.
-const NONE: u32 = u32::MAX;
+pub(crate) const NONE: u32 = u32::MAX;
 
 /// Where a per-tensor violation goes in verify's list: by tensor (high 32
 /// bits), then by event (events are numbered from 1 in walk order, saturating;
@@ -248,6 +253,40 @@ pub struct VerifyScratch {
     first_after: [[Vec<u32>; 3]; 3],
 }
 
+impl VerifyScratch {
+    /// The device buffers of the program last verified with this scratch, in
+    /// walk order (for one owner, in allocation order).
+    pub(crate) fn buffers(&self) -> &[Buffer] {
+        &self.buffers
+    }
+
+    /// Where buffer `b` starts and ends in compute-stream positions (compute
+    /// steps that complete before its allocation / free starts; -1 from the
+    /// start, `i64::MAX` to the end): a time proxy to order a layout by.
+    pub(crate) fn compute_span(&self, b: &Buffer) -> (i64, i64) {
+        let start = if b.alloc == NONE {
+            -1
+        } else {
+            self.vc[b.alloc as usize][0] as i64 + 1
+        };
+        let end = if b.free_index == NONE {
+            i64::MAX
+        } else {
+            let k = b.free_stream as usize;
+            self.vc[self.layout.offset[k] + b.free_index as usize][0] as i64 + 1
+        };
+        (start, end)
+    }
+
+    /// Whether `a`'s free completes before `b`'s allocation starts in every
+    /// timing of the program last verified (then the two may share bytes).
+    pub(crate) fn freed_before(&self, a: &Buffer, b: &Buffer) -> bool {
+        a.free_index != NONE
+            && b.alloc != NONE
+            && self.vc[b.alloc as usize][a.free_stream as usize] >= a.free_index as i32
+    }
+}
+
 /// What [`verify_program`] found besides the violations: the most bytes that
 /// may be resident at any allocating step, and where (whether or not it is
 /// within the budget).
@@ -265,15 +304,19 @@ impl Access {
     }
 }
 
-/// A device buffer's allocation and free, for the memory bound.
+/// A device buffer's allocation and free, for the memory bound and the
+/// layout ([`crate::layout`]).
 #[derive(Debug, Clone, Copy)]
-struct Buffer {
-    size_bytes: u64,
+pub(crate) struct Buffer {
+    /// The allocation id the simulator gives it: the tensor id, or the number
+    /// of tensors plus the global id of the step whose scratch it is.
+    pub(crate) owner: u64,
+    pub(crate) size_bytes: u64,
     /// Global id of the allocating step (`NONE`: resident from the start).
-    alloc: u32,
+    pub(crate) alloc: u32,
     /// Stream and index of the freeing step (index `NONE`: resident to the end).
-    free_stream: u8,
-    free_index: u32,
+    pub(crate) free_stream: u8,
+    pub(crate) free_index: u32,
 }
 
 /// One storage owner's state during the walk: residency, versions, host copy,
@@ -353,16 +396,16 @@ pub(crate) fn initial_states(prepared: &PreparedGraph) -> Vec<TensorState> {
 }
 
 /// Verifies `plan` against `graph`; an empty list means the plan is safe.
+/// A plan with an `offsets` layout is also checked against its layout
+/// ([`crate::layout`]), once the rest holds.
 pub fn verify(plan: &Plan, graph: &Graph) -> Vec<Violation> {
     let prepared = PreparedGraph::new(graph);
     let mut violations = Vec::new();
-    verify_program(
-        graph,
-        &prepared,
-        plan,
-        &mut VerifyScratch::default(),
-        &mut violations,
-    );
+    let mut scratch = VerifyScratch::default();
+    verify_program(graph, &prepared, plan, &mut scratch, &mut violations);
+    if violations.is_empty() {
+        violations = crate::layout::layout_violations(plan, &prepared, &scratch);
+    }
     violations
 }
 
@@ -783,7 +826,8 @@ impl Checker<'_> {
             self.event(t, access, h);
         }
         if workspace_bytes > 0 {
-            self.push_buffer(workspace_bytes, h.id, h.at);
+            let owner = prepared.n_tensors() as u64 + h.id as u64;
+            self.push_buffer(owner, workspace_bytes, h.id, h.at);
         }
     }
 
@@ -828,14 +872,22 @@ impl Checker<'_> {
             }
         }
         if scratch_bytes > 0 {
-            self.push_buffer(scratch_bytes, h.id, h.at);
+            let owner = prepared.n_tensors() as u64 + h.id as u64;
+            self.push_buffer(owner, scratch_bytes, h.id, h.at);
         }
     }
 
     /// A device buffer allocated at step `alloc` (global id, `NONE`: from the
     /// start) and freed at `free` (index `NONE`: at the end).
-    fn push_buffer(&mut self, size_bytes: u64, alloc: u32, free: StepRef) {
-        push_buffer(self.buffers, self.resident_bytes, size_bytes, alloc, free);
+    fn push_buffer(&mut self, owner: u64, size_bytes: u64, alloc: u32, free: StepRef) {
+        push_buffer(
+            self.buffers,
+            self.resident_bytes,
+            owner,
+            size_bytes,
+            alloc,
+            free,
+        );
     }
 
     #[inline(never)]
@@ -930,6 +982,7 @@ impl Checker<'_> {
                     push_buffer(
                         self.buffers,
                         self.resident_bytes,
+                        t.0 as u64,
                         self.prepared.size_bytes[t.index()],
                         alloc,
                         h.at,
@@ -1024,25 +1077,27 @@ fn report_pending_free(
     report(found, tensor_key(t, st.pending_event), at, kind);
 }
 
-/// Records a device buffer for the memory bound (see `Checker::push_buffer`).
-#[inline]
+/// Records a device buffer for the memory bound (see `Checker::push_buffer`)
+/// and the layout. A buffer resident for the whole iteration also counts in
+/// `resident_bytes`, which the bound starts from (it skips such buffers).
 fn push_buffer(
     buffers: &mut Vec<Buffer>,
     resident_bytes: &mut i128,
+    owner: u64,
     size_bytes: u64,
     alloc: u32,
     free: StepRef,
 ) {
     if alloc == NONE && free.index == NONE {
         *resident_bytes += size_bytes as i128;
-    } else {
-        buffers.push(Buffer {
-            size_bytes,
-            alloc,
-            free_stream: free.stream.index() as u8,
-            free_index: free.index,
-        });
     }
+    buffers.push(Buffer {
+        owner,
+        size_bytes,
+        alloc,
+        free_stream: free.stream.index() as u8,
+        free_index: free.index,
+    });
 }
 
 /// A produce, rematerialisation or swap-in at step `id`.
@@ -1116,6 +1171,7 @@ fn finish_tensors(prepared: &PreparedGraph, s: &mut VerifyScratch) {
             push_buffer(
                 &mut s.buffers,
                 &mut s.resident_bytes,
+                ti as u64,
                 size_bytes,
                 alloc,
                 END,
@@ -1166,7 +1222,14 @@ fn finish_tensor(
         } else {
             st.alloc_at
         };
-        push_buffer(buffers, resident_bytes, prepared.size_bytes[ti], alloc, END);
+        push_buffer(
+            buffers,
+            resident_bytes,
+            ti as u64,
+            prepared.size_bytes[ti],
+            alloc,
+            END,
+        );
     }
     let final_version = prepared.writers(t).len() as u32;
     if let Some(kind) = check_end(t, persistent, final_version, st) {
@@ -1238,6 +1301,7 @@ fn check_budget<P: Program>(
     let total = s
         .buffers
         .iter()
+        .filter(|b| b.alloc != NONE || b.free_index != NONE)
         .fold(s.resident_bytes.max(0) as u128, |t, b| {
             t + b.size_bytes as u128
         });
@@ -1320,6 +1384,9 @@ impl Bounds<'_> {
         // One pass over the buffers for every stream (each buffer's clock is
         // read once).
         for b in self.buffers {
+            if b.alloc == NONE && b.free_index == NONE {
+                continue; // in `resident_bytes`
+            }
             let alloc_clock = (b.alloc != NONE).then(|| self.vc[b.alloc as usize]);
             for k in (0..3).filter(|&k| self.active[k]) {
                 let n = layout.len[k];

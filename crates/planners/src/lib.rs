@@ -9,6 +9,7 @@ mod dtr;
 pub mod framework;
 pub mod home;
 pub mod joint;
+pub mod layout;
 mod lms;
 mod odswap;
 mod range_tree;

@@ -49,10 +49,13 @@
 //!   price: it is the best planner on none of the suite's cases.
 //! - **HOME restarted** with a doubling swarm, 32 particles first
 //!   ([`Joint::home_restarts`]): `home` alone runs one swarm of 512.
-//! - **Not searched yet:** the allocator and its layout. The plan uses the
-//!   request's allocator, and every candidate is scored under it, so a plan
-//!   never fits in bytes but not in the allocator; choosing among allocators
-//!   is left to the caller (`--allocator`).
+//! - **The layout.** Asked for `offsets` (an exact offset per allocation),
+//!   the plan is made in bytes and laid out afterwards
+//!   ([`crate::layout::plan_laid_out`], for every planner alike), replanned
+//!   at a lower budget while the layout needs more than the budget. Under the
+//!   other allocators every candidate is scored under the request's
+//!   allocator, so a plan never fits in bytes but not in the allocator.
+//!   Choosing among allocators is left to the caller (`--allocator`).
 //! - **A recompute-only variant**, `outcore-recompute` ([`Joint::recompute_only`]):
 //!   the same search restricted to recomputation, seeded by the
 //!   recompute-only planners (`dtr` and `checkpoint-*`) and moving only by
