@@ -5,8 +5,10 @@
 //! Why a loop around the planner rather than layout-aware planning: every
 //! planner plans in bytes (the perfect allocator) and the layout of a plan
 //! is exact for every timing, so the only way a layout misses the budget is
-//! by its gaps, typically 0-1% of the plan's memory bound (RESULTS.md). The
-//! plan is remade at the budget minus that excess; four rounds at most.
+//! by its gaps, typically 0-2% of the plan's memory bound at half the
+//! footprint, more where copies on three streams overlap loosely (RESULTS.md).
+//! The plan is remade at a lower budget ([`plan_laid_out`]); six rounds at
+//! most, so the planning time is at most six times the planner's.
 //! Searching offsets inside the planners' own loops would cost a layout per
 //! candidate (quadratic in the buffers) for that one percent.
 
@@ -16,7 +18,7 @@ use outcore_plan::{
 };
 
 /// Plans at most this many times per request (module docs).
-pub const LAYOUT_ROUNDS: usize = 4;
+pub const LAYOUT_ROUNDS: usize = 6;
 
 /// Whether `allocator` asks for a layout (an `offsets` allocator that lists
 /// no allocation yet).
@@ -26,20 +28,27 @@ pub fn wants_layout(allocator: &AllocatorSpec) -> bool {
 
 /// Plans with `planner` for the perfect allocator at the request's budget,
 /// lays the plan out, and while the layout spans more than the budget plans
-/// again at the budget lowered by the excess (module docs). The plan returned
-/// carries its layout as its allocator, the request's budget, and in its
-/// settings (`layout`) the layout's height, the plan's memory bound, the
-/// budget it was planned at, the rounds taken and the time spent laying out. The request's allocator
-/// is not read.
+/// again at a lower budget (module docs): the cut below the budget starts at
+/// the layout's excess and at least doubles while layouts stay too tall; once
+/// a cut leaves the planner with no plan, the next cut is halfway between the
+/// largest too-small one and it (a bisection). The plan returned carries its
+/// layout as its allocator, the request's budget, and in its settings
+/// (`layout`) the layout's height, the plan's memory bound, the budget it was
+/// planned at, the rounds taken and the time spent laying out. The request's
+/// allocator is not read.
 pub fn plan_laid_out(
     planner: &dyn Planner,
     request: &PlanRequest<'_>,
 ) -> Result<PlanOutcome, PlannerError> {
     let budget = request.budget_bytes;
-    let mut planned_at = budget;
+    let mut cut = 0u64;
+    // Cuts known to leave the layout too tall / the planner with no plan.
+    let mut too_small = 0u64;
+    let mut too_big: Option<(u64, String)> = None;
     let mut height = 0u64;
     let mut layout_time_s = 0.0;
     for round in 1..=LAYOUT_ROUNDS {
+        let planned_at = budget - cut;
         let perfect = PlanRequest {
             budget_bytes: planned_at,
             allocator: &AllocatorSpec::Perfect,
@@ -49,17 +58,9 @@ pub fn plan_laid_out(
             PlanOutcome::Feasible(plan) => plan,
             PlanOutcome::Infeasible(why) if round == 1 => return Ok(PlanOutcome::Infeasible(why)),
             PlanOutcome::Infeasible(why) => {
-                return Ok(infeasible(
-                    height,
-                    budget,
-                    format!(
-                        "its plan's layout needs {} where the budget is {}, and at a budget lowered to {} it finds no plan ({}); give a larger budget, or plan with --allocator perfect",
-                        fmt_bytes(height),
-                        fmt_bytes(budget),
-                        fmt_bytes(planned_at),
-                        why.message
-                    ),
-                ));
+                too_big = Some((cut, why.message));
+                cut = too_small + (cut - too_small) / 2;
+                continue;
             }
         };
         let t0 = std::time::Instant::now();
@@ -90,17 +91,28 @@ pub fn plan_laid_out(
             plan.allocator = AllocatorSpec::Offsets(layout.config);
             return Ok(PlanOutcome::Feasible(plan));
         }
+        too_small = cut;
         let excess = (height - budget).max(outcore_alloc::ALIGNMENT_BYTES);
-        planned_at = planned_at.saturating_sub(excess);
+        let grown = cut.saturating_add(excess.max(cut));
+        cut = match &too_big {
+            Some((big, _)) => cut + (big - cut) / 2,
+            None => grown.min(budget - 1),
+        };
     }
+    let why_not = too_big.map_or(String::new(), |(big, message)| {
+        format!(
+            "; at {} the planner finds no plan ({message})",
+            fmt_bytes(budget - big)
+        )
+    });
     Ok(infeasible(
         height,
         budget,
         format!(
-            "after {LAYOUT_ROUNDS} plans at budgets down to {}, the plan's layout still needs {} where the budget is {}; give a larger budget, or plan with --allocator perfect",
-            fmt_bytes(planned_at),
+            "after {LAYOUT_ROUNDS} plans at budgets from {} down, the last plan's layout still needs {} where the budget is {}{why_not}; give a larger budget, or plan with --allocator perfect",
+            fmt_bytes(budget),
             fmt_bytes(height),
-            fmt_bytes(budget)
+            fmt_bytes(budget),
         ),
     ))
 }
