@@ -19,6 +19,18 @@ fn zoo(model: &str, batch: u64) -> LoadedGraph {
     .expect("zoo model builds")
 }
 
+/// `window`'s plan for `graph` at 60% of its footprint on `a100-40gb` under
+/// `allocator` (2 s at most).
+fn window_at_60(graph: &LoadedGraph, allocator: &str) -> outcore::PlanResult {
+    let target = Target::parse(graph, "a100-40gb", "60%", allocator).unwrap();
+    let options = PlanOptions {
+        time_limit_s: 2.0,
+        ..PlanOptions::default()
+    };
+    outcore::plan(graph, "window", &target, &options)
+        .unwrap_or_else(|e| panic!("window plans under {allocator}: {e}"))
+}
+
 /// A scratch file under the build directory (inside the repository).
 fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("outcore-facade-tests");
@@ -176,14 +188,7 @@ fn plans_come_back_only_if_they_run_under_their_allocator() {
 #[test]
 fn a_plan_edited_onto_a_fragmenting_allocator_is_reported_not_runnable() {
     let graph = zoo("resnet18", 16);
-    let target = Target::parse(&graph, "a100-40gb", "60%", "perfect").unwrap();
-    let options = PlanOptions {
-        time_limit_s: 2.0,
-        ..PlanOptions::default()
-    };
-    let mut plan = outcore::plan(&graph, "window", &target, &options)
-        .expect("window plans under the perfect allocator")
-        .plan;
+    let mut plan = window_at_60(&graph, "perfect").plan;
     plan.allocator = outcore::parse_allocator("best-fit").unwrap();
     let sim = outcore::simulate_plan(&plan, &SimulateOptions::default()).unwrap();
     assert_eq!(sim.runnable, sim.report.oom.is_none());
@@ -271,17 +276,12 @@ fn assert_same_table(a: &outcore::MeasuredTable, b: &outcore::MeasuredTable) {
 #[test]
 fn an_offsets_request_is_laid_out_simulated_and_its_file_round_trips() {
     let graph = zoo("resnet18", 16);
-    let target = Target::parse(&graph, "a100-40gb", "60%", "offsets").unwrap();
-    let options = PlanOptions {
-        time_limit_s: 2.0,
-        ..PlanOptions::default()
-    };
-    let made =
-        outcore::plan(&graph, "window", &target, &options).expect("window plans and lays out");
+    let made = window_at_60(&graph, "offsets");
+    let budget_bytes = made.plan.budget_bytes;
     let outcore_plan::AllocatorSpec::Offsets(layout) = &made.plan.allocator else {
         panic!("not laid out: {}", made.plan.allocator.name());
     };
-    assert!(layout.height_bytes <= target.budget_bytes);
+    assert!(layout.height_bytes <= budget_bytes);
     // The simulator ran the layout itself: its reserved peak is the highest
     // end it touched, within the layout's height.
     assert!(made.report.peak_reserved_bytes <= layout.height_bytes);
@@ -299,14 +299,7 @@ fn an_offsets_request_is_laid_out_simulated_and_its_file_round_trips() {
 #[test]
 fn laying_out_a_plan_that_needs_more_than_its_budget_is_an_error() {
     let graph = zoo("resnet18", 16);
-    let target = Target::parse(&graph, "a100-40gb", "60%", "perfect").unwrap();
-    let options = PlanOptions {
-        time_limit_s: 2.0,
-        ..PlanOptions::default()
-    };
-    let mut plan = outcore::plan(&graph, "window", &target, &options)
-        .expect("window plans")
-        .plan;
+    let mut plan = window_at_60(&graph, "perfect").plan;
     let layout = outcore_plan::lay_out(&plan, &graph.graph).expect("verifies");
     // A budget one byte below the layout's height: laying out must refuse.
     plan.budget_bytes = layout.config.height_bytes - 1;

@@ -1,46 +1,20 @@
 //! The `offsets` layout: laid-out plans verify, and every kind of corrupted
 //! layout is rejected by `verify()` with a `Layout` violation.
 
+mod common;
+
+use common::{info, swap_everything};
 use outcore_graph::{Graph, TensorKind, footprint, zoo};
 use outcore_plan::{
-    AllocatorSpec, Gap, Plan, PlannerInfo, Restore, Schedule, ViolationKind, lay_out,
-    lower_in_order, lower_schedule, use_positions, verify,
+    AllocatorSpec, Gap, Plan, Restore, Schedule, ViolationKind, lay_out, lower_in_order,
+    lower_schedule, use_positions, verify,
 };
 
-fn info() -> PlannerInfo {
-    PlannerInfo {
-        name: "test".into(),
-        seed: None,
-        settings: serde_json::Value::Null,
-    }
-}
-
 /// Swaps every activation whose uses are more than `min_distance` positions
-/// apart, and recomputes none: tensors leave and come back, so owners are
-/// allocated several times per iteration.
+/// apart: tensors leave and come back, so owners are allocated several times
+/// per iteration.
 fn swapping_plan(g: &Graph, min_distance: usize) -> Plan {
-    let mut s = Schedule::in_graph_order(g);
-    let uses = use_positions(g, &s.order);
-    for t in g
-        .tensors
-        .iter()
-        .filter(|t| t.allocates() && t.kind == TensorKind::Activation)
-    {
-        for w in uses[t.id.index()].windows(2) {
-            let (a, b) = (w[0], w[1]);
-            if b - a > min_distance {
-                s.gaps.push(Gap {
-                    tensor: t.id,
-                    after: Some(a),
-                    before: Some(b),
-                    how: Restore::Swap,
-                    prefetch_after: Some(b - 1),
-                    reclaim_before: Some(a + 1),
-                });
-            }
-        }
-    }
-    lower_schedule(g, &s, info(), footprint(g).0).expect("lowers")
+    lower_schedule(g, &swap_everything(g, min_distance), info(), footprint(g).0).expect("lowers")
 }
 
 fn laid_out(mut plan: Plan, g: &Graph) -> Plan {

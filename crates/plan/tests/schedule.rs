@@ -1,45 +1,13 @@
 //! Lowering schedules with swap and recompute gaps yields plans that verify, and
 //! corrupting those plans makes verify reject them.
 
-use outcore_graph::{Graph, TensorKind, footprint, zoo};
+mod common;
+
+use common::{info, swap_everything};
+use outcore_graph::{footprint, zoo};
 use outcore_plan::{
-    Gap, Instr, PlannerInfo, Restore, Schedule, Stream, ViolationKind, lower_schedule,
-    use_positions, verify,
+    Gap, Instr, Restore, Schedule, Stream, ViolationKind, lower_schedule, use_positions, verify,
 };
-
-fn info() -> PlannerInfo {
-    PlannerInfo {
-        name: "test".into(),
-        seed: None,
-        settings: serde_json::Value::Null,
-    }
-}
-
-/// Swap every activation whose uses are more than `min_distance` positions apart.
-fn swap_everything(g: &Graph, min_distance: usize) -> Schedule {
-    let mut s = Schedule::in_graph_order(g);
-    let uses = use_positions(g, &s.order);
-    for t in g
-        .tensors
-        .iter()
-        .filter(|t| t.allocates() && t.kind == TensorKind::Activation)
-    {
-        for w in uses[t.id.index()].windows(2) {
-            let (a, b) = (w[0], w[1]);
-            if b - a > min_distance {
-                s.gaps.push(Gap {
-                    tensor: t.id,
-                    after: Some(a),
-                    before: Some(b),
-                    how: Restore::Swap,
-                    prefetch_after: Some(b - 1),
-                    reclaim_before: Some(a + 1),
-                });
-            }
-        }
-    }
-    s
-}
 
 #[test]
 fn swap_schedules_verify_and_use_less_memory() {
