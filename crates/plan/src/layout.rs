@@ -84,7 +84,7 @@ impl Layout {
 /// read (the caller sets the result as `AllocatorSpec::Offsets`).
 pub fn lay_out(plan: &Plan, graph: &Graph) -> Result<Layout, LayoutError> {
     let prepared = PreparedGraph::new(graph);
-    let mut scratch = VerifyScratch::default();
+    let mut scratch = VerifyScratch::recording_resident();
     let mut violations = Vec::new();
     let bound = verify_program(graph, &prepared, plan, &mut scratch, &mut violations);
     if let Some(v) = violations.first() {
@@ -143,7 +143,7 @@ pub fn scratch_pieces(
 fn slot_bytes(b: &Buffer, plan: &Plan, graph: &Graph) -> u64 {
     let n_tensors = graph.tensors.len() as u64;
     let own = rounded(b.size_bytes);
-    let Some(step) = b.owner.checked_sub(n_tensors) else {
+    let Some(step) = b.owner(graph.tensors.len()).checked_sub(n_tensors) else {
         return own;
     };
     let pieces = match plan.streams[0].get(step as usize).map(|s| &s.instr) {
@@ -165,10 +165,10 @@ struct Groups {
 }
 
 /// Per owner, its buffers' indices in allocation order.
-fn by_owner(buffers: &[Buffer]) -> BTreeMap<u64, Vec<usize>> {
+fn by_owner(buffers: &[Buffer], n_tensors: usize) -> BTreeMap<u64, Vec<usize>> {
     let mut owners: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     for (i, b) in buffers.iter().enumerate() {
-        owners.entry(b.owner).or_default().push(i);
+        owners.entry(b.owner(n_tensors)).or_default().push(i);
     }
     owners
 }
@@ -176,7 +176,7 @@ fn by_owner(buffers: &[Buffer]) -> BTreeMap<u64, Vec<usize>> {
 /// Whether the owner's buffers `list` start and end the iteration resident
 /// (so the first and last are one allocation across iterations).
 fn wraps(list: &[usize], buffers: &[Buffer], prepared: &PreparedGraph) -> bool {
-    let owner = buffers[list[0]].owner;
+    let owner = buffers[list[0]].owner(prepared.n_tensors());
     let persistent = (owner as usize) < prepared.n_tensors() && prepared.persistent[owner as usize];
     persistent
         && list.len() >= 2
@@ -187,7 +187,7 @@ fn wraps(list: &[usize], buffers: &[Buffer], prepared: &PreparedGraph) -> bool {
 fn groups(buffers: &[Buffer], prepared: &PreparedGraph) -> Groups {
     let mut members: Vec<Vec<usize>> = Vec::with_capacity(buffers.len());
     let mut group_of = vec![usize::MAX; buffers.len()];
-    for list in by_owner(buffers).values() {
+    for list in by_owner(buffers, prepared.n_tensors()).values() {
         let wrap = wraps(list, buffers, prepared);
         for (k, &i) in list.iter().enumerate() {
             if wrap && k + 1 == list.len() {
@@ -359,7 +359,7 @@ fn config_of(
 ) -> OffsetsConfig {
     let mut owners = Vec::new();
     let mut height_bytes = 0u64;
-    for (owner, list) in by_owner(buffers) {
+    for (owner, list) in by_owner(buffers, prepared.n_tensors()) {
         let at = |i: usize| offsets[groups.group_of[i]];
         let size_bytes = list
             .iter()
@@ -391,7 +391,7 @@ fn config_of(
 /// iteration (a persistent tensor resident from the start) rather than in
 /// each iteration (batch inputs arrive with every batch).
 fn starts_allocated(list: &[usize], buffers: &[Buffer], prepared: &PreparedGraph) -> bool {
-    let owner = buffers[list[0]].owner as usize;
+    let owner = buffers[list[0]].owner(prepared.n_tensors()) as usize;
     owner < prepared.n_tensors() && prepared.persistent[owner] && buffers[list[0]].alloc == NONE
 }
 
@@ -415,7 +415,7 @@ pub(crate) fn layout_violations(
     let by_id: BTreeMap<u64, &OwnerOffsets> = config.owners.iter().map(|o| (o.id, o)).collect();
     // Each buffer's range, from the layout.
     let mut ranges: Vec<(u64, u64, usize)> = Vec::with_capacity(buffers.len());
-    for (owner, list) in by_owner(buffers) {
+    for (owner, list) in by_owner(buffers, prepared.n_tensors()) {
         let Some(o) = by_id.get(&owner) else {
             return vec![bad(format!("allocation {owner} is not in the layout"))];
         };
@@ -461,7 +461,8 @@ pub(crate) fn layout_violations(
     {
         return vec![bad(format!(
             "allocation {} ends at byte {end}, past the budget of {} bytes",
-            buffers[i].owner, plan.budget_bytes
+            buffers[i].owner(prepared.n_tensors()),
+            plan.budget_bytes
         ))];
     }
     // Sweep by start address: each range against the later-starting ones it
@@ -479,7 +480,8 @@ pub(crate) fn layout_violations(
             if conflict(a, b, scratch) {
                 out.push(bad(format!(
                     "allocations {} and {} may be resident at once at overlapping addresses",
-                    a.owner, b.owner
+                    a.owner(prepared.n_tensors()),
+                    b.owner(prepared.n_tensors())
                 )));
                 if out.len() >= 10 {
                     return out;

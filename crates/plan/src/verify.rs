@@ -241,8 +241,12 @@ pub struct VerifyScratch {
     /// Violations of the per-tensor checks; a stable sort by key lists them
     /// tensor by tensor, event by event.
     tensor_violations: Vec<(TensorKey, Violation)>,
-    /// Device buffers with an allocation or a free inside the iteration.
+    /// Device buffers with an allocation or a free inside the iteration, and
+    /// (with `record_resident`) those resident for all of it.
     buffers: Vec<Buffer>,
+    /// List the buffers resident for the whole iteration in `buffers` too
+    /// (a layout needs them; the bound only needs `resident_bytes`).
+    pub(crate) record_resident: bool,
     /// Bytes of buffers resident for the whole iteration.
     resident_bytes: i128,
     /// Per stream: see `check_budget` (`delta_wide` only when the bytes of
@@ -254,6 +258,15 @@ pub struct VerifyScratch {
 }
 
 impl VerifyScratch {
+    /// Scratch that also lists the buffers resident for a whole iteration
+    /// (for a layout).
+    pub(crate) fn recording_resident() -> Self {
+        VerifyScratch {
+            record_resident: true,
+            ..VerifyScratch::default()
+        }
+    }
+
     /// The device buffers of the program last verified with this scratch, in
     /// walk order (for one owner, in allocation order).
     pub(crate) fn buffers(&self) -> &[Buffer] {
@@ -308,15 +321,29 @@ impl Access {
 /// layout ([`crate::layout`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Buffer {
-    /// The allocation id the simulator gives it: the tensor id, or the number
-    /// of tensors plus the global id of the step whose scratch it is.
-    pub(crate) owner: u64,
+    /// The tensor id, or (`scratch`) the global id of the step whose scratch
+    /// it is; see [`Buffer::owner`]. Two `u32`s keep the record at 24 bytes,
+    /// as before it had an owner (the bound's loop reads every buffer).
+    owner_id: u32,
+    scratch: bool,
     pub(crate) size_bytes: u64,
     /// Global id of the allocating step (`NONE`: resident from the start).
     pub(crate) alloc: u32,
     /// Stream and index of the freeing step (index `NONE`: resident to the end).
     pub(crate) free_stream: u8,
     pub(crate) free_index: u32,
+}
+
+impl Buffer {
+    /// The allocation id the simulator gives it: the tensor id, or the number
+    /// of tensors plus the global id of the step whose scratch it is.
+    pub(crate) fn owner(&self, n_tensors: usize) -> u64 {
+        if self.scratch {
+            n_tensors as u64 + self.owner_id as u64
+        } else {
+            self.owner_id as u64
+        }
+    }
 }
 
 /// One storage owner's state during the walk: residency, versions, host copy,
@@ -401,7 +428,11 @@ pub(crate) fn initial_states(prepared: &PreparedGraph) -> Vec<TensorState> {
 pub fn verify(plan: &Plan, graph: &Graph) -> Vec<Violation> {
     let prepared = PreparedGraph::new(graph);
     let mut violations = Vec::new();
-    let mut scratch = VerifyScratch::default();
+    let mut scratch = if matches!(plan.allocator, crate::AllocatorSpec::Offsets(_)) {
+        VerifyScratch::recording_resident()
+    } else {
+        VerifyScratch::default()
+    };
     verify_program(graph, &prepared, plan, &mut scratch, &mut violations);
     if violations.is_empty() {
         violations = crate::layout::layout_violations(plan, &prepared, &scratch);
@@ -826,8 +857,7 @@ impl Checker<'_> {
             self.event(t, access, h);
         }
         if workspace_bytes > 0 {
-            let owner = prepared.n_tensors() as u64 + h.id as u64;
-            self.push_buffer(owner, workspace_bytes, h.id, h.at);
+            self.push_buffer(Owner::Scratch(h.id), workspace_bytes, h.id, h.at);
         }
     }
 
@@ -872,14 +902,13 @@ impl Checker<'_> {
             }
         }
         if scratch_bytes > 0 {
-            let owner = prepared.n_tensors() as u64 + h.id as u64;
-            self.push_buffer(owner, scratch_bytes, h.id, h.at);
+            self.push_buffer(Owner::Scratch(h.id), scratch_bytes, h.id, h.at);
         }
     }
 
     /// A device buffer allocated at step `alloc` (global id, `NONE`: from the
     /// start) and freed at `free` (index `NONE`: at the end).
-    fn push_buffer(&mut self, owner: u64, size_bytes: u64, alloc: u32, free: StepRef) {
+    fn push_buffer(&mut self, owner: Owner, size_bytes: u64, alloc: u32, free: StepRef) {
         push_buffer(
             self.buffers,
             self.resident_bytes,
@@ -982,7 +1011,7 @@ impl Checker<'_> {
                     push_buffer(
                         self.buffers,
                         self.resident_bytes,
-                        t.0 as u64,
+                        Owner::Tensor(t.0),
                         self.prepared.size_bytes[t.index()],
                         alloc,
                         h.at,
@@ -1077,13 +1106,20 @@ fn report_pending_free(
     report(found, tensor_key(t, st.pending_event), at, kind);
 }
 
+/// Whose a buffer is: a tensor's, or a step's scratch (by global step id).
+#[derive(Debug, Clone, Copy)]
+enum Owner {
+    Tensor(u32),
+    Scratch(u32),
+}
+
 /// Records a device buffer for the memory bound (see `Checker::push_buffer`)
 /// and the layout. A buffer resident for the whole iteration also counts in
 /// `resident_bytes`, which the bound starts from (it skips such buffers).
 fn push_buffer(
     buffers: &mut Vec<Buffer>,
     resident_bytes: &mut i128,
-    owner: u64,
+    owner: Owner,
     size_bytes: u64,
     alloc: u32,
     free: StepRef,
@@ -1091,8 +1127,13 @@ fn push_buffer(
     if alloc == NONE && free.index == NONE {
         *resident_bytes += size_bytes as i128;
     }
+    let (owner_id, scratch) = match owner {
+        Owner::Tensor(t) => (t, false),
+        Owner::Scratch(step) => (step, true),
+    };
     buffers.push(Buffer {
-        owner,
+        owner_id,
+        scratch,
         size_bytes,
         alloc,
         free_stream: free.stream.index() as u8,
@@ -1168,10 +1209,17 @@ fn finish_tensors(prepared: &PreparedGraph, s: &mut VerifyScratch) {
                 st.alloc_at
             };
             let size_bytes = prepared.size_bytes[ti];
+            if alloc == NONE && !s.record_resident {
+                // Resident all iteration: the bound only needs its bytes
+                // (a search verifies many programs; most persistent tensors
+                // are here).
+                s.resident_bytes += size_bytes as i128;
+                continue;
+            }
             push_buffer(
                 &mut s.buffers,
                 &mut s.resident_bytes,
-                ti as u64,
+                Owner::Tensor(ti as u32),
                 size_bytes,
                 alloc,
                 END,
@@ -1225,7 +1273,7 @@ fn finish_tensor(
         push_buffer(
             buffers,
             resident_bytes,
-            ti as u64,
+            Owner::Tensor(ti as u32),
             prepared.size_bytes[ti],
             alloc,
             END,
