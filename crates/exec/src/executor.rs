@@ -204,6 +204,22 @@ enum Expected {
     Pending(ChecksumHandle),
 }
 
+/// A recomputation's scratch slot under an `offsets` layout: where it starts
+/// in the region, and each unkept output's offset inside it.
+#[derive(Debug)]
+struct Scratch {
+    offset_bytes: u64,
+    pieces: Vec<(TensorId, u64)>,
+}
+
+impl Scratch {
+    /// Where output `t` (of `size_bytes`) lies, if the slot holds it.
+    fn segment_of(&self, t: TensorId, size_bytes: u64) -> Option<DeviceSegment> {
+        let &(_, at) = self.pieces.iter().find(|(p, _)| *p == t)?;
+        Some(DeviceSegment::new(self.offset_bytes + at, size_bytes))
+    }
+}
+
 /// A tensor's device allocation: its allocator key and the region segments
 /// holding its bytes in order (one unless the allocator maps chunks).
 #[derive(Debug, Clone)]
@@ -337,10 +353,6 @@ struct Executor<'a> {
     streams: [StreamHandle; 3],
     alloc: ArenaAllocator,
     next_key: u64,
-    /// The compute-stream index of the recomputation being issued, and the
-    /// start of its scratch slot under an `offsets` layout (see `scratch`).
-    scratch_step: usize,
-    scratch_slot: u64,
     owner: Vec<TensorId>,
     dev: Vec<Option<Resident>>,
     sizes: BTreeMap<u64, u64>,
@@ -384,8 +396,6 @@ impl<'a> Executor<'a> {
             streams: StreamKind::ALL.map(|k| be.stream(k)),
             alloc,
             next_key: 1,
-            scratch_step: 0,
-            scratch_slot: 0,
             owner: graph
                 .tensors
                 .iter()
@@ -1024,12 +1034,11 @@ impl<'a> Executor<'a> {
         let start = self.be.record_event(stream)?;
         let mut free_after: Vec<u64> = Vec::new();
         match &step.instr {
-            Instr::Compute(op) => self.compute(stream, *op, None, &mut free_after)?,
+            Instr::Compute(op) => self.compute(stream, *op, None, None, &mut free_after)?,
             Instr::Recompute { op, outputs } => {
                 self.recomputes += 1;
-                // Compute-stream steps come first in the global numbering.
-                self.scratch_step = index;
-                self.compute(stream, *op, Some(outputs), &mut free_after)?
+                let slot = self.scratch(index, *op, outputs, &mut free_after)?;
+                self.compute(stream, *op, Some(outputs), slot, &mut free_after)?
             }
             Instr::SwapIn(t) => {
                 let t = *t;
@@ -1099,39 +1108,32 @@ impl<'a> Executor<'a> {
         Ok(end)
     }
 
-    /// Device bytes for output `o` of a recomputation of `op` that `listed`
-    /// does not keep, freed after the step. Under an `offsets` layout they
-    /// are carved from the step's scratch slot, allocated at the first such
-    /// output ([`outcore_plan::scratch_pieces`]); otherwise each is allocated
-    /// on its own.
+    /// Under an `offsets` layout, the scratch slot of the recomputation of
+    /// `op` at compute-stream index `step` (compute-stream steps come first in
+    /// the global numbering), freed after the step, and where each output
+    /// that `listed` does not keep lies in it ([`outcore_plan::scratch_pieces`]).
+    /// `None` otherwise: then each such output is allocated on its own.
     fn scratch(
         &mut self,
+        step: usize,
         op: OpId,
         listed: &[TensorId],
-        o: TensorId,
         free_after: &mut Vec<u64>,
-    ) -> Result<Vec<DeviceSegment>, ExecError> {
-        let size = self.graph.tensor(o).size_bytes;
-        if !self.alloc.is_laid_out() {
-            let r = self.allocate(o, size)?;
-            free_after.push(r.key);
-            return Ok(r.segments);
+    ) -> Result<Option<Scratch>, ExecError> {
+        if !self.alloc.is_laid_out() || op.index() >= self.graph.ops.len() {
+            return Ok(None);
         }
         let (slot_bytes, pieces) = outcore_plan::scratch_pieces(self.graph, op, Some(listed));
-        let Some(&(_, at)) = pieces.iter().find(|(t, _)| *t == o) else {
-            return Err(bad_plan(format!(
-                "`{}` is not an output of `{}`",
-                self.graph.tensor(o).name,
-                self.graph.op(op).name
-            )));
+        let Some(&(first, _)) = pieces.first() else {
+            return Ok(None);
         };
-        if pieces.first().is_some_and(|(t, _)| *t == o) {
-            let owner = self.graph.tensors.len() as u64 + self.scratch_step as u64;
-            let r = self.allocate_as(o, owner, slot_bytes)?;
-            free_after.push(r.key);
-            self.scratch_slot = r.segments.first().map_or(0, |seg| seg.offset_bytes);
-        }
-        Ok(vec![DeviceSegment::new(self.scratch_slot + at, size)])
+        let owner = self.graph.tensors.len() as u64 + step as u64;
+        let r = self.allocate_as(first, owner, slot_bytes)?;
+        free_after.push(r.key);
+        Ok(Some(Scratch {
+            offset_bytes: r.segments.first().map_or(0, |seg| seg.offset_bytes),
+            pieces,
+        }))
     }
 
     /// Launches an op; with `recompute`, re-materialises the listed outputs and puts
@@ -1141,6 +1143,7 @@ impl<'a> Executor<'a> {
         stream: StreamHandle,
         op_id: OpId,
         recompute: Option<&Vec<TensorId>>,
+        slot: Option<Scratch>,
         free_after: &mut Vec<u64>,
     ) -> Result<(), ExecError> {
         let graph = self.graph;
@@ -1168,9 +1171,18 @@ impl<'a> Executor<'a> {
                     let r = self.materialise(o)?;
                     operand(graph, o, r.segments, true)
                 }
-                Some(listed) => {
-                    // Scratch for outputs the recomputation does not keep.
-                    let segments = self.scratch(op_id, listed, o, free_after)?;
+                Some(_) => {
+                    // Scratch for outputs the recomputation does not keep: in
+                    // the step's slot under a layout, else on its own.
+                    let placed = slot.as_ref().and_then(|s| s.segment_of(o, t.size_bytes));
+                    let segments = match placed {
+                        Some(segment) => vec![segment],
+                        None => {
+                            let r = self.allocate(o, t.size_bytes)?;
+                            free_after.push(r.key);
+                            r.segments
+                        }
+                    };
                     operand(graph, o, segments, true)
                 }
             };

@@ -141,9 +141,9 @@ pub fn scratch_pieces(
 /// The bytes laid out for buffer `b`: its rounded size, or for a step's
 /// scratch the room its pieces take at aligned offsets ([`scratch_pieces`]).
 fn slot_bytes(b: &Buffer, plan: &Plan, graph: &Graph) -> u64 {
-    let n_tensors = graph.tensors.len() as u64;
     let own = rounded(b.size_bytes);
-    let Some(step) = b.owner(graph.tensors.len()).checked_sub(n_tensors) else {
+    let n_tensors = graph.tensors.len();
+    let Some(step) = b.owner(n_tensors).checked_sub(n_tensors as u64) else {
         return own;
     };
     let pieces = match plan.streams[0].get(step as usize).map(|s| &s.instr) {

@@ -909,9 +909,11 @@ impl Checker<'_> {
     /// A device buffer allocated at step `alloc` (global id, `NONE`: from the
     /// start) and freed at `free` (index `NONE`: at the end).
     fn push_buffer(&mut self, owner: Owner, size_bytes: u64, alloc: u32, free: StepRef) {
+        // Never resident all iteration: `free` is a step of this iteration.
         push_buffer(
             self.buffers,
             self.resident_bytes,
+            false,
             owner,
             size_bytes,
             alloc,
@@ -1011,6 +1013,7 @@ impl Checker<'_> {
                     push_buffer(
                         self.buffers,
                         self.resident_bytes,
+                        false,
                         Owner::Tensor(t.0),
                         self.prepared.size_bytes[t.index()],
                         alloc,
@@ -1114,11 +1117,15 @@ enum Owner {
 }
 
 /// Records a device buffer for the memory bound (see `Checker::push_buffer`)
-/// and the layout. A buffer resident for the whole iteration also counts in
-/// `resident_bytes`, which the bound starts from (it skips such buffers).
+/// and the layout. A buffer resident for the whole iteration counts in
+/// `resident_bytes`, which the bound starts from; it is listed in `buffers`
+/// too only with `record_resident` (a layout needs it, the bound skips it;
+/// a search verifies many programs, and most persistent tensors are such).
+#[inline]
 fn push_buffer(
     buffers: &mut Vec<Buffer>,
     resident_bytes: &mut i128,
+    record_resident: bool,
     owner: Owner,
     size_bytes: u64,
     alloc: u32,
@@ -1126,6 +1133,9 @@ fn push_buffer(
 ) {
     if alloc == NONE && free.index == NONE {
         *resident_bytes += size_bytes as i128;
+        if !record_resident {
+            return;
+        }
     }
     let (owner_id, scratch) = match owner {
         Owner::Tensor(t) => (t, false),
@@ -1194,51 +1204,38 @@ fn finish_tensors(prepared: &PreparedGraph, s: &mut VerifyScratch) {
         // Most tensors are freed and owe nothing (a pending free matters only
         // for a persistent tensor: see `finish_tensor`); most persistent ones
         // stay on the device at their final version.
-        if !persistent {
-            if !st.present && !st.given {
-                continue;
-            }
-        } else if st.present
-            && st.residency == Residency::Device
-            && st.pending_free == NONE
-            && st.dev_version == prepared.writers(TensorId(ti as u32)).len() as u32
-        {
+        if !persistent && !st.present && !st.given {
+            continue;
+        }
+        if st.present {
             let alloc = if st.resident_from_start {
                 NONE
             } else {
                 st.alloc_at
             };
-            let size_bytes = prepared.size_bytes[ti];
-            if alloc == NONE && !s.record_resident {
-                // Resident all iteration: the bound only needs its bytes
-                // (a search verifies many programs; most persistent tensors
-                // are here).
-                s.resident_bytes += size_bytes as i128;
-                continue;
-            }
             push_buffer(
                 &mut s.buffers,
                 &mut s.resident_bytes,
+                s.record_resident,
                 Owner::Tensor(ti as u32),
-                size_bytes,
+                prepared.size_bytes[ti],
                 alloc,
                 END,
             );
-            continue;
         }
-        finish_tensor(
-            prepared,
-            ti,
-            st,
-            &s.layout,
-            &mut s.tensor_violations,
-            &mut s.buffers,
-            &mut s.resident_bytes,
-        );
+        let settled = persistent
+            && st.present
+            && st.residency == Residency::Device
+            && st.pending_free == NONE
+            && st.dev_version == prepared.writers(TensorId(ti as u32)).len() as u32;
+        if !settled {
+            finish_tensor(prepared, ti, st, &s.layout, &mut s.tensor_violations);
+        }
     }
 }
 
-/// [`finish_tensors`] for one owner, in full.
+/// [`finish_tensors`] for one owner, in full (its violations; its buffer
+/// still resident is recorded by the caller).
 #[inline(never)]
 fn finish_tensor(
     prepared: &PreparedGraph,
@@ -1246,8 +1243,6 @@ fn finish_tensor(
     st: &TensorState,
     layout: &Layout,
     found: &mut Vec<(TensorKey, Violation)>,
-    buffers: &mut Vec<Buffer>,
-    resident_bytes: &mut i128,
 ) {
     let t = TensorId(ti as u32);
     let persistent = prepared.persistent[ti];
@@ -1263,21 +1258,6 @@ fn finish_tensor(
     }
     if st.pending_free != NONE && persistent {
         report_pending_free(found, layout, t, st);
-    }
-    if st.present {
-        let alloc = if st.resident_from_start {
-            NONE
-        } else {
-            st.alloc_at
-        };
-        push_buffer(
-            buffers,
-            resident_bytes,
-            Owner::Tensor(ti as u32),
-            prepared.size_bytes[ti],
-            alloc,
-            END,
-        );
     }
     let final_version = prepared.writers(t).len() as u32;
     if let Some(kind) = check_end(t, persistent, final_version, st) {
