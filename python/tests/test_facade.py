@@ -38,6 +38,25 @@ def test_plan_verify_simulate_compare_round_trip(tmp_path):
     assert "checkpoint-sqrt" in str(c)
 
 
+def test_an_offsets_plan_carries_its_layout_and_simulates_the_same(tmp_path):
+    # `--allocator offsets`: the plan is laid out at exact offsets, which the
+    # simulator follows (its own allocator refuses any overlap) and verify checks.
+    g = outcore.load_graph("tiny-cnn", batch=8)
+    r = outcore.plan(g, "odswap", device="v100-16gb-pcie3", budget="50%", allocator="offsets")
+    assert r.verification.passed
+    allocator = json.loads(r.plan.to_json())["allocator"]
+    assert allocator["kind"] == "offsets"
+    assert 0 < allocator["height_bytes"] <= r.budget_bytes
+    assert r.report.raw.get("oom") is None
+    assert r.report.peak_reserved_bytes <= allocator["height_bytes"]
+    assert outcore.verify(r.plan, g).passed
+    s = outcore.simulate(r.plan)
+    assert s.runnable and s.report.iter_time_s == pytest.approx(r.report.iter_time_s, rel=1e-9)
+    path = tmp_path / "p.json"
+    outcore.save_plan(r.plan, path)
+    assert json.loads(outcore.load_plan(path).to_json())["allocator"] == allocator
+
+
 def test_graph_files_round_trip(tmp_path):
     g = outcore.load_graph("mlp", batch=4)
     path = tmp_path / "g.json"

@@ -124,6 +124,11 @@ pub enum Command {
         /// Only these graphs (comma-separated labels' first words, e.g. `resnet50,gpt2`).
         #[arg(long)]
         only: Option<String>,
+        /// The allocator every plan is made for and simulated under:
+        /// perfect (bytes only), best-fit, size-class, virtual-chunks, or
+        /// offsets (an exact layout per plan).
+        #[arg(long, default_value = "perfect")]
+        allocator: String,
         #[arg(long)]
         json: bool,
     },

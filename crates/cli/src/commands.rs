@@ -61,8 +61,9 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             planners,
             seconds,
             only,
+            allocator,
             json,
-        } => cmd_bench_suite(&planners, seconds, only.as_deref(), json, stop),
+        } => cmd_bench_suite(&planners, seconds, only.as_deref(), &allocator, json, stop),
         Command::MaxBatch(args) => cmd_max_batch(&args, stop),
         Command::Verify { plan, json } => cmd_verify(&plan, json),
         Command::Report {
@@ -737,11 +738,15 @@ fn cmd_bench_suite(
     planners: &str,
     seconds: f64,
     only: Option<&str>,
+    allocator: &str,
     json_out: bool,
     stop: &StopFlag,
 ) -> Result<()> {
     let planners = outcore::parse_planner_list(planners)?;
+    // Checked before the first graph loads, not at the first case.
+    outcore::parse_allocator(allocator)?;
     let mut suite = outcore::standard_suite(planners.clone(), &outcore::default_repo_root());
+    suite.allocator = allocator.to_string();
     if let Some(only) = only {
         let wanted: Vec<&str> = only.split(',').map(str::trim).collect();
         suite.graphs.retain(|g| {
@@ -768,6 +773,7 @@ fn cmd_bench_suite(
     if json_out {
         return print_json(&serde_json::to_value(&result)?);
     }
+    say!("allocator: {}", result.allocator);
     say!("{}", result.to_markdown(&planners));
     for (label, why) in &result.skipped {
         say!("skipped {label}: {why}");

@@ -664,6 +664,51 @@ fn a_latency_table_from_run_feeds_plan_compare_and_simulate() {
     assert_ne!(measured["iter_time_s"], roofline["iter_time_s"]);
 }
 
+/// `bench-suite --allocator offsets`: plans are made for it (some feasible),
+/// the result names the allocator, and an unknown allocator is refused.
+#[test]
+fn bench_suite_takes_an_allocator() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let run = |allocator: &str| {
+        Command::new(env!("CARGO_BIN_EXE_outcore"))
+            .args([
+                "bench-suite",
+                "--only",
+                "mobilenet_v2",
+                "--planners",
+                "checkpoint-sqrt",
+                "--allocator",
+                allocator,
+                "--json",
+            ])
+            .current_dir(&root)
+            .output()
+            .expect("outcore runs")
+    };
+    let out = run("offsets");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["allocator"], "offsets");
+    let rows = v["rows"].as_array().expect("rows");
+    // 2 graphs (zoo and PyTorch export) x 2 devices x 4 budgets x 1 planner.
+    assert_eq!(rows.len(), 16);
+    assert!(
+        rows.iter().any(|r| r["status"] == "feasible"),
+        "no feasible row: {v}"
+    );
+    let out = run("first-fit");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("first-fit") && err.contains("offsets"),
+        "{err}"
+    );
+}
+
 /// `bench-suite` runs from the repository's root: for VGG-16 (the zoo model
 /// and the PyTorch export) at four budgets on two devices it gives one row per
 /// planner and case, and no feasible plan beats the case's lower bound.

@@ -29,6 +29,10 @@ pub struct Suite {
     pub budget_percents: Vec<f64>,
     /// Planner names (`parse_planner_list` syntax was applied already).
     pub planners: Vec<String>,
+    /// The allocator every plan is made for and simulated under (a name
+    /// `--allocator` takes: `perfect`, `best-fit`, `size-class`,
+    /// `virtual-chunks`, `offsets`).
+    pub allocator: String,
 }
 
 /// The suite issue 16 names: CNNs and transformers from the zoo and the
@@ -80,6 +84,7 @@ pub fn standard_suite(planners: Vec<String>, repo_root: &std::path::Path) -> Sui
         devices: vec!["v100-16gb-pcie3".into(), "h100-80gb".into()],
         budget_percents: vec![75.0, 50.0, 25.0, 12.5],
         planners,
+        allocator: "perfect".into(),
     }
 }
 
@@ -113,6 +118,8 @@ pub struct SuiteCase {
 /// Everything the suite measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SuiteResult {
+    /// The allocator the plans were made for ([`Suite::allocator`]).
+    pub allocator: String,
     pub cases: Vec<SuiteCase>,
     pub rows: Vec<SuiteRow>,
     /// Graphs that could not be loaded (e.g. a file missing), with the reason.
@@ -126,7 +133,10 @@ pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
     let total = suite.graphs.len() * suite.devices.len() * suite.budget_percents.len();
     let total = u32::try_from(total).unwrap_or(u32::MAX);
     let mut done = 0u32;
-    let mut out = SuiteResult::default();
+    let mut out = SuiteResult {
+        allocator: suite.allocator.clone(),
+        ..SuiteResult::default()
+    };
     let per_case = PlanOptions {
         on_progress: None,
         ..options.clone()
@@ -145,7 +155,7 @@ pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
         };
         for device in &suite.devices {
             for &pct in &suite.budget_percents {
-                let target = Target::parse(&loaded, device, &format!("{pct}%"), "perfect")?;
+                let target = Target::parse(&loaded, device, &format!("{pct}%"), &suite.allocator)?;
                 let c = compare(&loaded, &suite.planners, &target, &per_case)?;
                 out.cases.push(SuiteCase {
                     graph: g.label.clone(),

@@ -21,16 +21,25 @@
 //! "may be live together" graph (NP-hard in general). Choice: greedy
 //! placement (each buffer at a gap between the buffers already placed that it
 //! conflicts with, else on top), the heuristic TensorFlow Lite's arena
-//! planner and XLA's heap simulator start from, in several orders (see
-//! `assign`). Its cost is quadratic in the buffers (0.03-0.5 s on the suite's
-//! plans), paid once per plan, never inside a search. It is not always
-//! close: 0-2% over the plan's memory bound at half the footprint, 19% and
-//! 35% on BERT-base and GPT-2 at a quarter, where swap-outs whose frees the
-//! compute stream never waits for stay "possibly resident" for most of the
-//! iteration (RESULTS.md). Better algorithms for this (a solver on the large
-//! buffers, or waits added so that such frees are ordered) are not built.
+//! planner and XLA's heap simulator start from, in eight orders (see
+//! `assign`), then randomised restarts of greedy by size (each size scaled by
+//! a draw from [0.5, 1.5), a fixed seed), as many as about 2e8 / n² for n
+//! buffers (at most 64), the lowest layout kept. Its cost is quadratic in the
+//! buffers (0.05-2 s on the suite's plans), paid once per plan, never inside
+//! a search. It is not always close: within 1% of the plan's memory bound at
+//! half the footprint, 8% and 26% over on BERT-base and GPT-2 at a quarter
+//! (RESULTS.md), where a backlogged d2h stream keeps many staggered
+//! activations alive across the LM head's 0.8 GB buffers. The restarts took
+//! DenseNet-121 at a quarter from 1.7% to 0.6% over the bound and GPT-2 from
+//! 31% to 26%; an exact solver on the large buffers is not built.
+//!
+//! [`lay_out_timed`] orders the placements by predicted lifetimes instead of
+//! compute-stream positions; `outcore_planners::layout` uses it on plans
+//! first pinned to that timeline ([`crate::pin_frees`]), so that a free the
+//! prediction puts before an allocation is ordered before it.
 
-use crate::plan::{AllocatorSpec, Instr, Plan};
+use crate::pin::TimedStep;
+use crate::plan::{AllocatorSpec, Instr, Plan, Stream};
 use crate::prepared::PreparedGraph;
 use crate::verify::{Buffer, NONE, VerifyScratch, Violation, ViolationKind, verify_program};
 use outcore_alloc::{ALIGNMENT_BYTES, OffsetsConfig, OwnerOffsets};
@@ -83,6 +92,31 @@ impl Layout {
 /// Lays `plan` out (module docs). The plan must verify; its allocator is not
 /// read (the caller sets the result as `AllocatorSpec::Offsets`).
 pub fn lay_out(plan: &Plan, graph: &Graph) -> Result<Layout, LayoutError> {
+    lay_out_with(plan, graph, None)
+}
+
+/// [`lay_out`], ordering the placements by the buffers' lifetimes in
+/// `timeline` (the plan's predicted iteration, as [`crate::pin_frees`]
+/// takes it) rather than by compute-stream positions. Which buffers may
+/// share bytes still comes from the plan's order alone: the timeline only
+/// chooses the order in which the greedy places them. It matters where a
+/// copy stream lags the compute stream: a swap-out's free on a backlogged
+/// d2h stream comes long after the compute step its copy waited for, which
+/// is all a compute position can say of it (GPT-2 at a quarter: a layout
+/// 31% over the memory bound by positions, RESULTS.md).
+pub fn lay_out_timed(
+    plan: &Plan,
+    graph: &Graph,
+    timeline: &[TimedStep],
+) -> Result<Layout, LayoutError> {
+    lay_out_with(plan, graph, Some(timeline))
+}
+
+fn lay_out_with(
+    plan: &Plan,
+    graph: &Graph,
+    timeline: Option<&[TimedStep]>,
+) -> Result<Layout, LayoutError> {
     let prepared = PreparedGraph::new(graph);
     let mut scratch = VerifyScratch::recording_resident();
     let mut violations = Vec::new();
@@ -95,7 +129,11 @@ pub fn lay_out(plan: &Plan, graph: &Graph) -> Result<Layout, LayoutError> {
     let buffers = scratch.buffers();
     let slots: Vec<u64> = buffers.iter().map(|b| slot_bytes(b, plan, graph)).collect();
     let groups = groups(buffers, &prepared);
-    let offsets = assign(&groups, &slots, &scratch, buffers);
+    let spans = match timeline {
+        Some(timeline) => timed_spans(&groups, buffers, plan, timeline)?,
+        None => compute_spans(&groups, buffers, &scratch),
+    };
+    let offsets = assign(&groups, &slots, &spans, &scratch, buffers);
     let config = config_of(buffers, &slots, &groups, &offsets, &prepared);
     Ok(Layout {
         config,
@@ -221,14 +259,85 @@ const MANY_GROUPS: usize = 8_000;
 
 /// Each group's offset: greedy placement (module docs) in four orders, each
 /// at the smallest gap that holds it (best fit) and at the lowest (first
-/// fit), the lowest of the eight layouts kept (ties to the first). The
+/// fit), then the randomised restarts; the lowest layout kept (ties to the
+/// first). The
 /// orders: largest first (TensorFlow Lite's greedy by size), by allocation
 /// time (what an allocator that knew every lifetime would do online), by size
 /// times lifetime (long, large buffers first), and latest end first. No one
 /// of them is lowest everywhere: on an LSTM swapping plan greedy by size was
 /// 5% over the memory bound and the best of the others 0.01%; on DenseNet-121
 /// at 25% size times lifetime with first fit was lowest (RESULTS.md).
-fn assign(groups: &Groups, slots: &[u64], scratch: &VerifyScratch, buffers: &[Buffer]) -> Vec<u64> {
+/// A group's span: its first member's start to its last member's end (a
+/// wrap group spans the whole iteration), in compute-stream positions
+/// ([`VerifyScratch::compute_span`]).
+fn compute_spans(groups: &Groups, buffers: &[Buffer], scratch: &VerifyScratch) -> Vec<(i64, i64)> {
+    groups
+        .members
+        .iter()
+        .map(|m| {
+            if m.len() > 1 {
+                return (-1, i64::MAX);
+            }
+            scratch.compute_span(&buffers[m[0]])
+        })
+        .collect()
+}
+
+/// [`compute_spans`] in nanoseconds of `timeline` (the allocating step's
+/// start to the freeing step's end).
+fn timed_spans(
+    groups: &Groups,
+    buffers: &[Buffer],
+    plan: &Plan,
+    timeline: &[TimedStep],
+) -> Result<Vec<(i64, i64)>, LayoutError> {
+    let mut offset = [0usize; 3];
+    let mut total = 0;
+    for st in Stream::ALL {
+        offset[st.index()] = total;
+        total += plan.stream(st).len();
+    }
+    let mut times = vec![None; total];
+    for t in timeline {
+        if let Some(slot) = times.get_mut(offset[t.at.stream.index()] + t.at.index as usize) {
+            *slot = Some((t.start_s, t.end_s));
+        }
+    }
+    let ns = |s: f64| (s * 1e9).round() as i64;
+    let time_of = |id: usize| {
+        times.get(id).copied().flatten().ok_or_else(|| LayoutError {
+            violation: format!(
+                "the timeline lacks step {id} of {total}; simulate the plan again with its timeline recorded"
+            ),
+        })
+    };
+    let mut spans = Vec::with_capacity(groups.members.len());
+    for m in &groups.members {
+        if m.len() > 1 {
+            spans.push((-1, i64::MAX));
+            continue;
+        }
+        let b = &buffers[m[0]];
+        let start = match b.alloc {
+            NONE => -1,
+            id => ns(time_of(id as usize)?.0),
+        };
+        let end = match b.free_index {
+            NONE => i64::MAX,
+            i => ns(time_of(offset[b.free_stream as usize] + i as usize)?.1),
+        };
+        spans.push((start, end));
+    }
+    Ok(spans)
+}
+
+fn assign(
+    groups: &Groups,
+    slots: &[u64],
+    spans: &[(i64, i64)],
+    scratch: &VerifyScratch,
+    buffers: &[Buffer],
+) -> Vec<u64> {
     let size = |g: usize| {
         groups.members[g]
             .iter()
@@ -237,21 +346,6 @@ fn assign(groups: &Groups, slots: &[u64], scratch: &VerifyScratch, buffers: &[Bu
             .unwrap_or(ALIGNMENT_BYTES)
     };
     let sizes: Vec<u64> = (0..groups.members.len()).map(size).collect();
-    // A group's span: its first member's start to its last member's end (a
-    // wrap group spans the whole iteration).
-    let spans: Vec<(i64, i64)> = groups
-        .members
-        .iter()
-        .map(|m| {
-            let first = scratch.compute_span(&buffers[m[0]]);
-            let last = scratch.compute_span(&buffers[m[m.len() - 1]]);
-            if m.len() > 1 {
-                (-1, i64::MAX)
-            } else {
-                (first.0, last.1)
-            }
-        })
-        .collect();
     let length = |g: usize| {
         let (a, b) = spans[g];
         b.saturating_sub(a).max(1) as u128
@@ -275,14 +369,55 @@ fn assign(groups: &Groups, slots: &[u64], scratch: &VerifyScratch, buffers: &[Bu
             .collect()
     };
     let mut best: Option<(u64, Vec<u64>)> = None;
-    for (order, lowest) in variants {
-        let offsets = place(order, &sizes, groups, scratch, buffers, lowest);
+    let mut keep = |offsets: Vec<u64>| {
         let height = (0..n).map(|g| offsets[g] + sizes[g]).max().unwrap_or(0);
         if best.as_ref().is_none_or(|(h, _)| height < *h) {
             best = Some((height, offsets));
         }
+    };
+    for (order, lowest) in variants {
+        keep(place(order, &sizes, groups, scratch, buffers, lowest));
+    }
+    // Restarts: greedy by size with each size scaled by a factor drawn
+    // from [0.5, 1.5), first and best fit in turn (module docs).
+    let mut rng = XorShift(RESTART_SEED);
+    let mut order: Vec<usize> = (0..n).collect();
+    for k in 0..restarts(n) {
+        let keys: Vec<f64> = sizes
+            .iter()
+            .map(|&s| s as f64 * (0.5 + rng.unit()))
+            .collect();
+        order.sort_by(|&a, &b| keys[b].total_cmp(&keys[a]).then(a.cmp(&b)));
+        keep(place(&order, &sizes, groups, scratch, buffers, k % 2 == 0));
     }
     best.map(|(_, offsets)| offsets).unwrap_or_default()
+}
+
+/// The seed of the restarts' draws: fixed, so a plan's layout is the same
+/// on every run.
+const RESTART_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// How many randomised restarts follow the eight orders for `n` groups:
+/// about 2e8 / n² (each placement is quadratic), at most 64: 61 on GPT-2's
+/// 1,777 buffers (about 0.01 s each on the 2-core VM), 16 on DenseNet-121's
+/// 3,469, none above 14,142.
+fn restarts(n: usize) -> usize {
+    let n = n.max(1) as u128;
+    (200_000_000 / (n * n)).min(64) as usize
+}
+
+/// A xorshift64 generator: the restarts need cheap, reproducible draws,
+/// not statistical quality.
+struct XorShift(u64);
+
+impl XorShift {
+    /// A draw in [0, 1).
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 /// Places the groups in `order`, each at the smallest gap that holds it

@@ -4,6 +4,7 @@
 pub mod layout;
 mod lower;
 mod order;
+mod pin;
 mod plan;
 mod planner;
 mod prepared;
@@ -11,9 +12,10 @@ mod program;
 mod schedule;
 mod verify;
 
-pub use layout::{Layout, LayoutError, lay_out, scratch_pieces};
+pub use layout::{Layout, LayoutError, lay_out, lay_out_timed, scratch_pieces};
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
 pub use order::{check_order, eager_update_order, order_predecessors, random_topological_order};
+pub use pin::{PinError, TimedStep, pin_frees};
 pub use plan::{
     AllocatorSpec, GraphRef, Instr, PLAN_FORMAT, Plan, PlanError, PlanErrorKind, PlannerInfo,
     Residency, Step, StepRef, Stream, graph_fingerprint,

@@ -8,7 +8,7 @@ use outcore_alloc::{AllocId, Allocator, Trace};
 use outcore_cost::{CopyRates, CostModel};
 use outcore_graph::{Graph, OpId, TensorId};
 use outcore_plan::{
-    AllocatorSpec, Plan, PreparedGraph, Program, Residency, StepInstr, StepRef, Stream,
+    AllocatorSpec, Plan, PreparedGraph, Program, Residency, StepInstr, StepRef, Stream, TimedStep,
 };
 
 /// What to simulate and what to record.
@@ -24,6 +24,9 @@ pub struct SimOptions {
     /// Record the order in which the last iteration's steps start (see
     /// [`SimOutput::start_order`]).
     pub record_start_order: bool,
+    /// Record the last iteration's timeline: every step with its start and
+    /// end, in the order the steps started (see [`SimOutput::timeline`]).
+    pub record_timeline: bool,
 }
 
 impl Default for SimOptions {
@@ -33,6 +36,7 @@ impl Default for SimOptions {
             record_trace: false,
             record_alloc_trace: false,
             record_start_order: false,
+            record_timeline: false,
         }
     }
 }
@@ -50,6 +54,10 @@ pub struct SimOutput {
     /// in this order hands its allocator the simulated sequence of allocations
     /// and frees, which is what a real allocator's feasibility was checked on.
     pub start_order: Option<Vec<StepRef>>,
+    /// The last iteration's steps in start order with their start and end
+    /// times (seconds from the iteration's start), when asked for: what
+    /// [`outcore_plan::pin_frees`] pins a plan to.
+    pub timeline: Option<Vec<TimedStep>>,
 }
 
 /// An error that stops a simulation before it can report (not an out-of-memory,
@@ -464,6 +472,8 @@ struct Recorder {
     peak_live: u64,
     tracer: TraceBuilder,
     start_order: Option<Vec<StepRef>>,
+    /// The last iteration's starts (end times filled in at the end).
+    timeline: Option<Vec<TimedStep>>,
     /// Bytes the last iteration copies in and out.
     swap_in_bytes: u64,
     swap_out_bytes: u64,
@@ -552,6 +562,7 @@ impl<'a, P: Program> Run<'a, P> {
             peak_live: 0,
             tracer: TraceBuilder::new(),
             start_order: self.options.record_start_order.then(Vec::new),
+            timeline: self.options.record_timeline.then(Vec::new),
             swap_in_bytes: 0,
             swap_out_bytes: 0,
         };
@@ -583,6 +594,14 @@ impl<'a, P: Program> Run<'a, P> {
                 self.advance(&mut it, &mut sim, done_at, &mut rec)?;
             }
             per_iteration.push(it.now - it.start_s);
+            if it.last
+                && let Some(timeline) = rec.timeline.as_mut()
+            {
+                for t in timeline.iter_mut() {
+                    let id = self.offset[t.at.stream.index()] + t.at.index as usize;
+                    t.end_s = done_at[id] - it.start_s;
+                }
+            }
             busy = it.busy;
             recompute_time_s = it.recompute_s;
         }
@@ -618,6 +637,7 @@ impl<'a, P: Program> Run<'a, P> {
                 .then(|| rec.tracer.finish(&self.graph.meta.model)),
             alloc_trace: sim.alloc_trace,
             start_order: rec.start_order,
+            timeline: rec.timeline,
         })
     }
 
@@ -670,6 +690,15 @@ impl<'a, P: Program> Run<'a, P> {
                     && let Some(order) = rec.start_order.as_mut()
                 {
                     order.push(at);
+                }
+                if it.last
+                    && let Some(timeline) = rec.timeline.as_mut()
+                {
+                    timeline.push(TimedStep {
+                        at,
+                        start_s: it.now - it.start_s,
+                        end_s: f64::NAN,
+                    });
                 }
                 let (work, scratch_bytes) = self.allocate_step(sim, at, id)?;
                 let record_trace = it.last && self.options.record_trace;

@@ -371,3 +371,45 @@ fn step_work_prices_and_allocates_each_step() {
     let e = outcore_sim::step_work(&prepared, &bad, at, |_, _| {}).expect_err("bad tensor");
     assert!(e.to_string().contains("tensor"), "{e}");
 }
+
+#[test]
+fn timeline_lists_every_step_in_start_order_with_its_times() {
+    // swap_t1 as in `swap_hidden_behind_compute`: A (c0) 0-10; at 10 the free
+    // of t0 (c1) and the swap-out (d0) 10-18 start in one sweep over the
+    // streams (a stream takes one step per sweep), B (c2) 10-30 in the next;
+    // the free of t1 (d1) waits for B: 30; the swap-in
+    // (h0) waits for it, taken in the next sweep: 30-38; C (c3) 38-68; the
+    // frees c4-c6 at 68.
+    let g = chain(8);
+    let options = SimOptions {
+        record_timeline: true,
+        ..SimOptions::default()
+    };
+    let out = simulate(&g, &swap_t1(&g), &UnitCostModel, &options).expect("simulates");
+    let got: Vec<(String, f64, f64)> = out
+        .timeline
+        .expect("timeline requested")
+        .iter()
+        .map(|t| (t.at.to_string(), t.start_s, t.end_s))
+        .collect();
+    let want = [
+        ("compute#0", 0.0, 10.0),
+        ("compute#1", 10.0, 10.0),
+        ("d2h#0", 10.0, 18.0),
+        ("compute#2", 10.0, 30.0),
+        ("d2h#1", 30.0, 30.0),
+        ("h2d#0", 30.0, 38.0),
+        ("compute#3", 38.0, 68.0),
+        ("compute#4", 68.0, 68.0),
+        ("compute#5", 68.0, 68.0),
+        ("compute#6", 68.0, 68.0),
+    ];
+    let want: Vec<(String, f64, f64)> = want
+        .iter()
+        .map(|&(at, s, e)| (at.to_string(), s, e))
+        .collect();
+    assert_eq!(got, want);
+    // Not recorded unless asked for.
+    let plain = simulate(&g, &swap_t1(&g), &UnitCostModel, &SimOptions::default());
+    assert!(plain.expect("simulates").timeline.is_none());
+}
