@@ -41,7 +41,7 @@ def test_plan_verify_simulate_compare_round_trip(tmp_path):
 def test_an_offsets_plan_carries_its_layout_and_simulates_the_same(tmp_path):
     # `--allocator offsets`: the plan is laid out at exact offsets, which the
     # simulator follows (its own allocator refuses any overlap) and verify checks.
-    g = outcore.load_graph("tiny-cnn", batch=8)
+    g = outcore.load_graph("tiny-transformer", batch=8)
     r = outcore.plan(g, "odswap", device="v100-16gb-pcie3", budget="50%", allocator="offsets")
     assert r.verification.passed
     allocator = json.loads(r.plan.to_json())["allocator"]
