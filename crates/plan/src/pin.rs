@@ -49,11 +49,7 @@ pub struct PinError {
 
 impl fmt::Display for PinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the timeline does not fit the plan: {}; simulate this plan again with its timeline recorded",
-            self.message
-        )
+        write!(f, "cannot pin the plan to its timeline: {}", self.message)
     }
 }
 
@@ -91,7 +87,15 @@ pub fn pin_frees(plan: &mut Plan, timeline: &[TimedStep]) -> Result<usize, PinEr
         let (s, i) = (t.at.stream.index(), t.at.index as usize);
         let mut c = if i > 0 { clock[s][i - 1] } else { [-1; 3] };
         for w in &plan.streams[s][i].waits {
-            merge(&mut c, &clock[w.stream.index()][w.index as usize]);
+            let Some(theirs) = clock[w.stream.index()].get(w.index as usize) else {
+                return Err(PinError {
+                    message: format!(
+                        "step {} waits for {w}, which the plan lacks; verify the plan first",
+                        t.at
+                    ),
+                });
+            };
+            merge(&mut c, theirs);
         }
         c[s] = i as i64;
         if allocates(&plan.streams[s][i].instr) {
@@ -146,11 +150,13 @@ fn merge(into: &mut [i64; 3], from: &[i64; 3]) {
 /// steps exactly once, each stream in index order, with finite times that do
 /// not run backwards.
 fn check_timeline(len: &[usize; 3], timeline: &[TimedStep]) -> Result<(), PinError> {
+    let refit =
+        "; it is not this plan's: simulate this plan with `record_timeline` and pin with that";
     let total: usize = len.iter().sum();
     if timeline.len() != total {
         return Err(PinError {
             message: format!(
-                "it lists {} steps where the plan has {total}",
+                "it lists {} steps where the plan has {total}{refit}",
                 timeline.len()
             ),
         });
@@ -162,7 +168,7 @@ fn check_timeline(len: &[usize; 3], timeline: &[TimedStep]) -> Result<(), PinErr
         if t.at.index as usize != seen[s] {
             return Err(PinError {
                 message: format!(
-                    "step {} comes where {}#{} was expected",
+                    "step {} comes where {}#{} was expected{refit}",
                     t.at, t.at.stream, seen[s]
                 ),
             });
@@ -173,7 +179,7 @@ fn check_timeline(len: &[usize; 3], timeline: &[TimedStep]) -> Result<(), PinErr
         {
             return Err(PinError {
                 message: format!(
-                    "step {} has times {} s to {} s after a start at {} s",
+                    "step {} has times {} s to {} s after a start at {} s{refit}",
                     t.at, t.start_s, t.end_s, last_start_s
                 ),
             });
@@ -219,17 +225,22 @@ mod tests {
         }
     }
 
+    /// c0 [0, 1], the copy [1, 2], its free at 2, c1 from 3.
+    fn free_then_c1() -> [TimedStep; 4] {
+        [
+            timed(Stream::Compute, 0, 0.0, 1.0),
+            timed(Stream::D2h, 0, 1.0, 2.0),
+            timed(Stream::D2h, 1, 2.0, 2.0),
+            timed(Stream::Compute, 1, 3.0, 4.0),
+        ]
+    }
+
     #[test]
     fn an_allocation_after_a_predicted_free_waits_for_it() {
         // c0 [0, 1], the copy [1, 2], its free at 2, c1 from 3: as predicted
         // the free comes first, so c1 waits for it (satisfied at 3 already).
         let mut p = plan();
-        let timeline = [
-            timed(Stream::Compute, 0, 0.0, 1.0),
-            timed(Stream::D2h, 0, 1.0, 2.0),
-            timed(Stream::D2h, 1, 2.0, 2.0),
-            timed(Stream::Compute, 1, 3.0, 4.0),
-        ];
+        let timeline = free_then_c1();
         assert_eq!(pin_frees(&mut p, &timeline), Ok(1));
         assert_eq!(p.stream(Stream::Compute)[1].waits, vec![at(Stream::D2h, 1)]);
         // Pinning again adds nothing: the free is now ordered.
@@ -274,12 +285,7 @@ mod tests {
             instr: Instr::Compute(OpId(1)),
             waits: vec![at(Stream::D2h, 1)],
         };
-        let timeline = [
-            timed(Stream::Compute, 0, 0.0, 1.0),
-            timed(Stream::D2h, 0, 1.0, 2.0),
-            timed(Stream::D2h, 1, 2.0, 2.0),
-            timed(Stream::Compute, 1, 3.0, 4.0),
-        ];
+        let timeline = free_then_c1();
         assert_eq!(pin_frees(&mut p, &timeline), Ok(0));
         // A free on the compute stream allocates nothing.
         let mut p = plan();
@@ -316,5 +322,11 @@ mod tests {
         let e = pin_frees(&mut p, &backwards).expect_err("backwards");
         assert!(e.to_string().contains("d2h#0"), "{e}");
         assert!(p.stream(Stream::Compute)[1].waits.is_empty(), "unchanged");
+        // A plan whose wait names a step it lacks.
+        let mut bad = plan();
+        bad.streams[0][1].waits.push(at(Stream::H2d, 7));
+        let timeline = free_then_c1();
+        let e = pin_frees(&mut bad, &timeline).expect_err("bad wait");
+        assert!(e.to_string().contains("waits for h2d#7"), "{e}");
     }
 }

@@ -31,6 +31,13 @@ use outcore_sim::{SimOptions, simulate};
 /// Plans at most this many times per request (module docs).
 pub const LAYOUT_ROUNDS: usize = 6;
 
+/// The smallest step of the cut, as a fraction of the budget (1/512: 0.2%),
+/// so that five doublings reach 6%: a first layout a few bytes over the
+/// budget otherwise started the cut at those bytes, and a plan remade that
+/// little lower was over again (ViT-B/16 at a quarter on `h100-80gb`: six
+/// rounds, no plan, RESULTS.md).
+const MIN_CUT_PER_BUDGET: u64 = 512;
+
 /// Whether `allocator` asks for a layout (an `offsets` allocator that lists
 /// no allocation yet).
 pub fn wants_layout(allocator: &AllocatorSpec) -> bool {
@@ -42,7 +49,8 @@ pub fn wants_layout(allocator: &AllocatorSpec) -> bool {
 /// again at a lower budget (module docs): the cut below the budget starts at
 /// the layout's excess and at least doubles while layouts stay too tall; once
 /// a cut leaves the planner with no plan, the next cut is halfway between the
-/// largest too-small one and it (a bisection). The plan returned carries its
+/// largest too-small one and it (a bisection). A cut grows by at least 0.2%
+/// of the budget ([`MIN_CUT_PER_BUDGET`]). The plan returned carries its
 /// layout as its allocator, the request's budget, and in its settings
 /// (`layout`) the layout's height, the plan's memory bound, the budget it was
 /// planned at, the rounds taken and the time spent laying out. The request's
@@ -106,7 +114,7 @@ pub fn plan_laid_out(
         }
         too_small = cut;
         let excess = (height - budget).max(outcore_alloc::ALIGNMENT_BYTES);
-        let grown = cut.saturating_add(excess.max(cut));
+        let grown = cut.saturating_add(excess.max(cut).max(budget / MIN_CUT_PER_BUDGET));
         cut = match &too_big {
             Some((big, _)) => cut + (big - cut) / 2,
             None => grown.min(budget - 1),
