@@ -51,6 +51,29 @@ fn saved_activation(ctx: &Ctx<'_>) -> (TensorId, usize, usize) {
         .expect("the chain saves activations for backward")
 }
 
+/// Algorithm 2's swap of the saved activation with the longest gap between
+/// its forward access `a` and backward access `b`, absent at the peak `q`.
+struct HiddenSwap {
+    t: TensorId,
+    a: usize,
+    b: usize,
+    q: usize,
+    gap: Gap,
+}
+
+/// Places [`HiddenSwap`] in a fresh swap state; returns the state with it.
+fn hidden_swap(
+    ctx: &Ctx<'_>,
+    tas: &AccessSequence<'_, '_>,
+    cost: &dyn CostModel,
+) -> (HiddenSwap, SwapState) {
+    let (t, a, b) = saved_activation(ctx);
+    let q = analyse(ctx, &[]).position;
+    let mut state = SwapState::new(ctx.graph.tensors.len());
+    let gap = in_iteration(tas, cost, &mut state, t, a, b, Some(q)).expect("hidden swap");
+    (HiddenSwap { t, a, b, q, gap }, state)
+}
+
 #[test]
 fn peak_analysis_finds_the_largest_live_point_and_its_idle_tensors() {
     let g = wide();
@@ -96,12 +119,9 @@ fn a_swap_out_goes_early_and_a_swap_in_late_in_free_link_slots() {
     let cost = v100();
     let ctx = Ctx::in_graph_order(&g, &cost);
     let tas = AccessSequence::new(&ctx);
-    let (t, a, b) = saved_activation(&ctx);
+    let (HiddenSwap { t, a, b, q, gap }, mut state) = hidden_swap(&ctx, &tas, &cost);
     // Absent at the peak, which lies between the accesses.
-    let q = analyse(&ctx, &[]).position;
     assert!(a < q && q < b);
-    let mut state = SwapState::new(g.tensors.len());
-    let gap = in_iteration(&tas, &cost, &mut state, t, a, b, Some(q)).expect("hidden swap");
     // The swap-out starts when access `a` ends; the first op starting after
     // it ends (d2h time later) waits for it.
     let out_end_s = tas.end_s(a) + cost.d2h_time_s(ctx.size(t));
@@ -333,10 +353,7 @@ fn the_replay_accepts_algorithm_2s_swap_and_rejects_a_late_trigger() {
     let cost = v100();
     let ctx = Ctx::in_graph_order(&g, &cost);
     let tas = AccessSequence::new(&ctx);
-    let (t, a, b) = saved_activation(&ctx);
-    let q = analyse(&ctx, &[]).position;
-    let mut state = SwapState::new(g.tensors.len());
-    let gap = in_iteration(&tas, &cost, &mut state, t, a, b, Some(q)).expect("hidden swap");
+    let (HiddenSwap { t, b, gap, .. }, _) = hidden_swap(&ctx, &tas, &cost);
     // What Algorithm 2 placed ends in time as issued.
     assert!(replay::hidden(&tas, &cost, std::slice::from_ref(&gap)));
     // The same swap-in issued after the op just before its use cannot copy
