@@ -29,9 +29,10 @@
 //! a search. It is not always close: within 1% of the plan's memory bound at
 //! half the footprint, 8% and 26% over on BERT-base and GPT-2 at a quarter
 //! (RESULTS.md), where a backlogged d2h stream keeps many staggered
-//! activations alive across the LM head's 0.8 GB buffers. The restarts took
-//! DenseNet-121 at a quarter from 1.7% to 0.6% over the bound and GPT-2 from
-//! 31% to 26%; an exact solver on the large buffers is not built.
+//! activations alive across the LM head's 0.8 GB buffers. On saved plans the
+//! restarts took DenseNet-121 at a quarter from 1.1% to 0.6% over the bound
+//! and GPT-2 from 31% to 26%; an exact solver on the large buffers is not
+//! built.
 //!
 //! [`lay_out_timed`] orders the placements by predicted lifetimes instead of
 //! compute-stream positions; `outcore_planners::layout` uses it on plans
@@ -39,7 +40,7 @@
 //! prediction puts before an allocation is ordered before it.
 
 use crate::pin::TimedStep;
-use crate::plan::{AllocatorSpec, Instr, Plan, Stream};
+use crate::plan::{AllocatorSpec, Instr, Plan};
 use crate::prepared::PreparedGraph;
 use crate::verify::{Buffer, NONE, VerifyScratch, Violation, ViolationKind, verify_program};
 use outcore_alloc::{ALIGNMENT_BYTES, OffsetsConfig, OwnerOffsets};
@@ -130,7 +131,7 @@ fn lay_out_with(
     let slots: Vec<u64> = buffers.iter().map(|b| slot_bytes(b, plan, graph)).collect();
     let groups = groups(buffers, &prepared);
     let spans = match timeline {
-        Some(timeline) => timed_spans(&groups, buffers, plan, timeline)?,
+        Some(timeline) => timed_spans(&groups, buffers, &scratch, timeline)?,
         None => compute_spans(&groups, buffers, &scratch),
     };
     let offsets = assign(&groups, &slots, &spans, &scratch, buffers);
@@ -257,16 +258,6 @@ fn groups_conflict(g: &[usize], h: &[usize], buffers: &[Buffer], scratch: &Verif
 /// placement of NasNet-25's 30,739 buffers took about 4.6 s on the 2-core VM.
 const MANY_GROUPS: usize = 8_000;
 
-/// Each group's offset: greedy placement (module docs) in four orders, each
-/// at the smallest gap that holds it (best fit) and at the lowest (first
-/// fit), then the randomised restarts; the lowest layout kept (ties to the
-/// first). The
-/// orders: largest first (TensorFlow Lite's greedy by size), by allocation
-/// time (what an allocator that knew every lifetime would do online), by size
-/// times lifetime (long, large buffers first), and latest end first. No one
-/// of them is lowest everywhere: on an LSTM swapping plan greedy by size was
-/// 5% over the memory bound and the best of the others 0.01%; on DenseNet-121
-/// at 25% size times lifetime with first fit was lowest (RESULTS.md).
 /// A group's span: its first member's start to its last member's end (a
 /// wrap group spans the whole iteration), in compute-stream positions
 /// ([`VerifyScratch::compute_span`]).
@@ -288,24 +279,19 @@ fn compute_spans(groups: &Groups, buffers: &[Buffer], scratch: &VerifyScratch) -
 fn timed_spans(
     groups: &Groups,
     buffers: &[Buffer],
-    plan: &Plan,
+    scratch: &VerifyScratch,
     timeline: &[TimedStep],
 ) -> Result<Vec<(i64, i64)>, LayoutError> {
-    let mut offset = [0usize; 3];
-    let mut total = 0;
-    for st in Stream::ALL {
-        offset[st.index()] = total;
-        total += plan.stream(st).len();
-    }
+    let total = scratch.n_steps();
     let mut times = vec![None; total];
     for t in timeline {
-        if let Some(slot) = times.get_mut(offset[t.at.stream.index()] + t.at.index as usize) {
-            *slot = Some((t.start_s, t.end_s));
+        if let Some(id) = scratch.step_id(t.at) {
+            times[id] = Some((t.start_s, t.end_s));
         }
     }
     let ns = |s: f64| (s * 1e9).round() as i64;
     let time_of = |id: usize| {
-        times.get(id).copied().flatten().ok_or_else(|| LayoutError {
+        times[id].ok_or_else(|| LayoutError {
             violation: format!(
                 "the timeline lacks step {id} of {total}; simulate the plan again with its timeline recorded"
             ),
@@ -322,15 +308,24 @@ fn timed_spans(
             NONE => -1,
             id => ns(time_of(id as usize)?.0),
         };
-        let end = match b.free_index {
-            NONE => i64::MAX,
-            i => ns(time_of(offset[b.free_stream as usize] + i as usize)?.1),
+        let end = match scratch.free_id(b) {
+            None => i64::MAX,
+            Some(id) => ns(time_of(id)?.1),
         };
         spans.push((start, end));
     }
     Ok(spans)
 }
 
+/// Each group's offset: greedy placement (module docs) in four orders, each
+/// at the smallest gap that holds it (best fit) and at the lowest (first
+/// fit), then the randomised restarts; the lowest layout kept (ties to the
+/// first). The orders: largest first (TensorFlow Lite's greedy by size), by allocation
+/// time (what an allocator that knew every lifetime would do online), by size
+/// times lifetime (long, large buffers first), and latest end first. No one
+/// of them is lowest everywhere: on an LSTM swapping plan greedy by size was
+/// 5% over the memory bound and the best of the others 0.01%; on DenseNet-121
+/// at 25% size times lifetime with first fit was lowest (RESULTS.md).
 fn assign(
     groups: &Groups,
     slots: &[u64],
@@ -420,8 +415,9 @@ impl XorShift {
     }
 }
 
-/// Places the groups in `order`, each at the smallest gap that holds it
-/// between the groups already placed that it conflicts with.
+/// Places the groups in `order`, each at the smallest gap (`lowest`: the
+/// lowest gap) that holds it between the groups already placed that it
+/// conflicts with.
 fn place(
     order: &[usize],
     sizes: &[u64],

@@ -282,13 +282,30 @@ impl VerifyScratch {
         } else {
             self.vc[b.alloc as usize][0] as i64 + 1
         };
-        let end = if b.free_index == NONE {
-            i64::MAX
-        } else {
-            let k = b.free_stream as usize;
-            self.vc[self.layout.offset[k] + b.free_index as usize][0] as i64 + 1
-        };
+        let end = self
+            .free_id(b)
+            .map_or(i64::MAX, |id| self.vc[id][0] as i64 + 1);
         (start, end)
+    }
+
+    /// Steps in the program last verified.
+    pub(crate) fn n_steps(&self) -> usize {
+        self.layout.total()
+    }
+
+    /// The global id of step `at` in the program last verified (its
+    /// compute, then h2d, then d2h steps, as `Buffer::alloc` numbers them);
+    /// `None` past the end of its stream.
+    pub(crate) fn step_id(&self, at: StepRef) -> Option<usize> {
+        let k = at.stream.index();
+        let i = at.index as usize;
+        (i < self.layout.len[k]).then(|| self.layout.offset[k] + i)
+    }
+
+    /// The global id of the step that frees `b` (`None`: resident to the end).
+    pub(crate) fn free_id(&self, b: &Buffer) -> Option<usize> {
+        (b.free_index != NONE)
+            .then(|| self.layout.offset[b.free_stream as usize] + b.free_index as usize)
     }
 
     /// Whether `a`'s free completes before `b`'s allocation starts in every
