@@ -38,8 +38,9 @@
 //!   weight's share of what is left when it starts (weight 3 for `home`, 1
 //!   for the others), so the rule-based seeds (milliseconds each) hand almost
 //!   all of theirs on, and `home` gets three quarters of what the searches
-//!   share. The rest goes to the local search, a share of what is left to
-//!   each start in turn (a double one to the fastest seed's). Measured on the
+//!   share. The rest goes to the local search (two phases, below): first a
+//!   share of what is left to each start in turn (a double one to the
+//!   fastest seed's). Measured on the
 //!   13 suite cases where `home` alone (5 s) beat `outcore` by more than 0.5%
 //!   (RESULTS.md, "HOME restarts inside `outcore`"): with half the time for
 //!   the seeds and equal shares, 3 of them stayed behind; with this split
@@ -47,6 +48,21 @@
 //!   them (25% and 12.5%, where the local search makes most of `outcore`'s
 //!   gain) moved by at most 0.003 of ideal. `swapadvisor`'s quarter is the
 //!   price: it is the best planner on none of the suite's cases.
+//! - **Streamed seeds** ([`streamed`]): the parameters and optimizer state
+//!   kept on the host and streamed around their uses, the activations
+//!   recomputed by a recomputation planner planned for the memory that
+//!   frees. Where the persistent tensors alone come near the budget, every
+//!   other seed swaps activations over the link; these are the only seeds
+//!   that recompute there (BERT-base and GPT-2 at 25%: 0.27-0.43 of ideal
+//!   before, 0.73-0.74 with them; RESULTS.md).
+//! - **Two phases of local search.** Half of the local search's time is
+//!   shared by the starts as above; the rest continues the fastest schedule
+//!   reached by a search the time limit cut short. With a third improved
+//!   seed ([`IMPROVED_SEEDS`]) this keeps a start from being lost when a new
+//!   seed type (the streamed seeds) takes a place among the fastest: on
+//!   BERT-base at 50% on `h100-80gb`, with two improved seeds and one phase
+//!   the streamed seed displaced `dtr`'s and the plan fell from 0.916 to
+//!   0.894 of ideal; with three and two phases it is 0.916.
 //! - **HOME restarted** with a doubling swarm, 32 particles first
 //!   ([`Joint::home_restarts`]): `home` alone runs one swarm of 512.
 //! - **The layout.** Asked for `offsets` (an exact offset per allocation),
@@ -70,6 +86,7 @@
 
 pub mod local;
 pub mod moves;
+pub mod streamed;
 
 use crate::framework::{Ctx, Score, Scored, Scratch, Search};
 use local::Cost;
@@ -86,7 +103,7 @@ pub const NAME: &str = "outcore";
 /// The recompute-only variant's name.
 pub const RECOMPUTE_NAME: &str = "outcore-recompute";
 /// Seeds whose schedules the local search improves, fastest first.
-pub const IMPROVED_SEEDS: usize = 2;
+pub const IMPROVED_SEEDS: usize = 3;
 /// Points of each start's search curve kept in the plan's settings (drawn by
 /// `outcore report`).
 const CURVE_POINTS: usize = 100;
@@ -127,6 +144,9 @@ pub struct Joint {
     /// long as its share of the time lasts ([`Joint::home_restarts`]); 1 runs
     /// `home` once with `home`'s settings.
     pub home_runs: usize,
+    /// Also seed with persistent tensors streamed and activations recomputed
+    /// ([`streamed`]); not in the recompute-only variant.
+    pub streamed_seeds: bool,
 }
 
 impl Default for Joint {
@@ -144,6 +164,7 @@ impl Default for Joint {
             recompute_only: false,
             eager_seeds: true,
             home_runs: HOME_RUNS,
+            streamed_seeds: true,
         }
     }
 }
@@ -153,6 +174,7 @@ impl Joint {
     pub fn recompute_only() -> Self {
         Joint {
             recompute_only: true,
+            streamed_seeds: false,
             ..Joint::default()
         }
     }
@@ -207,6 +229,24 @@ pub const HOME_MAX_PARTICLES: usize = 1024;
 pub const HOME_RUNS: usize = 6;
 /// A restart is not begun with less than this left of HOME's share.
 const HOME_MIN_RESTART_S: f64 = 0.05;
+
+/// One seed job of [`Joint::run_seeds`].
+enum Job<'a> {
+    /// A planner on an order (`None`: the request's).
+    Planner(&'a dyn Planner, Option<&'a [OpId]>),
+    /// The streamed seeds ([`streamed`]) on an order.
+    Streamed(Option<&'a [OpId]>),
+}
+
+impl Job<'_> {
+    /// Its weight in the split of the seeds' time.
+    fn weight(&self) -> f64 {
+        match self {
+            Job::Planner(p, _) => seed_weight(p.name()),
+            Job::Streamed(_) => 1.0,
+        }
+    }
+}
 
 /// The seeds' answers so far.
 #[derive(Default)]
@@ -325,30 +365,61 @@ impl Joint {
             .collect();
         let eager = self.eager_order(request);
         // The rule-based planners first, each in the request's order and the
-        // fast ones again in the eager-update order; then the searches, which
-        // share what the others leave of the seeds' time.
-        let mut jobs: Vec<(&dyn Planner, Option<&[OpId]>)> = Vec::new();
+        // fast ones again in the eager-update order; then the streamed seeds
+        // (in the same orders); then the searches, which share what the
+        // others leave of the seeds' time.
+        let mut jobs: Vec<Job<'_>> = Vec::new();
         for planner in planners
             .iter()
             .filter(|p| !SEARCH_SEEDS.contains(&p.name()))
         {
-            jobs.push((planner.as_ref(), request.order));
+            jobs.push(Job::Planner(planner.as_ref(), request.order));
             if let Some(eager) = &eager
                 && EAGER_ORDER_SEEDS.contains(&planner.name())
             {
-                jobs.push((planner.as_ref(), Some(eager.as_slice())));
+                jobs.push(Job::Planner(planner.as_ref(), Some(eager.as_slice())));
+            }
+        }
+        // Streamed seeds in both orders: neither wins everywhere (at 25% on
+        // `v100-16gb-pcie3`, BERT-base b32 got 0.71 of ideal in the eager
+        // order and 0.65 in the graph's; at 12.5% ViT-B/16 b64 got a plan
+        // only in the graph's order).
+        if self.streamed_seeds {
+            jobs.push(Job::Streamed(request.order));
+            if let Some(eager) = &eager {
+                jobs.push(Job::Streamed(Some(eager.as_slice())));
             }
         }
         for planner in planners.iter().filter(|p| SEARCH_SEEDS.contains(&p.name())) {
-            jobs.push((planner.as_ref(), request.order));
+            jobs.push(Job::Planner(planner.as_ref(), request.order));
         }
         let mut out = SeedSet::default();
-        for (i, &(planner, order)) in jobs.iter().enumerate() {
+        for (i, job) in jobs.iter().enumerate() {
             let left_s = until
                 .saturating_duration_since(Instant::now())
                 .as_secs_f64();
-            let weight = |j: usize| seed_weight(jobs[j].0.name());
+            let weight = |j: usize| jobs[j].weight();
             let share_s = left_s * weight(i) / (i..jobs.len()).map(weight).sum::<f64>();
+            let order_name = |order: Option<&[OpId]>| {
+                if order.is_some() && request.order.is_none() {
+                    " (eager order)"
+                } else {
+                    ""
+                }
+            };
+            let (planner, order) = match *job {
+                Job::Planner(planner, order) => (planner, order),
+                Job::Streamed(order) => {
+                    let sub = PlanRequest { order, ..*request };
+                    let share = Duration::try_from_secs_f64(share_s).unwrap_or_default();
+                    let got = streamed::streamed_seeds(&sub, order, Instant::now() + share);
+                    for (name, outcome) in got {
+                        let name = format!("{name}{}", order_name(order));
+                        out.record(self.name(), request, name, outcome)?;
+                    }
+                    continue;
+                }
+            };
             let sub = PlanRequest {
                 time_limit_s: share_s,
                 order,
@@ -358,11 +429,7 @@ impl Joint {
                 self.home_restarts(&sub, request, &mut out)?;
                 continue;
             }
-            let name = if order.is_some() && request.order.is_none() {
-                format!("{} (eager order)", planner.name())
-            } else {
-                planner.name().to_string()
-            };
+            let name = format!("{}{}", planner.name(), order_name(order));
             let outcome = planner.plan(&sub);
             out.record(self.name(), request, name, outcome)?;
         }
@@ -516,6 +583,11 @@ impl Joint {
     /// Improves every start and returns the best plan found: an improved
     /// schedule proven under this planner's name, or the fastest seed's plan
     /// renamed if nothing beat it.
+    ///
+    /// Two phases: every start gets its share of [`FIRST_PHASE_SHARE`] of the
+    /// time left (the fastest seed's start a double share), then the fastest
+    /// schedule reached by a search that had not converged is searched again
+    /// with all the time that is left (module docs, "Time split").
     fn improve_best(
         &self,
         context: &Context<'_, '_>,
@@ -523,16 +595,20 @@ impl Joint {
         deadline: Instant,
     ) -> Result<PlanOutcome, PlannerError> {
         let request = context.request;
-        let mut best: Option<(f64, Value, Schedule)> = None;
         let starts = self.starts(request, &seeds);
+        let first_until = Instant::now()
+            + deadline
+                .saturating_duration_since(Instant::now())
+                .mul_f64(FIRST_PHASE_SHARE);
         let mut tried = Vec::new();
+        let mut reached: Vec<Reached> = Vec::new();
         for (k, start) in starts.iter().enumerate() {
             if check_order(request.graph, &start.schedule.order).is_err() {
                 continue;
             }
             // The fastest seed's start gets a double share of what is left:
             // it is the likeliest to end fastest.
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = first_until.saturating_duration_since(Instant::now());
             let weight = |i: usize| if i == 0 { 2.0 } else { 1.0 };
             let weights_left: f64 = (k..starts.len()).map(weight).sum();
             let until = Instant::now() + left.mul_f64(weight(k) / weights_left);
@@ -541,54 +617,48 @@ impl Joint {
             let Some(cost) = start_cost(&search, &start.schedule) else {
                 continue;
             };
-            let limits = local::Limits {
-                deadline: until,
-                max_kicks: self.max_kicks,
-                max_moves: self.max_moves,
-                kinds: self.kinds(),
+            let run = self.search_from(&search, &ctx, start, cost, request.seed, until);
+            tried.push(run.summary);
+            reached.push(run.reached);
+        }
+        // The second phase: the fastest feasible schedule whose search was cut
+        // by the time limit, searched on (a new seed: new shuffles and kicks).
+        if let Some(r) = reached
+            .iter()
+            .filter(|r| !r.converged && r.cost.is_feasible())
+            .min_by(|a, b| a.cost.time_s.total_cmp(&b.cost.time_s))
+        {
+            let ctx = Ctx::new(request.graph, request.cost, r.schedule.order.clone());
+            let search = Search::new(&ctx, request, self.name());
+            let start = Start {
+                label: format!("{} (continued)", r.label),
+                schedule: r.schedule.clone(),
             };
-            let (improved, reached, stats) = local::improve(
+            let run = self.search_from(
                 &search,
                 &ctx,
-                request.cost,
-                (start.schedule.clone(), cost),
-                request.seed,
-                &limits,
+                &start,
+                r.cost,
+                request.seed.wrapping_add(1),
+                deadline,
             );
-            let summary = json!({
-                "start": start.label,
-                "start_iter_time_s": cost.is_feasible().then_some(cost.time_s),
-                "start_excess_bytes": cost.excess_bytes,
-                "iter_time_s": reached.is_feasible().then_some(reached.time_s),
-                "excess_bytes": reached.excess_bytes,
-                "moves_scored": stats.moves_scored,
-                "moves_accepted": stats.moves_accepted,
-                "moves_invalid": stats.moves_invalid,
-                "moves_infeasible": stats.moves_infeasible,
-                "accepted_drop_toswap_torecompute_retime_exchange_repair": stats.accepted_by_kind,
-                "converged": stats.converged,
-                "kicks": stats.kicks,
-                "kicks_improved": stats.kicks_improved,
-                // [moves scored, current time, batch mean, batch worst] (s);
-                // JSON has no NaN, so a batch with no feasible candidate
-                // writes null there.
-                "curve": stats.curve_sampled(CURVE_POINTS),
-            });
-            tried.push(summary);
-            if reached.is_feasible() && best.as_ref().is_none_or(|(t, _, _)| reached.time_s < *t) {
-                best = Some((reached.time_s, Value::String(start.label.clone()), improved));
-            }
+            tried.push(run.summary);
+            reached.push(run.reached);
         }
+        let best = reached
+            .into_iter()
+            .filter(|r| r.cost.is_feasible())
+            .min_by(|a, b| a.cost.time_s.total_cmp(&b.cost.time_s));
         let fastest = &seeds[0];
         match best {
-            Some((time_s, label, schedule)) if time_s <= fastest.iter_time_s => {
+            Some(r) if r.cost.time_s <= fastest.iter_time_s => {
                 let settings = json!({
-                    "start": label,
+                    "start": r.label,
                     "seeds": context.seed_summary,
                     "seed_errors": context.seed_errors,
                     "local_search": tried,
                 });
-                prove(self.name(), request, settings, schedule, time_s)
+                prove(self.name(), request, settings, r.schedule, r.cost.time_s)
             }
             _ => Ok(PlanOutcome::Feasible(renamed(
                 self.name(),
@@ -598,6 +668,81 @@ impl Joint {
             ))),
         }
     }
+
+    /// One local search from `start` (scored `cost`) until `until`: where it
+    /// got, and its summary for the plan's settings.
+    fn search_from(
+        &self,
+        search: &Search<'_, '_>,
+        ctx: &Ctx<'_>,
+        start: &Start,
+        cost: Cost,
+        seed: u64,
+        until: Instant,
+    ) -> Run {
+        let request = &search.request;
+        let limits = local::Limits {
+            deadline: until,
+            max_kicks: self.max_kicks,
+            max_moves: self.max_moves,
+            kinds: self.kinds(),
+        };
+        let (improved, reached, stats) = local::improve(
+            search,
+            ctx,
+            request.cost,
+            (start.schedule.clone(), cost),
+            seed,
+            &limits,
+        );
+        let summary = json!({
+            "start": start.label,
+            "start_iter_time_s": cost.is_feasible().then_some(cost.time_s),
+            "start_excess_bytes": cost.excess_bytes,
+            "iter_time_s": reached.is_feasible().then_some(reached.time_s),
+            "excess_bytes": reached.excess_bytes,
+            "moves_scored": stats.moves_scored,
+            "moves_accepted": stats.moves_accepted,
+            "moves_invalid": stats.moves_invalid,
+            "moves_infeasible": stats.moves_infeasible,
+            "accepted_drop_toswap_torecompute_retime_exchange_repair": stats.accepted_by_kind,
+            "converged": stats.converged,
+            "kicks": stats.kicks,
+            "kicks_improved": stats.kicks_improved,
+            // [moves scored, current time, batch mean, batch worst] (s);
+            // JSON has no NaN, so a batch with no feasible candidate
+            // writes null there.
+            "curve": stats.curve_sampled(CURVE_POINTS),
+        });
+        Run {
+            summary,
+            reached: Reached {
+                label: start.label.clone(),
+                schedule: improved,
+                cost: reached,
+                // Converged: no move improved and every kick was tried.
+                converged: stats.converged && stats.kicks >= self.max_kicks,
+            },
+        }
+    }
+}
+
+/// Share of the local search's time that the first phase spreads over every
+/// start (see [`Joint::improve_best`]).
+const FIRST_PHASE_SHARE: f64 = 0.5;
+
+/// One local search's result.
+struct Run {
+    summary: Value,
+    reached: Reached,
+}
+
+/// Where one local search got.
+struct Reached {
+    label: String,
+    schedule: Schedule,
+    cost: Cost,
+    converged: bool,
 }
 
 /// A seed plan's time under this request's evaluator, when it has a schedule
