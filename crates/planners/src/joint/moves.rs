@@ -548,23 +548,35 @@ pub fn offload(
         reclaim += 1;
     }
     [
-        Gap {
-            tensor: t,
-            after: Some(last),
-            before: None,
-            how: Restore::Swap,
-            prefetch_after: None,
-            reclaim_before: (reclaim < ctx.n).then_some(reclaim),
-        },
-        Gap {
-            tensor: t,
-            after: None,
-            before: Some(first),
-            how: Restore::Swap,
-            prefetch_after: Some(prefetch),
-            reclaim_before: None,
-        },
+        offload_out(t, last, (reclaim < ctx.n).then_some(reclaim)),
+        offload_in(t, first, prefetch),
     ]
+}
+
+/// The gap that swaps persistent `t` out after its last use `last` for the
+/// next iteration, the op at `reclaim` (if any) waiting for the copy.
+pub fn offload_out(t: TensorId, last: usize, reclaim: Option<usize>) -> Gap {
+    Gap {
+        tensor: t,
+        after: Some(last),
+        before: None,
+        how: Restore::Swap,
+        prefetch_after: None,
+        reclaim_before: reclaim,
+    }
+}
+
+/// The gap that brings persistent `t` in from the host before its first use
+/// `first`, the copy starting once the op at `prefetch` has finished.
+pub fn offload_in(t: TensorId, first: usize, prefetch: usize) -> Gap {
+    Gap {
+        tensor: t,
+        after: None,
+        before: Some(first),
+        how: Restore::Swap,
+        prefetch_after: Some(prefetch),
+        reclaim_before: None,
+    }
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@
 use super::moves;
 use crate::framework::{Ctx, Score, Scored, Scratch, Search, graph_order};
 use outcore_graph::{OpId, Phase, TensorId};
-use outcore_plan::{Gap, PlanOutcome, PlanRequest, PlannerError, Restore, Schedule};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, PlannerError, Schedule};
 use serde_json::json;
 use std::time::Instant;
 
@@ -328,14 +328,7 @@ fn queued_offloads(
         // after it), before `first`.
         let ends_by = ctx.prefix_time_s[1..=first].partition_point(|&e| e <= begin_s);
         let prefetch = ends_by.saturating_sub(1).min(first.saturating_sub(1));
-        gaps.push(Gap {
-            tensor: t,
-            after: None,
-            before: Some(first),
-            how: Restore::Swap,
-            prefetch_after: Some(prefetch),
-            reclaim_before: None,
-        });
+        gaps.push(moves::offload_in(t, first, prefetch));
     }
     // Swap-outs, forwards from the first.
     let mut by_last: Vec<_> = chosen.to_vec();
@@ -347,14 +340,7 @@ fn queued_offloads(
         link_busy_until_s = finish_s;
         // The first position after `last` that starts once the copy is done.
         let reclaim = (last + 1..ctx.n).find(|&p| start_s(p) >= finish_s);
-        gaps.push(Gap {
-            tensor: t,
-            after: Some(last),
-            before: None,
-            how: Restore::Swap,
-            prefetch_after: None,
-            reclaim_before: reclaim,
-        });
+        gaps.push(moves::offload_out(t, last, reclaim));
     }
     gaps
 }
