@@ -537,38 +537,39 @@ pub fn offload(
     first: usize,
     last: usize,
 ) -> [Gap; 2] {
-    let in_s = cost.h2d_time_s(ctx.size(t));
-    let mut prefetch = first.saturating_sub(1);
-    while prefetch > 0 && ctx.time_s(prefetch + 1, first) < in_s {
-        prefetch -= 1;
-    }
+    [
+        out_for_next(ctx, cost, t, last),
+        in_from_host(ctx, cost, t, first),
+    ]
+}
+
+/// The gap that swaps persistent `t` out after its last use `last` for the
+/// next iteration, waited for by the first op whose predecessors after `last`
+/// cover the d2h copy (see [`offload`]).
+pub fn out_for_next(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, last: usize) -> Gap {
     let out_s = cost.d2h_time_s(ctx.size(t));
     let mut reclaim = last + 1;
     while reclaim < ctx.n && ctx.time_s(last + 1, reclaim) < out_s {
         reclaim += 1;
     }
-    [
-        offload_out(t, last, (reclaim < ctx.n).then_some(reclaim)),
-        offload_in(t, first, prefetch),
-    ]
-}
-
-/// The gap that swaps persistent `t` out after its last use `last` for the
-/// next iteration, the op at `reclaim` (if any) waiting for the copy.
-pub fn offload_out(t: TensorId, last: usize, reclaim: Option<usize>) -> Gap {
     Gap {
         tensor: t,
         after: Some(last),
         before: None,
         how: Restore::Swap,
         prefetch_after: None,
-        reclaim_before: reclaim,
+        reclaim_before: (reclaim < ctx.n).then_some(reclaim),
     }
 }
 
 /// The gap that brings persistent `t` in from the host before its first use
-/// `first`, the copy starting once the op at `prefetch` has finished.
-pub fn offload_in(t: TensorId, first: usize, prefetch: usize) -> Gap {
+/// `first`, started so that the ops before `first` cover the h2d copy.
+pub fn in_from_host(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, first: usize) -> Gap {
+    let in_s = cost.h2d_time_s(ctx.size(t));
+    let mut prefetch = first.saturating_sub(1);
+    while prefetch > 0 && ctx.time_s(prefetch + 1, first) < in_s {
+        prefetch -= 1;
+    }
     Gap {
         tensor: t,
         after: None,
