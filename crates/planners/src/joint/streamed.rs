@@ -27,9 +27,10 @@
 //!    each parameter from its last forward use to its first backward use or
 //!    first recomputation reading it;
 //! 3. the merged schedule is scored under the real budget; over it by `e`
-//!    bytes, step 1 is planned again for `B + X - e` (at most [`ROUNDS`]
-//!    rounds): the offloaded tensors are present around their uses, which
-//!    the recomputation planner did not know.
+//!    bytes, step 1 is planned again for `B + X - e`, bisecting where the
+//!    planner has no plan (at most [`ROUNDS`] rounds, [`merge_rounds`]):
+//!    the offloaded tensors are present around their uses, which the
+//!    recomputation planner did not know.
 //!
 //! The fastest feasible merge of each (order, set) is a seed; the local
 //! search then improves it like any other.
@@ -97,9 +98,12 @@ pub struct Variant {
 }
 
 /// Every variant: which of them is fastest depends on the graph and the
-/// budget (BERT-base b32 at 25% on `v100-16gb-pcie3`, eager order: the
+/// budget. Measured while building this, before the rounds bisected, on
+/// BERT-base b32 at 25% on `v100-16gb-pcie3` in the eager order: the
 /// optimizer state timed one by one gave 0.61 of ideal and queued had no
-/// plan; every persistent tensor queued gave 0.71, one by one 0.56).
+/// plan; every persistent tensor queued gave 0.71, one by one 0.56. On
+/// BERT-base at 50% on `h100-80gb` the fastest is the optimizer state
+/// queued.
 pub const VARIANTS: [Variant; 4] = [
     Variant {
         set: OffloadSet::OptimizerState,
