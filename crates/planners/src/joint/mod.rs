@@ -53,8 +53,8 @@
 //!   recomputed by a recomputation planner planned for the memory that
 //!   frees. Where the persistent tensors alone come near the budget, every
 //!   other seed swaps activations over the link; these are the only seeds
-//!   that recompute there (BERT-base and GPT-2 at 25%: 0.27-0.43 of ideal
-//!   before, 0.73-0.74 with them; RESULTS.md).
+//!   that recompute there (BERT-base and GPT-2 b8 at 25%: 0.27-0.43 of ideal
+//!   before, 0.74-0.75 with them; RESULTS.md).
 //! - **Two phases of local search.** Half of the local search's time is
 //!   shared by the starts as above; the rest continues the fastest schedule
 //!   reached by a search the time limit cut short. With a third improved
@@ -410,9 +410,8 @@ impl Joint {
             let (planner, order) = match *job {
                 Job::Planner(planner, order) => (planner, order),
                 Job::Streamed(order) => {
-                    let sub = PlanRequest { order, ..*request };
                     let share = Duration::try_from_secs_f64(share_s).unwrap_or_default();
-                    let got = streamed::streamed_seeds(&sub, order, Instant::now() + share);
+                    let got = streamed::streamed_seeds(request, order, Instant::now() + share);
                     for (name, outcome) in got {
                         let name = format!("{name}{}", order_name(order));
                         out.record(self.name(), request, name, outcome)?;
@@ -617,7 +616,7 @@ impl Joint {
             let Some(cost) = start_cost(&search, &start.schedule) else {
                 continue;
             };
-            let run = self.search_from(&search, &ctx, start, cost, request.seed, until);
+            let run = self.search_from(&search, start, cost, request.seed, until);
             tried.push(run.summary);
             reached.push(run.reached);
         }
@@ -636,7 +635,6 @@ impl Joint {
             };
             let run = self.search_from(
                 &search,
-                &ctx,
                 &start,
                 r.cost,
                 request.seed.wrapping_add(1),
@@ -674,7 +672,6 @@ impl Joint {
     fn search_from(
         &self,
         search: &Search<'_, '_>,
-        ctx: &Ctx<'_>,
         start: &Start,
         cost: Cost,
         seed: u64,
@@ -689,7 +686,7 @@ impl Joint {
         };
         let (improved, reached, stats) = local::improve(
             search,
-            ctx,
+            search.ctx,
             request.cost,
             (start.schedule.clone(), cost),
             seed,

@@ -144,13 +144,8 @@ impl Neighbourhood {
             .into_iter()
             .filter(|t| !gapped[t.index()])
             .filter_map(|t| {
-                let (a, b) = ctx.forward_backward_gap(t)?;
-                // A recomputation reading it, or an in-place write, ends the
-                // interval a swap may cover.
-                let first_read = reads[t.index()].iter().copied().filter(|&p| p > a);
-                let first_write = ctx.writes[t.index()].iter().copied().filter(|&p| p > a);
-                let b = first_read.chain(first_write).fold(b, usize::min);
-                (b >= a + 2).then_some((t, a, b))
+                let (a, b) = swap_interval(ctx, &reads, t)?;
+                Some((t, a, b))
             })
             .collect();
         let offloadable = ctx
@@ -372,6 +367,22 @@ fn inputs_resident(ctx: &Ctx<'_>, schedule: &Schedule, t: TensorId, at: usize) -
     })
 }
 
+/// The interval a swap of `t` may cover: from its last forward use to its
+/// first backward use, a recomputation reading it (`reads`, from
+/// [`recompute_reads`]) or an in-place write, whichever is first; `None`
+/// when no op runs in between.
+pub(crate) fn swap_interval(
+    ctx: &Ctx<'_>,
+    reads: &[Vec<usize>],
+    t: TensorId,
+) -> Option<(usize, usize)> {
+    let (a, b) = ctx.forward_backward_gap(t)?;
+    let first_read = reads[t.index()].iter().copied().filter(|&p| p > a);
+    let first_write = ctx.writes[t.index()].iter().copied().filter(|&p| p > a);
+    let b = first_read.chain(first_write).fold(b, usize::min);
+    (b >= a + 2).then_some((a, b))
+}
+
 /// Per storage owner: the positions where a recomputation of `schedule`
 /// reads it (a recompute gap's producer runs again where the gap ends).
 pub(crate) fn recompute_reads(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<Vec<usize>> {
@@ -502,16 +513,8 @@ pub fn hidden_swap(
     let size = ctx.size(t);
     let out_s = cost.d2h_time_s(size);
     let in_s = cost.h2d_time_s(size);
-    // The first position `r > after` with the ops in (after, r) covering the copy.
-    let mut reclaim = after + 1;
-    while reclaim < before && ctx.time_s(after + 1, reclaim) < out_s {
-        reclaim += 1;
-    }
-    // The last position `p < before` with the ops in (p, before) covering the copy.
-    let mut prefetch = before.saturating_sub(1).max(after);
-    while prefetch > reclaim && ctx.time_s(prefetch + 1, before) < in_s {
-        prefetch -= 1;
-    }
+    let reclaim = first_covered(ctx, after, before, out_s);
+    let prefetch = last_covering(ctx, before, reclaim, in_s);
     Gap {
         tensor: t,
         after: Some(after),
@@ -520,6 +523,28 @@ pub fn hidden_swap(
         prefetch_after: Some(prefetch.max(after)),
         reclaim_before: Some(reclaim.min(before)),
     }
+}
+
+/// The first position `r > from` such that the ops in `(from, r)` take at
+/// least `copy_s` (a copy started when `from` ends is done by `r`'s start),
+/// or `limit` if none before it.
+fn first_covered(ctx: &Ctx<'_>, from: usize, limit: usize, copy_s: f64) -> usize {
+    let mut r = from + 1;
+    while r < limit && ctx.time_s(from + 1, r) < copy_s {
+        r += 1;
+    }
+    r
+}
+
+/// The last position `p < to` such that the ops in `(p, to)` take at least
+/// `copy_s` (a copy started when `p` ends is done by `to`'s start), or
+/// `floor` if none above it.
+fn last_covering(ctx: &Ctx<'_>, to: usize, floor: usize, copy_s: f64) -> usize {
+    let mut p = to.saturating_sub(1);
+    while p > floor && ctx.time_s(p + 1, to) < copy_s {
+        p -= 1;
+    }
+    p
 }
 
 /// The two gaps that keep persistent `t` on the host between iterations:
@@ -546,12 +571,8 @@ pub fn offload(
 /// The gap that swaps persistent `t` out after its last use `last` for the
 /// next iteration, waited for by the first op whose predecessors after `last`
 /// cover the d2h copy (see [`offload`]).
-pub fn out_for_next(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, last: usize) -> Gap {
-    let out_s = cost.d2h_time_s(ctx.size(t));
-    let mut reclaim = last + 1;
-    while reclaim < ctx.n && ctx.time_s(last + 1, reclaim) < out_s {
-        reclaim += 1;
-    }
+fn out_for_next(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, last: usize) -> Gap {
+    let reclaim = first_covered(ctx, last, ctx.n, cost.d2h_time_s(ctx.size(t)));
     Gap {
         tensor: t,
         after: Some(last),
@@ -564,12 +585,8 @@ pub fn out_for_next(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, last: usiz
 
 /// The gap that brings persistent `t` in from the host before its first use
 /// `first`, started so that the ops before `first` cover the h2d copy.
-pub fn in_from_host(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, first: usize) -> Gap {
-    let in_s = cost.h2d_time_s(ctx.size(t));
-    let mut prefetch = first.saturating_sub(1);
-    while prefetch > 0 && ctx.time_s(prefetch + 1, first) < in_s {
-        prefetch -= 1;
-    }
+fn in_from_host(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, first: usize) -> Gap {
+    let prefetch = last_covering(ctx, first, 0, cost.h2d_time_s(ctx.size(t)));
     Gap {
         tensor: t,
         after: None,

@@ -76,7 +76,7 @@ pub enum Timing {
     /// Each copy on its own ([`moves::offload`]): the least memory held,
     /// stalls where copies queue.
     Each,
-    /// As queues on each link ([`queued`]): fewer stalls, more memory
+    /// As queues on each link ([`queued_offloads`]): fewer stalls, more memory
     /// held by copies that start early.
     Queued,
 }
@@ -254,10 +254,14 @@ fn optimizer_only(ctx: &Ctx<'_>, t: TensorId) -> bool {
 }
 
 /// `base`'s gaps with the offloads of `chosen` added (persistent tensors
-/// `base` already takes off the device are left as they are) and, for
-/// [`OffloadSet::All`], each chosen tensor's forward-to-backward interval
-/// swapped, ending before the first recomputation that reads it; copies timed
-/// by `variant.timing`.
+/// `base` already takes off the device are left as they are), their copies
+/// timed by `variant.timing`, and, for [`OffloadSet::All`], each chosen
+/// tensor's forward-to-backward interval swapped
+/// ([`moves::swap_interval`]: it ends before the first recomputation or
+/// in-place write that reads it) with a hidden swap. Only the offloads
+/// queue: queueing the parameters' round trips too started their swap-ins
+/// earlier, and on BERT-base b32 at 25% the extra memory left no feasible
+/// merge (0.64 of ideal, against 0.74).
 fn merged_gaps(
     ctx: &Ctx<'_>,
     request: &PlanRequest<'_>,
@@ -269,163 +273,90 @@ fn merged_gaps(
     for g in &base.gaps {
         gapped[g.tensor.index()] = true;
     }
-    let reads = moves::recompute_reads(ctx, base);
-    let mut trips = Vec::with_capacity(3 * chosen.len());
-    for &(t, first, last) in chosen.iter().filter(|c| !gapped[c.0.index()]) {
-        trips.push(Trip::ToHost { tensor: t, last });
-        trips.push(Trip::FromHost { tensor: t, first });
-        if variant.set != OffloadSet::All {
-            continue;
-        }
-        let Some((after, before)) = ctx.forward_backward_gap(t) else {
-            continue;
-        };
-        let before = reads[t.index()]
-            .iter()
-            .copied()
-            .filter(|&p| p > after)
-            .fold(before, usize::min);
-        if before >= after + 2 {
-            trips.push(Trip::Round {
-                tensor: t,
-                after,
-                before,
-            });
+    let offloads: Vec<(TensorId, usize, usize)> = chosen
+        .iter()
+        .copied()
+        .filter(|c| !gapped[c.0.index()])
+        .collect();
+    let mut gaps = base.gaps.clone();
+    match variant.timing {
+        Timing::Queued => gaps.extend(queued_offloads(ctx, request.cost, &offloads)),
+        Timing::Each => {
+            for &(t, first, last) in &offloads {
+                gaps.extend(moves::offload(ctx, request.cost, t, first, last));
+            }
         }
     }
-    // Only the offloads queue: queueing the parameters' round trips too
-    // started their swap-ins earlier, and on BERT-base b32 at 25% the
-    // extra memory left no feasible merge (0.64 of ideal, against 0.74).
-    let mut gaps = base.gaps.clone();
-    let queues = variant.timing == Timing::Queued;
-    let (queued_trips, single): (Vec<Trip>, Vec<Trip>) = trips
-        .into_iter()
-        .partition(|t| queues && !matches!(t, Trip::Round { .. }));
-    gaps.extend(queued(ctx, request.cost, &queued_trips));
-    gaps.extend(single.into_iter().map(|trip| match trip {
-        Trip::Round {
-            tensor,
-            after,
-            before,
-        } => moves::hidden_swap(ctx, request.cost, tensor, after, before),
-        Trip::ToHost { tensor, last } => moves::out_for_next(ctx, request.cost, tensor, last),
-        Trip::FromHost { tensor, first } => moves::in_from_host(ctx, request.cost, tensor, first),
-    }));
+    if variant.set == OffloadSet::All {
+        let reads = moves::recompute_reads(ctx, base);
+        for &(t, _, _) in &offloads {
+            if let Some((after, before)) = moves::swap_interval(ctx, &reads, t) {
+                gaps.push(moves::hidden_swap(ctx, request.cost, t, after, before));
+            }
+        }
+    }
     gaps
 }
 
-/// One stretch a persistent tensor spends off the device.
-#[derive(Debug, Clone, Copy)]
-enum Trip {
-    /// Out after its last use `last`, on the host to the iteration's end.
-    ToHost { tensor: TensorId, last: usize },
-    /// On the host from the iteration's start, in before its first use.
-    FromHost { tensor: TensorId, first: usize },
-    /// Out after the use at `after`, in before the one at `before`.
-    Round {
-        tensor: TensorId,
-        after: usize,
-        before: usize,
-    },
-}
-
-impl Trip {
-    fn tensor(self) -> TensorId {
-        match self {
-            Trip::ToHost { tensor, .. }
-            | Trip::FromHost { tensor, .. }
-            | Trip::Round { tensor, .. } => tensor,
-        }
-    }
-
-    /// The position after which it leaves (`None`: it starts on the host).
-    fn after(self) -> Option<usize> {
-        match self {
-            Trip::ToHost { last, .. } => Some(last),
-            Trip::FromHost { .. } => None,
-            Trip::Round { after, .. } => Some(after),
-        }
-    }
-
-    /// The position before which it is back (`None`: it ends on the host).
-    fn before(self) -> Option<usize> {
-        match self {
-            Trip::ToHost { .. } => None,
-            Trip::FromHost { first, .. } => Some(first),
-            Trip::Round { before, .. } => Some(before),
-        }
-    }
-}
-
-/// The gaps of `trips` with their copies timed as queues on each link rather
-/// than one by one: the swap-ins, latest need first, each finishing by the
-/// predicted start of its use and before the next one on the link starts;
-/// the swap-outs, earliest first, each starting when its last use ends or the
-/// link is free, and waited for by the first op that starts after the copy
-/// ends (within the trip). Timed one by one, as [`moves::offload`] and
-/// [`moves::hidden_swap`] do for a single tensor, a run of optimizer updates
-/// each found "enough" compute before it, and the copies queued behind one
-/// another into stalls. Times are the compute stream's without stalls (the
-/// order's prefix sums), the link's rate the cost model's one-way rate.
-fn queued(ctx: &Ctx<'_>, cost: &dyn outcore_cost::CostModel, trips: &[Trip]) -> Vec<Gap> {
+/// The offload gaps of `offloads` (each a tensor with its first and last
+/// use; see [`moves::offload`]) with their copies timed as queues on each
+/// link rather than one by one: the swap-ins, latest need first, each
+/// finishing by the predicted start of its first use and before the next one
+/// on the link starts; the swap-outs, earliest first, each starting when its
+/// last use ends or the link is free, and waited for by the first op that
+/// starts after the copy ends. Timed one by one, as [`moves::offload`] does,
+/// a run of optimizer updates each found "enough" compute before it, and the
+/// copies queued behind one another into stalls. Times are the compute
+/// stream's without stalls (the order's prefix sums), the link's rate the
+/// cost model's one-way rate.
+fn queued_offloads(
+    ctx: &Ctx<'_>,
+    cost: &dyn outcore_cost::CostModel,
+    offloads: &[(TensorId, usize, usize)],
+) -> Vec<Gap> {
     let start_s = |p: usize| ctx.prefix_time_s[p];
     let end_s = |p: usize| ctx.prefix_time_s[p + 1];
-    let mut prefetch = vec![None; trips.len()];
-    let mut reclaim = vec![None; trips.len()];
+    let mut gaps = Vec::with_capacity(2 * offloads.len());
     // Swap-ins, backwards from the last need.
-    let mut ins: Vec<(usize, TensorId, usize)> = trips
-        .iter()
-        .enumerate()
-        .filter_map(|(i, trip)| Some((trip.before()?, trip.tensor(), i)))
-        .collect();
-    ins.sort_by_key(|&(before, t, _)| (std::cmp::Reverse(before), t));
+    let mut by_first = offloads.to_vec();
+    by_first.sort_by_key(|&(t, first, _)| (std::cmp::Reverse(first), t));
     let mut link_free_from_s = f64::INFINITY;
-    for &(before, t, i) in &ins {
-        let finish_s = start_s(before).min(link_free_from_s);
+    for &(t, first, _) in &by_first {
+        let finish_s = start_s(first).min(link_free_from_s);
         let begin_s = finish_s - cost.h2d_time_s(ctx.size(t));
         link_free_from_s = begin_s;
         // The last position whose op ends by `begin_s` (the swap-in starts
-        // after it), within the trip.
-        let ends_by = ctx.prefix_time_s[1..=before].partition_point(|&e| e <= begin_s);
-        let lowest = trips[i].after().unwrap_or(0);
-        prefetch[i] = Some(
-            ends_by
-                .saturating_sub(1)
-                .min(before.saturating_sub(1))
-                .max(lowest),
-        );
+        // after it), before `first`.
+        let ends_by = ctx.prefix_time_s[1..=first].partition_point(|&e| e <= begin_s);
+        let prefetch = ends_by.saturating_sub(1).min(first.saturating_sub(1));
+        gaps.push(Gap {
+            tensor: t,
+            after: None,
+            before: Some(first),
+            how: Restore::Swap,
+            prefetch_after: Some(prefetch),
+            reclaim_before: None,
+        });
     }
     // Swap-outs, forwards from the first.
-    let mut outs: Vec<(usize, TensorId, usize)> = trips
-        .iter()
-        .enumerate()
-        .filter_map(|(i, trip)| Some((trip.after()?, trip.tensor(), i)))
-        .collect();
-    outs.sort_by_key(|&(after, t, _)| (after, t));
+    let mut by_last = offloads.to_vec();
+    by_last.sort_by_key(|&(t, _, last)| (last, t));
     let mut link_busy_until_s = 0.0f64;
-    for &(after, t, i) in &outs {
-        let begin_s = end_s(after).max(link_busy_until_s);
+    for &(t, _, last) in &by_last {
+        let begin_s = end_s(last).max(link_busy_until_s);
         let finish_s = begin_s + cost.d2h_time_s(ctx.size(t));
         link_busy_until_s = finish_s;
-        // The first position after `after` that starts once the copy is
-        // done, at most the trip's end.
-        let end = trips[i].before().unwrap_or(ctx.n);
-        reclaim[i] = (after + 1..end)
-            .find(|&p| start_s(p) >= finish_s)
-            .or(trips[i].before());
-    }
-    trips
-        .iter()
-        .zip(prefetch.into_iter().zip(reclaim))
-        .map(|(trip, (prefetch_after, reclaim_before))| Gap {
-            tensor: trip.tensor(),
-            after: trip.after(),
-            before: trip.before(),
+        gaps.push(Gap {
+            tensor: t,
+            after: Some(last),
+            before: None,
             how: Restore::Swap,
-            prefetch_after,
-            reclaim_before,
-        })
-        .collect()
+            prefetch_after: None,
+            // The first position after `last` that starts once the copy is done.
+            reclaim_before: (last + 1..ctx.n).find(|&p| start_s(p) >= finish_s),
+        });
+    }
+    gaps
 }
 
 /// The merged schedule proven as a plan under the joint planner's name.
@@ -536,16 +467,7 @@ mod tests {
         let ctx = Ctx::new(&g, &cost, eager_update_order(&g));
         let chosen = offloaded(&ctx, OffloadSet::OptimizerState);
         assert!(!chosen.is_empty());
-        let trips: Vec<Trip> = chosen
-            .iter()
-            .flat_map(|&(t, first, last)| {
-                [
-                    Trip::ToHost { tensor: t, last },
-                    Trip::FromHost { tensor: t, first },
-                ]
-            })
-            .collect();
-        let gaps = queued(&ctx, &cost, &trips);
+        let gaps = queued_offloads(&ctx, &cost, &chosen);
         assert_eq!(gaps.len(), 2 * chosen.len());
         let mut ins: Vec<(usize, usize, u64)> = gaps
             .iter()
