@@ -88,7 +88,7 @@ pub fn cut_items(graph: &Graph, op_time_s: &[f64], cut: OpId) -> CutItems {
 }
 
 /// Storages some op writes in place (optimizer updates).
-fn updated_storage(graph: &Graph) -> Vec<bool> {
+pub(crate) fn updated_storage(graph: &Graph) -> Vec<bool> {
     let mut updated = vec![false; graph.tensors.len()];
     for t in graph
         .tensors
@@ -101,7 +101,7 @@ fn updated_storage(graph: &Graph) -> Vec<bool> {
 }
 
 /// `cut` and every op it transitively reads from.
-fn ancestors_and_self(graph: &Graph, cut: OpId) -> Vec<bool> {
+pub(crate) fn ancestors_and_self(graph: &Graph, cut: OpId) -> Vec<bool> {
     let mut seen = vec![false; graph.ops.len()];
     let mut stack = vec![cut];
     seen[cut.index()] = true;
@@ -119,7 +119,7 @@ fn ancestors_and_self(graph: &Graph, cut: OpId) -> Vec<bool> {
 }
 
 /// Every op that transitively reads an output of `cut` (not `cut` itself).
-fn descendants(graph: &Graph, cut: OpId) -> Vec<bool> {
+pub(crate) fn descendants(graph: &Graph, cut: OpId) -> Vec<bool> {
     let consumers = graph.consumers();
     let mut seen = vec![false; graph.ops.len()];
     let mut stack = vec![cut];

@@ -51,7 +51,14 @@
 //!    convex in `m`, and every term above is convex in `(p, a)`. The minimum
 //!    over `(p, a)` is found by nested ternary search (see [`solve`]).
 //!
-//! The bound is `max(C, max over cuts c of T*(c))`. Cuts are spread over the
+//! 5. **The cut's program.** The relaxation takes a recomputation's inputs
+//!    as at hand. At the start of each cut op, [`LpGraph`] solves a linear
+//!    program where a recomputation counts only as far as its inputs are
+//!    present, copied in or recomputed themselves, the cut op's working set
+//!    is present, and each copy keeps to its window (see [`lp`]'s doc).
+//!
+//! The bound is `max(C, max over cuts c of T*(c) and of the program's optimum
+//! at c)`. Cuts are spread over the
 //! graph's order (at most [`MAX_CUTS`] of them, always including the first op
 //! of the backward phase, where the most is saved for later).
 //!
@@ -61,6 +68,7 @@
 //! `D(c)` reads.
 
 mod cut;
+pub mod lp;
 mod solve;
 
 use outcore_cost::CostModel;
@@ -68,6 +76,7 @@ use outcore_graph::{Graph, OpId};
 use serde::Serialize;
 
 pub use cut::{CutItems, Recompute, cut_items};
+pub use lp::{LpCut, LpGraph};
 pub use solve::{Relaxed, solve};
 
 /// At most this many cuts are tried (each costs a pass over the graph).
@@ -103,8 +112,21 @@ pub struct TimeBound {
     pub time_s: f64,
     /// The compute time of every op once (the ideal time).
     pub compute_s: f64,
-    /// The cut whose relaxation gives the bound, when it is above `compute_s`.
+    /// The cut whose relaxation gives the bound, when it is above `compute_s`
+    /// and the cut's linear program does not give more.
     pub cut: Option<CutBound>,
+    /// The cut whose linear program gives the bound, when it is above both
+    /// `compute_s` and every closed-form relaxation.
+    pub program: Option<ProgramBound>,
+}
+
+/// The linear program at the binding cut.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProgramBound {
+    /// The op at whose start the cut is.
+    pub op: String,
+    /// The program's optimum there.
+    pub optimum: LpCut,
 }
 
 /// The relaxation at the binding cut.
@@ -139,8 +161,10 @@ pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bo
         time_s: compute_s,
         compute_s,
         cut: None,
+        program: None,
     };
-    for c in cut_candidates(graph) {
+    let cuts = cut_candidates(graph);
+    for &c in &cuts {
         let items = cut_items(graph, &op_time_s, c);
         let absent_bytes = items.total_bytes().saturating_sub(budget_bytes);
         if absent_bytes == 0 {
@@ -153,6 +177,20 @@ pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bo
                 op: graph.op(c).name.clone(),
                 absent_bytes,
                 relaxed,
+            });
+        }
+    }
+    let programs = LpGraph::new(graph, &op_time_s, compute_s);
+    for &c in &cuts {
+        let Some(optimum) = programs.solve(c, budget_bytes, in_rate, out_rate) else {
+            continue;
+        };
+        if optimum.time_s > best.time_s {
+            best.time_s = optimum.time_s;
+            best.cut = None;
+            best.program = Some(ProgramBound {
+                op: graph.op(c).name.clone(),
+                optimum,
             });
         }
     }

@@ -798,11 +798,7 @@ fn print_comparison(c: &Comparison) {
             "lower bound {:.4} s/iteration ({:.1}% of ideal throughput at most){}",
             b.time_s,
             100.0 * c.ideal_time_s / b.time_s.max(f64::MIN_POSITIVE),
-            b.cut.as_ref().map_or(String::new(), |cut| format!(
-                ": {} must be off the device after `{}`",
-                fmt_bytes(cut.absent_bytes),
-                cut.op
-            ))
+            bound_reason(b)
         ),
         outcore::Bound::NoPlan {
             op,
@@ -1141,5 +1137,25 @@ fn print_run(out: &outcore::RunResult) {
     let finite: Vec<f32> = out.losses.iter().flatten().copied().collect();
     if let (Some(first), Some(last)) = (finite.first(), finite.last()) {
         say!("loss               {first:.4} -> {last:.4}");
+    }
+}
+
+/// What sets the bound, for `compare`'s header line.
+fn bound_reason(b: &outcore::TimeBound) -> String {
+    if let Some(cut) = &b.cut {
+        return format!(
+            ": {} must be off the device after `{}`",
+            fmt_bytes(cut.absent_bytes),
+            cut.op
+        );
+    }
+    match &b.program {
+        Some(p) => format!(
+            ": the cut program at the start of `{}` (its optimum recomputes {:.4} s and copies in {})",
+            p.op,
+            p.optimum.recompute_s,
+            fmt_bytes(p.optimum.swapped_bytes.round() as u64)
+        ),
+        None => String::new(),
     }
 }

@@ -62,7 +62,7 @@ pub use suite::{
 pub use outcore_exec::IterationHook as ProgressHook;
 
 // The types results are made of, so that callers need no other crate.
-pub use outcore_bound::Bound;
+pub use outcore_bound::{Bound, TimeBound};
 pub use outcore_cost::{DeviceProfile, MeasuredTable};
 pub use outcore_graph::Graph;
 pub use outcore_plan::{AllocatorSpec, Plan};

@@ -1,0 +1,635 @@
+//! The cut's linear program (step 5 of the crate's derivation): the same cut
+//! as [`crate::cut`], but a recomputation needs its inputs.
+//!
+//! The closed-form relaxation ([`crate::solve`]) lets any recomputable
+//! storage be restored for its producer's time alone, as if the producer's
+//! inputs were at hand. On transformers that is most of the gap: an
+//! elementwise op's output (GELU, dropout, a layer norm) is "recomputed" from
+//! an input that is itself absent, and the relaxation restores gigabytes for
+//! a few milliseconds. Here a recomputation of op `p` counts only as far as
+//! every input of `p` is *available* after the cut: present at the cut,
+//! swapped in after it, or itself recomputed.
+//!
+//! # The program
+//!
+//! The cut is at the *start* of op `c`: the ancestors `A` of `c` (without
+//! `c`) have run, `c` and its descendants `D` have not. At that moment `c`'s
+//! inputs, outputs and workspace are allocated (the working set `W`, fixed
+//! present). `N` is the set of storages that an op of `{c} ∪ D` reads or
+//! writes and that were produced by `A` or are persistent or batch inputs.
+//! `X` is the set of activation storages that feed, within [`DEPTH`]
+//! producer steps, the recomputation of a storage of `N`. For every storage
+//! `g` of `(N ∪ X) \ W` there are fractions `k_g` (present at the cut) and
+//! `s_g` (swapped in after it), and for every recomputable producer `p` of
+//! one of them a fraction `r_p` (re-run after the cut):
+//!
+//! - every `g ∈ N` is restored: `k_g + s_g + r_{p(g)} >= 1`;
+//! - a recomputation has its inputs: `r_p <= k_x + s_x + r_{p(x)}` for every
+//!   input storage `x` of `p` in `N ∪ X` (inputs outside it are taken as
+//!   available, which only lowers the bound);
+//! - memory at the cut: `Σ k_g size_g <= B - size(W)`;
+//! - time, with `R = Σ t_p r_p`, `S_a` the swapped activation bytes (each
+//!   copied out before the cut, since it was produced on the device and
+//!   freed before the cut), `S` all swapped bytes and `S_u` the swapped
+//!   bytes of persistent tensors that an op updates (copied out once per
+//!   iteration, as in step 3): `T >= C + R`,
+//!   `T >= max(F, S_a / r_out) + max(G + R, S / r_in)` with `F` the compute
+//!   time of `A` and `G` that of `{c} ∪ D`, and `T >= (S_a + S_u) / r_out`.
+//!
+//! Minimise `T`. Any valid plan gives a feasible point: `k_g = 1` for what is
+//! allocated at the start of `c`; otherwise `s_g = 1` if `g` is swapped in
+//! after it, or `r_p = 1` if `p` runs again after it (each `g ∈ N` is read
+//! after the cut, so it is restored one of these two ways; an input of a
+//! recomputation that was absent at the cut was restored before it, the
+//! same two ways, since its producer, an ancestor of `p`, ran before the
+//! cut). So the program's minimum is at most the plan's time.
+//!
+//! Relaxations that keep it a bound, each chosen to keep the program small
+//! and its coefficients within the solver's range: storages smaller than a
+//! millionth of the budget take no memory and are always available; op times
+//! below a billionth of the compute time cost nothing; inputs deeper than
+//! [`DEPTH`] steps are available.
+
+use crate::cut::{ancestors_and_self, descendants};
+use microlp::{
+    ComparisonOp, OptimizationDirection, Problem, SolutionStatus, SolveOutcome, Variable,
+};
+use outcore_graph::{Graph, OpId, TensorId};
+use serde::Serialize;
+
+/// How many producer steps behind a needed storage the inputs of its
+/// recomputation are tracked (beyond that they are taken as available).
+pub const DEPTH: usize = 3;
+
+/// The program's optimum at one cut.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LpCut {
+    /// The least iteration time any plan can have, by this cut.
+    pub time_s: f64,
+    /// Recomputation time after the cut at the optimum.
+    pub recompute_s: f64,
+    /// Bytes swapped in after the cut at the optimum.
+    pub swapped_bytes: f64,
+    /// Storages with variables (the program's size).
+    pub storages: usize,
+}
+
+/// Facts shared by every cut of one graph.
+#[derive(Debug)]
+pub struct LpGraph<'g> {
+    graph: &'g Graph,
+    op_time_s: &'g [f64],
+    compute_s: f64,
+    /// Longest compute path ending with each op (it included): no order
+    /// finishes the op earlier.
+    head_s: Vec<f64>,
+    /// Longest compute path starting with each op (it included): no order
+    /// starts the op later than `T - tail_s`.
+    tail_s: Vec<f64>,
+    /// Storage owners that some op updates in place.
+    updated: Vec<bool>,
+}
+
+impl<'g> LpGraph<'g> {
+    /// Prepares `graph` with op times `op_time_s` summing to `compute_s`.
+    pub fn new(graph: &'g Graph, op_time_s: &'g [f64], compute_s: f64) -> LpGraph<'g> {
+        let (head_s, tail_s) = longest_paths(graph, op_time_s);
+        LpGraph {
+            graph,
+            op_time_s,
+            compute_s,
+            head_s,
+            tail_s,
+            updated: crate::cut::updated_storage(graph),
+        }
+    }
+
+    fn owner(&self, t: TensorId) -> usize {
+        self.graph.storage_owner(t).index()
+    }
+
+    fn size(&self, g: usize) -> u64 {
+        self.graph.tensors[g].size_bytes
+    }
+
+    /// The program at the start of op `cut` under `budget_bytes`, with the
+    /// fastest copy rates each way; `None` when the solver fails (then only
+    /// the closed form counts).
+    pub fn solve(
+        &self,
+        cut: OpId,
+        budget_bytes: u64,
+        in_bytes_per_s: f64,
+        out_bytes_per_s: f64,
+    ) -> Option<LpCut> {
+        let graph = self.graph;
+        let c = cut.index();
+        let n = graph.ops.len();
+        let mut before = ancestors_and_self(graph, cut);
+        before[c] = false;
+        let mut after = descendants(graph, cut);
+        after[c] = true;
+        let before_s: f64 = (0..n)
+            .filter(|&i| before[i])
+            .map(|i| self.op_time_s[i])
+            .sum();
+        let after_s: f64 = (0..n)
+            .filter(|&i| after[i])
+            .map(|i| self.op_time_s[i])
+            .sum();
+
+        let budget = budget_bytes as f64;
+        let tiny = |bytes: u64| (bytes as f64) < budget * 1e-6;
+        // The working set of `c`: present, fixed.
+        let mut in_ws = vec![false; graph.tensors.len()];
+        let op = &graph.ops[c];
+        let mut ws_bytes = op.workspace_bytes as f64;
+        for &t in op.inputs.iter().chain(&op.outputs) {
+            let g = self.owner(t);
+            if !in_ws[g] {
+                in_ws[g] = true;
+                ws_bytes += self.size(g) as f64;
+            }
+        }
+        let room = budget - ws_bytes;
+        if room < 0.0 {
+            return None;
+        }
+        let is_candidate = |g: usize| -> bool {
+            let t = &graph.tensors[g];
+            !in_ws[g] && !tiny(t.size_bytes) && t.producer.is_none_or(|p| before[p.index()])
+        };
+        // N: read or written after the cut, produced before it or persistent;
+        // and for each, the longest tail of an op after the cut that needs it.
+        let mut needed = vec![false; graph.tensors.len()];
+        let mut deadline_s = vec![0.0f64; graph.tensors.len()];
+        for o in graph.ops.iter().filter(|o| after[o.id.index()]) {
+            for &t in o.inputs.iter().chain(&o.outputs) {
+                let g = self.owner(t);
+                if is_candidate(g) {
+                    needed[g] = true;
+                    deadline_s[g] = deadline_s[g].max(self.tail_s[o.id.index()]);
+                }
+            }
+        }
+        // X: inputs of the recomputations of N, DEPTH steps deep.
+        let mut in_set = needed.clone();
+        let mut frontier: Vec<usize> = (0..needed.len()).filter(|&g| needed[g]).collect();
+        for _ in 0..DEPTH {
+            let mut next = Vec::new();
+            for &g in &frontier {
+                let Some(p) = graph.tensors[g].producer else {
+                    continue;
+                };
+                if !graph.ops[p.index()].recomputable {
+                    continue;
+                }
+                for &t in &graph.ops[p.index()].inputs {
+                    let x = self.owner(t);
+                    if !in_set[x] && is_candidate(x) {
+                        in_set[x] = true;
+                        next.push(x);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        let storages: Vec<usize> = (0..in_set.len()).filter(|&g| in_set[g]).collect();
+        if storages.is_empty() {
+            return None;
+        }
+        self.program(&ProgramInput {
+            storages: &storages,
+            needed: &needed,
+            deadline_s: &deadline_s,
+            room_bytes: room,
+            budget_bytes: budget,
+            before_s,
+            after_s,
+            in_bytes_per_s,
+            out_bytes_per_s,
+        })
+    }
+
+    /// Builds and solves the program over `input.storages`.
+    fn program(&self, input: &ProgramInput<'_>) -> Option<LpCut> {
+        let graph = self.graph;
+        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        let budget = input.budget_bytes;
+        let mut lp = Problem::new(OptimizationDirection::Minimize);
+        let mut k = vec![None; graph.tensors.len()];
+        let mut s = vec![None; graph.tensors.len()];
+        let mut r: Vec<Option<Variable>> = vec![None; graph.ops.len()];
+        // Variables: k and s per storage, r per recomputable producer.
+        for &g in input.storages {
+            k[g] = Some(lp.add_var(0.0, (0.0, 1.0)));
+            s[g] = Some(lp.add_var(0.0, (0.0, 1.0)));
+            if let Some(p) = graph.tensors[g].producer
+                && graph.ops[p.index()].recomputable
+                && r[p.index()].is_none()
+            {
+                r[p.index()] = Some(lp.add_var(0.0, (0.0, 1.0)));
+            }
+        }
+        let t_var = lp.add_var(1.0, (0.0, f64::INFINITY));
+        let u = lp.add_var(0.0, (0.0, f64::INFINITY));
+        let v = lp.add_var(0.0, (0.0, f64::INFINITY));
+        // Every needed storage is restored.
+        for &g in input.storages.iter().filter(|&&g| input.needed[g]) {
+            let mut row = vec![(k[g]?, 1.0), (s[g]?, 1.0)];
+            if let Some(rp) = graph.tensors[g].producer.and_then(|p| r[p.index()]) {
+                row.push((rp, 1.0));
+            }
+            lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 1.0);
+        }
+        // A recomputation has its inputs.
+        let mut inputs = Vec::new();
+        for (p, rp) in r.iter().enumerate() {
+            let Some(rp) = *rp else { continue };
+            inputs.clear();
+            inputs.extend(graph.ops[p].inputs.iter().map(|&t| self.owner(t)));
+            inputs.sort_unstable();
+            inputs.dedup();
+            for &x in &inputs {
+                let (Some(kx), Some(sx)) = (k[x], s[x]) else {
+                    continue;
+                };
+                let mut row = vec![(kx, 1.0), (sx, 1.0), (rp, -1.0)];
+                if let Some(rx) = graph.tensors[x].producer.and_then(|q| r[q.index()]) {
+                    row.push((rx, 1.0));
+                }
+                lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+            }
+        }
+        // Memory at the cut, in units of the budget.
+        let memory: Vec<(Variable, f64)> = input
+            .storages
+            .iter()
+            .map(|&g| {
+                (
+                    k[g].expect("every storage has k"),
+                    self.size(g) as f64 / budget,
+                )
+            })
+            .collect();
+        lp.add_constraint(
+            memory.as_slice(),
+            ComparisonOp::Le,
+            input.room_bytes / budget,
+        );
+        // Times, in units of the compute time.
+        let recompute: Vec<(Variable, f64)> = r
+            .iter()
+            .enumerate()
+            .filter_map(|(p, rp)| {
+                let w = self.op_time_s[p] / c_s;
+                rp.filter(|_| w >= 1e-9).map(|rp| (rp, w))
+            })
+            .collect();
+        let swap_terms = |filter: &dyn Fn(usize) -> bool, rate: f64, sign: f64| {
+            input
+                .storages
+                .iter()
+                .filter(|&&g| filter(g))
+                .map(|&g| {
+                    (
+                        s[g].expect("every storage has s"),
+                        sign * self.size(g) as f64 / (rate * c_s),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let is_activation = |g: usize| graph.tensors[g].producer.is_some();
+        let out_later = |g: usize| is_activation(g) || self.updated[g];
+        // T >= C + R.
+        let mut row = vec![(t_var, 1.0)];
+        row.extend(recompute.iter().map(|&(x, w)| (x, -w)));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 1.0);
+        // u >= F and u >= S_a / r_out.
+        lp.add_constraint([(u, 1.0)], ComparisonOp::Ge, input.before_s / c_s);
+        let mut row = vec![(u, 1.0)];
+        row.extend(swap_terms(&is_activation, input.out_bytes_per_s, -1.0));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+        // v >= G + R and v >= S / r_in.
+        let mut row = vec![(v, 1.0)];
+        row.extend(recompute.iter().map(|&(x, w)| (x, -w)));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, input.after_s / c_s);
+        let mut row = vec![(v, 1.0)];
+        row.extend(swap_terms(&|_| true, input.in_bytes_per_s, -1.0));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+        self.link_windows(&mut lp, input, &s, u, v);
+        // T >= u + v and T >= (S_a + S_u) / r_out.
+        lp.add_constraint([(t_var, 1.0), (u, -1.0), (v, -1.0)], ComparisonOp::Ge, 0.0);
+        let mut row = vec![(t_var, 1.0)];
+        row.extend(swap_terms(&out_later, input.out_bytes_per_s, -1.0));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+
+        let solution = match lp.solve() {
+            // Only a proven optimum is a minimum (a feasible point is not).
+            Ok(SolveOutcome::Solution(sol)) if sol.status() == SolutionStatus::Optimal => sol,
+            _ => return None,
+        };
+        let recompute_s = recompute.iter().map(|&(x, w)| solution[x] * w).sum::<f64>() * c_s;
+        let swapped_bytes = input
+            .storages
+            .iter()
+            .map(|&g| solution[s[g].expect("s")] * self.size(g) as f64)
+            .sum();
+        // The simplex's optimum is exact up to its tolerances (about 1e-9 on
+        // these unit-scaled rows); shaving a relative 1e-6 keeps it a bound.
+        Some(LpCut {
+            time_s: solution.objective() * c_s * (1.0 - 1e-6),
+            recompute_s,
+            swapped_bytes,
+            storages: input.storages.len(),
+        })
+    }
+}
+
+impl LpGraph<'_> {
+    /// The copies' windows (rows added to `lp`, times in units of the
+    /// compute time). A copy-out of activation `g` starts after its
+    /// producer ends, no earlier than `head(p(g))`; so for a threshold `θ`,
+    /// the swapped activations with `head >= θ` leave within `[θ, t_c]`:
+    /// `u >= θ + Σ s_g size_g / r_out`. A swap-in of `g` ends before the
+    /// first op after the cut that needs it starts, no later than `T -
+    /// deadline(g)`; so for `δ`, the swapped storages with `deadline >= δ`
+    /// arrive within `[t_c, T - δ]`: `v >= δ + Σ s_g size_g / r_in`.
+    /// Thresholds are [`WINDOWS`] quantiles of each side's values.
+    fn link_windows(
+        &self,
+        lp: &mut Problem,
+        input: &ProgramInput<'_>,
+        s: &[Option<Variable>],
+        u: Variable,
+        v: Variable,
+    ) {
+        let graph = self.graph;
+        let released_s = |g: usize| graph.tensors[g].producer.map(|p| self.head_s[p.index()]);
+        self.window_rows(
+            lp,
+            input.storages,
+            s,
+            (u, input.out_bytes_per_s),
+            released_s,
+        );
+        let due_s = |g: usize| Some(input.deadline_s[g]).filter(|&d| d > 0.0);
+        self.window_rows(lp, input.storages, s, (v, input.in_bytes_per_s), due_s);
+    }
+
+    /// One side's rows: for each threshold `θ` among [`WINDOWS`] quantiles
+    /// of `when` over `storages`, `side >= θ + Σ_{when(g) >= θ} s_g size_g /
+    /// rate`.
+    fn window_rows(
+        &self,
+        lp: &mut Problem,
+        storages: &[usize],
+        s: &[Option<Variable>],
+        (side, rate): (Variable, f64),
+        when: impl Fn(usize) -> Option<f64>,
+    ) {
+        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        let mut values: Vec<f64> = storages.iter().filter_map(|&g| when(g)).collect();
+        values.sort_by(f64::total_cmp);
+        values.dedup();
+        if values.is_empty() {
+            return;
+        }
+        for j in 0..WINDOWS {
+            let threshold = values[j * (values.len() - 1) / (WINDOWS - 1)];
+            let mut row = vec![(side, 1.0)];
+            row.extend(storages.iter().filter_map(|&g| {
+                when(g).filter(|&x| x >= threshold)?;
+                Some((s[g]?, -(self.size(g) as f64) / (rate * c_s)))
+            }));
+            lp.add_constraint(row.as_slice(), ComparisonOp::Ge, threshold / c_s);
+        }
+    }
+}
+
+/// Thresholds per side in [`LpGraph::link_windows`].
+const WINDOWS: usize = 12;
+
+/// Per op, the longest path of op times ending with it and starting with it
+/// (the graph's ops are in a topological order).
+fn longest_paths(graph: &Graph, op_time_s: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let n = graph.ops.len();
+    let mut head_s = vec![0.0f64; n];
+    for op in &graph.ops {
+        let i = op.id.index();
+        let before = op
+            .inputs
+            .iter()
+            .filter_map(|&t| graph.tensor(t).producer)
+            .map(|p| head_s[p.index()])
+            .fold(0.0, f64::max);
+        head_s[i] = before + op_time_s[i];
+    }
+    let consumers = graph.consumers();
+    let mut tail_s = vec![0.0f64; n];
+    for op in graph.ops.iter().rev() {
+        let i = op.id.index();
+        let after = op
+            .outputs
+            .iter()
+            .flat_map(|&t| &consumers[t.index()])
+            .map(|q| tail_s[q.index()])
+            .fold(0.0, f64::max);
+        tail_s[i] = after + op_time_s[i];
+    }
+    (head_s, tail_s)
+}
+
+/// What [`LpGraph::program`] needs of one cut.
+struct ProgramInput<'a> {
+    storages: &'a [usize],
+    needed: &'a [bool],
+    /// Per storage: it must be back this long before the iteration ends.
+    deadline_s: &'a [f64],
+    room_bytes: f64,
+    budget_bytes: f64,
+    before_s: f64,
+    after_s: f64,
+    in_bytes_per_s: f64,
+    out_bytes_per_s: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lower_bound;
+    use outcore_cost::{CostModel, DeviceProfile, UnitCostModel};
+    use outcore_graph::{DType, GraphMeta, Op, OpKind, Phase, Tensor, TensorKind};
+
+    /// Op times are the ops' FLOPs; copies move `rate` bytes/s each way.
+    #[derive(Debug)]
+    struct Flops(DeviceProfile);
+
+    impl CostModel for Flops {
+        fn device(&self) -> &DeviceProfile {
+            &self.0
+        }
+        fn op_time_s(&self, graph: &Graph, op: OpId) -> f64 {
+            graph.op(op).flops as f64
+        }
+        fn name(&self) -> String {
+            "flops".into()
+        }
+    }
+
+    fn flops_model(rate: f64) -> Flops {
+        Flops(DeviceProfile {
+            h2d_bytes_per_s: rate,
+            d2h_bytes_per_s: rate,
+            duplex_bytes_per_s: 2.0 * rate,
+            ..UnitCostModel::profile()
+        })
+    }
+
+    fn tensor(id: u32, bytes: u64, producer: Option<u32>) -> Tensor {
+        Tensor {
+            id: TensorId(id),
+            name: format!("t{id}"),
+            shape: vec![bytes],
+            dtype: DType::Uint8,
+            size_bytes: bytes,
+            kind: if producer.is_some() {
+                TensorKind::Activation
+            } else {
+                TensorKind::Input
+            },
+            producer: producer.map(OpId),
+            view_of: None,
+            inplace_update_of: None,
+            is_output: false,
+        }
+    }
+
+    fn op(id: u32, name: &str, inputs: &[u32], outputs: &[u32], flops: u64) -> Op {
+        Op {
+            id: OpId(id),
+            name: name.into(),
+            kind: OpKind::Named { name: "k".into() },
+            phase: Phase::Forward,
+            inputs: inputs.iter().map(|&t| TensorId(t)).collect(),
+            outputs: outputs.iter().map(|&t| TensorId(t)).collect(),
+            flops,
+            bytes_read: 0,
+            bytes_written: 0,
+            workspace_bytes: 0,
+            recomputable: true,
+            module: None,
+        }
+    }
+
+    /// `A` (40 s) makes t1 (100 B) from the input t0 (10 B); `B` (1 s)
+    /// makes t2 (100 B) from t1; `C`, `E`, `F` (1 s each) lead through t3
+    /// (10 B), t5 (140 B) and t6 (1 B) to `D` (1 s), which reads t2 again.
+    /// Every op's working set fits 200 B (`B`'s is the largest).
+    fn expensive_source() -> Graph {
+        Graph {
+            meta: GraphMeta {
+                model: "expensive-source".into(),
+                batch: 1,
+                seq: None,
+                optimizer: "none".into(),
+                source: "test".into(),
+            },
+            tensors: vec![
+                tensor(0, 10, None),
+                tensor(1, 100, Some(0)),
+                tensor(2, 100, Some(1)),
+                tensor(3, 10, Some(2)),
+                tensor(4, 10, Some(5)),
+                tensor(5, 140, Some(3)),
+                tensor(6, 1, Some(4)),
+            ],
+            ops: vec![
+                op(0, "A", &[0], &[1], 40),
+                op(1, "B", &[1], &[2], 1),
+                op(2, "C", &[2], &[3], 1),
+                op(3, "E", &[3], &[5], 1),
+                op(4, "F", &[5], &[6], 1),
+                op(5, "D", &[2, 6], &[4], 1),
+            ],
+        }
+    }
+
+    /// Hand-checked, with a link too slow to matter (1e-6 B/s). At the start
+    /// of `E` its working set (t3 + t5 = 150 B) leaves 50 B of the 200 B
+    /// budget, and t2 (100 B), which `D` reads later, is at most half
+    /// present. Re-running `B` restores t2 only with t1 at hand, and keeping
+    /// t1 costs the same 100 B per unit as keeping t2; so the rest comes from
+    /// re-running `A` and `B` (41 s per unit) with t0 present (10 B per
+    /// unit): `100 (1 - y) + 10 y <= 50` gives `y = 5/9`, 205/9 s of
+    /// recomputation on top of the 45 s of compute: 67.78 s. The closed form
+    /// takes t1 as at hand and prices the restoration at `B`'s 1 s per
+    /// 100 B: far below.
+    #[test]
+    fn recomputation_needs_its_inputs() {
+        let g = expensive_source();
+        let cost = flops_model(1e-6);
+        let times: Vec<f64> = (0..g.ops.len())
+            .map(|i| cost.op_time_s(&g, OpId(i as u32)))
+            .collect();
+        let lp = LpGraph::new(&g, &times, 45.0);
+        let rates = cost.copy_rates();
+        let rate = rates.one_way_bytes_per_s[0].max(rates.duplex_bytes_per_s[0]);
+        let at_e = lp.solve(OpId(3), 200, rate, rate).expect("solves");
+        let expected = 45.0 + 205.0 / 9.0;
+        assert!((at_e.time_s - expected).abs() < 1e-4, "{at_e:?}");
+        assert!((at_e.recompute_s - 205.0 / 9.0).abs() < 1e-4, "{at_e:?}");
+        // The bound takes it; the closed form alone stays below 46 s.
+        let crate::Bound::Time(bound) = lower_bound(&g, &cost, 200) else {
+            panic!("every working set fits 200 B");
+        };
+        assert!((bound.time_s - expected).abs() < 1e-4, "{bound:?}");
+        assert_eq!(bound.program.as_ref().map(|p| p.op.as_str()), Some("E"));
+        let closed = crate::cut_items(&g, &times, OpId(3));
+        let relaxed = crate::solve(&closed, 40.0, 45.0, rate, rate);
+        assert!(relaxed.time_s < 46.0, "{relaxed:?}");
+    }
+
+    /// Hand-checked windows, with the input kept (budget 300 B, so only the
+    /// working set of `E` and t2 compete: 150 + 100 = 250 B fit) and a free
+    /// link: nothing is absent and the program gives the compute time.
+    #[test]
+    fn enough_memory_gives_the_compute_time() {
+        let g = expensive_source();
+        let cost = flops_model(1.0);
+        let times: Vec<f64> = (0..g.ops.len())
+            .map(|i| cost.op_time_s(&g, OpId(i as u32)))
+            .collect();
+        let lp = LpGraph::new(&g, &times, 45.0);
+        let at_e = lp.solve(OpId(3), 300, 1.0, 1.0).expect("solves");
+        assert!((at_e.time_s - 45.0).abs() < 1e-4, "{at_e:?}");
+    }
+
+    /// Hand-checked copy windows, on a 1 B/s link. At the start of `E` half
+    /// of t2 is present (50 B of room). Each unit of the other half comes
+    /// back one of three ways:
+    /// - `y`: re-run `A` and `B` (41 s after the cut) with t0 copied in
+    ///   (10 B; an input needs no copy-out);
+    /// - `z`: copy t1 out and in (100 B each way), re-run `B` (1 s);
+    /// - `b`: copy t2 out and in (100 B each way).
+    ///
+    /// Copy-outs start when their producer ends (t1 at 40 s, t2 at 41 s at
+    /// the earliest), so `t_c >= max(42, 40 + 100 (z + b), 41 + 100 b)`.
+    /// Every copy costs 100 s of `t_c` per unit beyond the 2 B (t1) and 1 B
+    /// (t2) that fit before the cut and saves only 40 or 41 s of
+    /// recomputation, so the optimum is `b = z = 1/100`, `y = 0.48`:
+    /// `R = 41 * 0.48 + 0.01 = 19.69` s, `T = 45 + R = 64.69` s (and
+    /// `t_c + 3 + R` is the same), with 1 + 1 + 4.8 = 6.8 bytes copied in.
+    #[test]
+    fn copy_windows_charge_late_copies() {
+        let g = expensive_source();
+        let cost = flops_model(1.0);
+        let times: Vec<f64> = (0..g.ops.len())
+            .map(|i| cost.op_time_s(&g, OpId(i as u32)))
+            .collect();
+        let lp = LpGraph::new(&g, &times, 45.0);
+        let at_e = lp.solve(OpId(3), 200, 1.0, 1.0).expect("solves");
+        assert!((at_e.time_s - 64.69).abs() < 1e-4, "{at_e:?}");
+        assert!((at_e.swapped_bytes - 6.8).abs() < 1e-3, "{at_e:?}");
+    }
+}
