@@ -555,6 +555,21 @@ mod tests {
         }
     }
 
+    fn op_times(g: &Graph, cost: &dyn CostModel) -> Vec<f64> {
+        (0..g.ops.len())
+            .map(|i| cost.op_time_s(g, OpId(i as u32)))
+            .collect()
+    }
+
+    /// The program at the start of `E` under `budget_bytes`, copies at
+    /// `rate` bytes/s each way.
+    fn at_start_of_e(budget_bytes: u64, rate: f64) -> LpCut {
+        let g = expensive_source();
+        let times = op_times(&g, &flops_model(rate));
+        let lp = LpGraph::new(&g, &times, 45.0);
+        lp.solve(OpId(3), budget_bytes, rate, rate).expect("solves")
+    }
+
     /// Hand-checked, with a link too slow to matter (1e-6 B/s). At the start
     /// of `E` its working set (t3 + t5 = 150 B) leaves 50 B of the 200 B
     /// budget, and t2 (100 B), which `D` reads later, is at most half
@@ -569,13 +584,10 @@ mod tests {
     fn recomputation_needs_its_inputs() {
         let g = expensive_source();
         let cost = flops_model(1e-6);
-        let times: Vec<f64> = (0..g.ops.len())
-            .map(|i| cost.op_time_s(&g, OpId(i as u32)))
-            .collect();
-        let lp = LpGraph::new(&g, &times, 45.0);
+        let times = op_times(&g, &cost);
         let rates = cost.copy_rates();
         let rate = rates.one_way_bytes_per_s[0].max(rates.duplex_bytes_per_s[0]);
-        let at_e = lp.solve(OpId(3), 200, rate, rate).expect("solves");
+        let at_e = at_start_of_e(200, rate);
         let expected = 45.0 + 205.0 / 9.0;
         assert!((at_e.time_s - expected).abs() < 1e-4, "{at_e:?}");
         assert!((at_e.recompute_s - 205.0 / 9.0).abs() < 1e-4, "{at_e:?}");
@@ -590,18 +602,11 @@ mod tests {
         assert!(relaxed.time_s < 46.0, "{relaxed:?}");
     }
 
-    /// Hand-checked windows, with the input kept (budget 300 B, so only the
-    /// working set of `E` and t2 compete: 150 + 100 = 250 B fit) and a free
-    /// link: nothing is absent and the program gives the compute time.
+    /// With room to spare (300 B: the working set of `E` and t2 are 150 +
+    /// 100 = 250 B) nothing is absent and the program gives the compute time.
     #[test]
     fn enough_memory_gives_the_compute_time() {
-        let g = expensive_source();
-        let cost = flops_model(1.0);
-        let times: Vec<f64> = (0..g.ops.len())
-            .map(|i| cost.op_time_s(&g, OpId(i as u32)))
-            .collect();
-        let lp = LpGraph::new(&g, &times, 45.0);
-        let at_e = lp.solve(OpId(3), 300, 1.0, 1.0).expect("solves");
+        let at_e = at_start_of_e(300, 1.0);
         assert!((at_e.time_s - 45.0).abs() < 1e-4, "{at_e:?}");
     }
 
@@ -622,13 +627,7 @@ mod tests {
     /// `t_c + 3 + R` is the same), with 1 + 1 + 4.8 = 6.8 bytes copied in.
     #[test]
     fn copy_windows_charge_late_copies() {
-        let g = expensive_source();
-        let cost = flops_model(1.0);
-        let times: Vec<f64> = (0..g.ops.len())
-            .map(|i| cost.op_time_s(&g, OpId(i as u32)))
-            .collect();
-        let lp = LpGraph::new(&g, &times, 45.0);
-        let at_e = lp.solve(OpId(3), 200, 1.0, 1.0).expect("solves");
+        let at_e = at_start_of_e(200, 1.0);
         assert!((at_e.time_s - 64.69).abs() < 1e-4, "{at_e:?}");
         assert!((at_e.swapped_bytes - 6.8).abs() < 1e-3, "{at_e:?}");
     }
