@@ -37,12 +37,15 @@
 //!   time of `A` and `G` that of `{c} ∪ D`, and `T >= (S_a + S_u) / r_out`.
 //!
 //! Minimise `T`. Any valid plan gives a feasible point: `k_g = 1` for what is
-//! allocated at the start of `c`; otherwise `s_g = 1` if `g` is swapped in
-//! after it, or `r_p = 1` if `p` runs again after it (each `g ∈ N` is read
-//! after the cut, so it is restored one of these two ways; an input of a
-//! recomputation that was absent at the cut was restored before it, the
-//! same two ways, since its producer, an ancestor of `p`, ran before the
-//! cut). So the program's minimum is at most the plan's time.
+//! allocated at the start of `c`; otherwise `s_g = 1` if the first time `g`
+//! is made valid again after the cut is a swap-in; and `r_p = 1` if `p` runs
+//! again after the cut at all. Each `g ∈ N` is read after the cut, so it is
+//! restored before its first reader, by a swap-in or a re-run; an input of a
+//! re-run that was absent at the cut was made valid before it, the same two
+//! ways, since its producer, an ancestor of `p`, ran before the cut. A first
+//! restoration by swap-in copies from the host, so (for an activation) a
+//! copy-out ran before the cut, after the producer's first run. So the
+//! program's minimum is at most the plan's time.
 //!
 //! Relaxations that keep it a bound, each chosen to keep the program small
 //! and its coefficients within the solver's range: storages smaller than a
@@ -351,10 +354,11 @@ impl LpGraph<'_> {
     /// compute time). A copy-out of activation `g` starts after its
     /// producer ends, no earlier than `head(p(g))`; so for a threshold `θ`,
     /// the swapped activations with `head >= θ` leave within `[θ, t_c]`:
-    /// `u >= θ + Σ s_g size_g / r_out`. A swap-in of `g` ends before the
-    /// first op after the cut that needs it starts, no later than `T -
-    /// deadline(g)`; so for `δ`, the swapped storages with `deadline >= δ`
-    /// arrive within `[t_c, T - δ]`: `v >= δ + Σ s_g size_g / r_in`.
+    /// `u >= θ + Σ s_g size_g / r_out`. The swap-in that first restores `g`
+    /// ends before the first op after the cut that needs it starts, which
+    /// is no later than `T - tail(q)` for each such op `q`, so no later than
+    /// `T - deadline(g)`; so for `δ`, the swapped storages with `deadline >=
+    /// δ` arrive within `[t_c, T - δ]`: `v >= δ + Σ s_g size_g / r_in`.
     /// Thresholds are [`WINDOWS`] quantiles of each side's values.
     fn link_windows(
         &self,
