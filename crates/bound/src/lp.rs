@@ -289,7 +289,8 @@ impl<'g> LpGraph<'g> {
                 rp.filter(|_| w >= 1e-9).map(|rp| (rp, w))
             })
             .collect();
-        let swap_terms = |filter: &dyn Fn(usize) -> bool, rate: f64, sign: f64| {
+        // `-s_g size_g / rate` for the storages `filter` takes.
+        let swap_terms = |filter: &dyn Fn(usize) -> bool, rate: f64| {
             input
                 .storages
                 .iter()
@@ -297,7 +298,7 @@ impl<'g> LpGraph<'g> {
                 .map(|&g| {
                     (
                         s[g].expect("every storage has s"),
-                        sign * self.size(g) as f64 / (rate * c_s),
+                        -(self.size(g) as f64) / (rate * c_s),
                     )
                 })
                 .collect::<Vec<_>>()
@@ -311,20 +312,20 @@ impl<'g> LpGraph<'g> {
         // u >= F and u >= S_a / r_out.
         lp.add_constraint([(u, 1.0)], ComparisonOp::Ge, input.before_s / c_s);
         let mut row = vec![(u, 1.0)];
-        row.extend(swap_terms(&is_activation, input.out_bytes_per_s, -1.0));
+        row.extend(swap_terms(&is_activation, input.out_bytes_per_s));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
         // v >= G + R and v >= S / r_in.
         let mut row = vec![(v, 1.0)];
         row.extend(recompute.iter().map(|&(x, w)| (x, -w)));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, input.after_s / c_s);
         let mut row = vec![(v, 1.0)];
-        row.extend(swap_terms(&|_| true, input.in_bytes_per_s, -1.0));
+        row.extend(swap_terms(&|_| true, input.in_bytes_per_s));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
         self.link_windows(&mut lp, input, &s, u, v);
         // T >= u + v and T >= (S_a + S_u) / r_out.
         lp.add_constraint([(t_var, 1.0), (u, -1.0), (v, -1.0)], ComparisonOp::Ge, 0.0);
         let mut row = vec![(t_var, 1.0)];
-        row.extend(swap_terms(&out_later, input.out_bytes_per_s, -1.0));
+        row.extend(swap_terms(&out_later, input.out_bytes_per_s));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
 
         let solution = match lp.solve() {
@@ -347,9 +348,7 @@ impl<'g> LpGraph<'g> {
             storages: input.storages.len(),
         })
     }
-}
 
-impl LpGraph<'_> {
     /// The copies' windows (rows added to `lp`, times in units of the
     /// compute time). A copy-out of activation `g` starts after its
     /// producer ends, no earlier than `head(p(g))`; so for a threshold `θ`,
