@@ -105,7 +105,7 @@ impl Planner for Dtr {
         let what = "after evicting everything DTR may evict, at the budget and at every tighter planning margin";
         let attempt = |margin: f64, scratch: &mut Scratch| {
             let budget_bytes = margin_budget(request.budget_bytes, margin);
-            match run_dtr(&ctx, &facts, &horizon, budget_bytes) {
+            match run_dtr(&ctx, &facts, &horizon, Budget::Uniform(budget_bytes)) {
                 Ok(run) => search.scored(run.settings(margin), run.gaps, scratch),
                 Err(DtrFailure::Shortfall(s)) => Ok(Scored {
                     settings: json!({ "planning_margin": margin }),
@@ -135,9 +135,55 @@ impl Planner for Dtr {
 /// `None` when DTR runs out of memory (for the exact reference's warm start).
 pub(crate) fn dtr_gaps(ctx: &Ctx<'_>, facts: &RematFacts, budget_bytes: u64) -> Option<Vec<Gap>> {
     let horizon = remat_horizons(facts);
-    run_dtr(ctx, facts, &horizon, budget_bytes)
+    run_dtr(ctx, facts, &horizon, Budget::Uniform(budget_bytes))
         .ok()
         .map(|run| run.gaps)
+}
+
+/// DTR's recompute gaps for the context's order when the memory it may use
+/// differs by position: `budget_at[k]` bytes before and while op `k` runs
+/// (every persistent tensor counted resident, as always). `None` when DTR
+/// runs out of memory somewhere.
+///
+/// Why: the streamed seeds ([`crate::joint::streamed`]) keep persistent
+/// tensors on the host except around their uses, so the memory left to
+/// activations changes along the order. Planned under one budget, DTR
+/// either keeps too much where the streamed tensors are on the device or
+/// finds no plan where they are not. On `tools/examples/vgg16_b32.json`
+/// (the PyTorch VGG-16 b32 export with in-place ReLUs) at 50% on
+/// `v100-16gb-pcie3`, DTR with every persistent tensor resident needs
+/// 2.71 GiB, and its plan at 2.89 GiB merged with every persistent tensor
+/// streamed peaked at 2.58 GiB against the 1.86 GiB budget; by position,
+/// DTR plans within the budget and the merge of the optimizer state fits.
+pub(crate) fn dtr_gaps_under(
+    ctx: &Ctx<'_>,
+    facts: &RematFacts,
+    budget_at: &[u64],
+) -> Option<Vec<Gap>> {
+    if budget_at.len() != facts.n {
+        return None;
+    }
+    let horizon = remat_horizons(facts);
+    run_dtr(ctx, facts, &horizon, Budget::ByPosition(budget_at))
+        .ok()
+        .map(|run| run.gaps)
+}
+
+/// The bytes DTR may hold: one number, or one per position of the order.
+#[derive(Debug, Clone, Copy)]
+enum Budget<'a> {
+    Uniform(u64),
+    ByPosition(&'a [u64]),
+}
+
+impl Budget<'_> {
+    /// The budget while position `k`'s recomputations and op run.
+    fn at(self, k: usize) -> u64 {
+        match self {
+            Budget::Uniform(b) => b,
+            Budget::ByPosition(b) => b[k],
+        }
+    }
 }
 
 /// Per storage owner: the last position at which it can be rematerialised
@@ -218,14 +264,14 @@ impl DtrRun {
     }
 }
 
-/// Runs DTR over the context's order under `budget_bytes`.
+/// Runs DTR over the context's order under `budget`.
 fn run_dtr(
     ctx: &Ctx<'_>,
     facts: &RematFacts,
     horizon: &[usize],
-    budget_bytes: u64,
+    budget: Budget<'_>,
 ) -> Result<DtrRun, DtrFailure> {
-    let mut sim = DtrSim::new(ctx, facts, horizon, budget_bytes);
+    let mut sim = DtrSim::new(ctx, facts, horizon, budget);
     for k in 0..facts.n {
         sim.step(k)?;
     }
@@ -277,7 +323,7 @@ struct DtrSim<'a> {
     ctx: &'a Ctx<'a>,
     facts: &'a RematFacts,
     horizon: &'a [usize],
-    budget_bytes: u64,
+    budget: Budget<'a>,
     resident: Vec<bool>,
     /// `k + 1` while locked at position `k`.
     locked: Vec<usize>,
@@ -307,7 +353,7 @@ impl<'a> DtrSim<'a> {
         ctx: &'a Ctx<'a>,
         facts: &'a RematFacts,
         horizon: &'a [usize],
-        budget_bytes: u64,
+        budget: Budget<'a>,
     ) -> Self {
         let nt = facts.residence.len();
         let mut resident = vec![false; nt];
@@ -322,7 +368,7 @@ impl<'a> DtrSim<'a> {
             ctx,
             facts,
             horizon,
-            budget_bytes,
+            budget,
             resident,
             locked: vec![0; nt],
             last_access_s: vec![0.0; nt],
@@ -504,7 +550,7 @@ impl<'a> DtrSim<'a> {
 
     /// Evicts by h_DTR^eq until `bytes` more fit the budget.
     fn make_room(&mut self, bytes: u64, k: usize) -> Result<(), DtrFailure> {
-        while self.live_bytes + bytes > self.budget_bytes {
+        while self.live_bytes + bytes > self.budget.at(k) {
             let Some(victim) = self.choose_victim(k) else {
                 let needed = self.live_bytes + bytes;
                 let op = &self.ctx.op_at(k).name;
@@ -618,6 +664,62 @@ impl<'a> DtrSim<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::graph_order;
+    use crate::framework::testing::v100;
+    use outcore_graph::builder::{GraphBuilder, Optimizer};
+    use outcore_graph::{DType, Graph, footprint};
+
+    /// Six linear + relu layers 256 wide at batch 1024 (1 MiB activations,
+    /// 256 KiB weights), trained with SGD and momentum: the activations dominate.
+    fn mlp() -> Graph {
+        let mut b = GraphBuilder::new("mlp", 1024, DType::Float32);
+        let mut x = b.input("x", &[1024, 256]);
+        for i in 0..6 {
+            let y = b.linear(&format!("fc{i}"), x, 256, false);
+            x = b.relu(y);
+        }
+        let labels = b.label("labels", &[1024]);
+        let loss = b.softmax_cross_entropy(x, labels);
+        b.finish(loss, Optimizer::sgd_momentum())
+            .expect("hand graph")
+    }
+
+    /// A budget the same at every position plans as that budget does; room
+    /// everywhere evicts nothing; a budget tight only from the backward
+    /// pass on still makes DTR recompute; a profile of the wrong length is
+    /// refused.
+    #[test]
+    fn a_budget_by_position_plans_like_dtr_at_each_position() {
+        let g = mlp();
+        let cost = v100();
+        let ctx = Ctx::new(&g, &cost, graph_order(&g));
+        let facts = RematFacts::new(&ctx);
+        let n = ctx.n;
+        let (footprint_bytes, _) = footprint(&g);
+        let tight = footprint_bytes * 7 / 10;
+        let uniform = dtr_gaps(&ctx, &facts, tight).expect("DTR fits at 70%");
+        assert!(
+            !uniform.is_empty(),
+            "70% of the footprint needs recomputation"
+        );
+        assert_eq!(dtr_gaps_under(&ctx, &facts, &vec![tight; n]), Some(uniform));
+        assert_eq!(
+            dtr_gaps_under(&ctx, &facts, &vec![footprint_bytes; n]),
+            Some(Vec::new())
+        );
+        let backward = crate::framework::ctx::backward_start(&g, &ctx.order);
+        assert!(backward > 0 && backward < n, "{backward} of {n}");
+        let profile: Vec<u64> = (0..n)
+            .map(|k| if k < backward { footprint_bytes } else { tight })
+            .collect();
+        let gaps = dtr_gaps_under(&ctx, &facts, &profile).expect("fits");
+        assert!(
+            !gaps.is_empty(),
+            "tight in the backward pass, yet nothing recomputed"
+        );
+        assert!(gaps.iter().all(|g| g.how == Restore::Recompute));
+        assert_eq!(dtr_gaps_under(&ctx, &facts, &profile[1..]), None);
+    }
 
     #[test]
     fn equivalence_classes_sum_merged_costs_and_lose_rematerialised_ones() {
