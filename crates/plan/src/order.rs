@@ -149,10 +149,14 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The graph's order with every optimizer op moved as early as its
-/// dependencies allow: Kahn's algorithm that takes a ready optimizer op first
-/// and otherwise the ready op earliest in the graph's order (ties between
-/// optimizer ops: the earliest in the graph's order).
+/// The graph's order with every optimizer op that depends on the backward
+/// pass moved as early as its dependencies allow: Kahn's algorithm that takes
+/// a ready optimizer op first and otherwise the ready op earliest in the
+/// graph's order (ties between optimizer ops: the earliest in the graph's
+/// order). An optimizer op that depends on no backward op, directly or
+/// through others (SGD's `momentum_buffer * momentum`, Adam's
+/// `exp_avg.mul_(beta1)` in an exported graph), then moves to just before
+/// the first op that must follow it ([`defer_gradient_free`]).
 ///
 /// Why: a graph lists the optimizer step after the whole backward pass, so
 /// every parameter's gradient is live at once at its end (as many bytes as the
@@ -186,7 +190,70 @@ pub fn eager_update_order(graph: &Graph) -> Vec<OpId> {
             }
         }
     }
-    order
+    defer_gradient_free(graph, &preds, &succs, order)
+}
+
+/// `order` (a valid order) with each optimizer op that depends on no backward
+/// op moved to just before its earliest successor (or left where it is if it
+/// has none).
+///
+/// Why: taken "as early as possible", such an op runs at the very start of
+/// the iteration, before the forward pass, and holds its optimizer state (and
+/// any new tensor it makes) on the device from there to the update that
+/// reads it. On the PyTorch VGG-16 b32 export (out-of-place SGD momentum)
+/// `classifier.0.weight.momentum_buffer * 0.9` made a 392 MiB tensor at
+/// position 26 that lived to position 126, which DTR may not evict; a
+/// streamed seed could then not keep that buffer on the host.
+///
+/// Moving an op later keeps every predecessor before it; placing it before
+/// its earliest successor keeps every successor after it. The ops are moved
+/// last first, so a chain of such ops keeps its order.
+fn defer_gradient_free(
+    graph: &Graph,
+    preds: &[Vec<OpId>],
+    succs: &[Vec<OpId>],
+    order: Vec<OpId>,
+) -> Vec<OpId> {
+    use outcore_graph::Phase;
+    let n = order.len();
+    // After the backward pass begins, in dependence: `order` is topological.
+    let mut after_backward = vec![false; n];
+    for &op in &order {
+        let i = op.index();
+        after_backward[i] = graph.ops[i].phase == Phase::Backward
+            || preds[i].iter().any(|p| after_backward[p.index()]);
+    }
+    let deferred: Vec<OpId> = order
+        .iter()
+        .copied()
+        .filter(|op| {
+            let i = op.index();
+            graph.ops[i].phase == Phase::Optimizer && !after_backward[i] && !succs[i].is_empty()
+        })
+        .collect();
+    if deferred.is_empty() {
+        return order;
+    }
+    let mut is_deferred = vec![false; n];
+    for op in &deferred {
+        is_deferred[op.index()] = true;
+    }
+    // The others in their order; each deferred op, last first, is then put
+    // in front of its earliest successor (successors that are themselves
+    // deferred are already placed).
+    let mut placed: Vec<OpId> = order
+        .iter()
+        .copied()
+        .filter(|op| !is_deferred[op.index()])
+        .collect();
+    for &op in deferred.iter().rev() {
+        let at = placed
+            .iter()
+            .position(|q| succs[op.index()].contains(q))
+            .unwrap_or(placed.len());
+        placed.insert(at, op);
+    }
+    placed
 }
 
 #[cfg(test)]
@@ -281,5 +348,46 @@ mod tests {
         let mut sorted = others.clone();
         sorted.sort();
         assert_eq!(others, sorted);
+    }
+
+    /// In the PyTorch VGG-16 export (SGD with momentum, out of place),
+    /// `momentum_buffer * 0.9` depends on no backward op: it runs right
+    /// before the update op that reads its product, not at the start.
+    #[test]
+    fn gradient_free_updates_run_just_before_their_readers() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../graph/tests/data/vgg16_b32.json"
+        );
+        let g = outcore_graph::format::load_graph_file(std::path::Path::new(path))
+            .expect("the repository's VGG-16 export");
+        let order = eager_update_order(&g);
+        assert_eq!(check_order(&g, &order), Ok(()));
+        let mut position = vec![0usize; g.ops.len()];
+        for (i, op) in order.iter().enumerate() {
+            position[op.index()] = i;
+        }
+        let first_backward = g
+            .ops
+            .iter()
+            .filter(|o| o.phase == outcore_graph::Phase::Backward)
+            .map(|o| position[o.id.index()])
+            .min()
+            .expect("a backward pass");
+        let succs = successors(&order_predecessors(&g));
+        let mut checked = 0;
+        for op in g.ops.iter().filter(|o| {
+            o.phase == outcore_graph::Phase::Optimizer
+                && o.inputs
+                    .iter()
+                    .all(|&t| g.tensor(t).name.ends_with("momentum_buffer"))
+        }) {
+            let p = position[op.id.index()];
+            assert!(p > first_backward, "`{}` at {p}", op.name);
+            let next = order[p + 1];
+            assert!(succs[op.id.index()].contains(&next), "`{}`", op.name);
+            checked += 1;
+        }
+        assert_eq!(checked, 32, "one momentum product per parameter");
     }
 }

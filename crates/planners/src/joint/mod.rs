@@ -17,7 +17,8 @@
 //!   gradient at once and lets the optimizer state move while the backward
 //!   pass runs). Neither order wins everywhere (`order_study` example, in
 //!   RESULTS.md: ResNet-50 b64 at 25% gains 3 points in the eager order,
-//!   the PyTorch GPT-2 export at 50% loses 6), so both compete as seeds and
+//!   the PyTorch GPT-2 export at 50% lost 6 before the eager order stopped
+//!   hoisting gradient-free optimizer ops to the iteration's start), so both compete as seeds and
 //!   the local search starts from the fastest whatever its order. This is the
 //!   joint planner's search over the order: a choice between two orders, not
 //!   a search of the space of orders (SwapAdvisor's seed searches that).
