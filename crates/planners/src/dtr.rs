@@ -154,7 +154,8 @@ pub(crate) fn dtr_gaps(ctx: &Ctx<'_>, facts: &RematFacts, budget_bytes: u64) -> 
 /// `v100-16gb-pcie3`, DTR with every persistent tensor resident needs
 /// 2.71 GiB, and its plan at 2.89 GiB merged with every persistent tensor
 /// streamed peaked at 2.58 GiB against the 1.86 GiB budget; by position,
-/// DTR plans within the budget and the merge of the optimizer state fits.
+/// DTR plans within the budget and the merge of the optimizer state fits
+/// (at 36007aa; see [`crate::joint::streamed`] for what changed since).
 pub(crate) fn dtr_gaps_under(
     ctx: &Ctx<'_>,
     facts: &RematFacts,

@@ -53,10 +53,13 @@
 //! optimizer state's merge gave 0.68 of ideal, the link-hidden set of every
 //! persistent tensor 0.69, and `outcore` went from 0.54 to 0.86 of ideal
 //! (`outcore compare --graph tools/examples/vgg16_b32.json --device
-//! v100-16gb-pcie3 --budget 50% --planners outcore --seconds 5`). On the
-//! benchmark suite's graphs it changed no plan: their VGG-16 export (with
-//! out-of-place ReLUs) keeps more that DTR may not evict than the budget
-//! leaves, by position or not.
+//! v100-16gb-pcie3 --budget 50% --planners outcore --seconds 5`, at
+//! 36007aa). Since the eager-update order stopped hoisting the momentum
+//! updates to the iteration's start (b7e050e), no optimizer-state merge is
+//! among the seeds there, and the same command gives 0.66 (at af00cc7; the
+//! best seed is the large set's). On the benchmark suite's graphs it
+//! changed no plan at 36007aa: in their VGG-16 export (out-of-place ReLUs)
+//! the hoisted momentum product left DTR too little to evict.
 
 use super::moves;
 use crate::framework::{Ctx, Score, Scored, Scratch, Search, graph_order};
@@ -216,11 +219,7 @@ pub fn streamed_seeds(
             // No merge of the whole set fits: the same search over what the
             // link can hide.
             if hidden_differs && let Some(m) = best_merge(request, &ctx, &hidden, set, until) {
-                let name = format!(
-                    "streamed link-hidden {} + {}",
-                    set.label(),
-                    merge_label(m.planner, m.variant)
-                );
+                let name = seed_name("streamed link-hidden", set, m.planner, m.variant);
                 out.push((name.clone(), prove(request, &name, m.schedule)));
             }
             continue;
@@ -238,18 +237,13 @@ pub fn streamed_seeds(
                 if let Some((_, schedule)) =
                     merge_rounds(request, &ctx, &hidden, best.variant, planner, until)
                 {
-                    let name = format!(
-                        "streamed link-hidden {} + {}",
-                        set.label(),
-                        merge_label(planner, best.variant)
-                    );
+                    let name = seed_name("streamed link-hidden", set, planner, best.variant);
                     out.push((name.clone(), prove(request, &name, schedule)));
                     break;
                 }
             }
         }
-        let label = merge_label(best.planner, best.variant);
-        let name = format!("streamed {} + {label}", set.label());
+        let name = seed_name("streamed", set, best.planner, best.variant);
         out.push((name.clone(), prove(request, &name, best.schedule)));
     }
     out
@@ -294,9 +288,13 @@ struct Merge {
     schedule: Schedule,
 }
 
-/// How a merge is named: its planner and timing.
-fn merge_label(planner: &str, variant: Variant) -> String {
-    format!("{planner}, {} timing", variant.timing.label())
+/// A streamed seed's name: `kind`, its set, its planner and timing.
+fn seed_name(kind: &str, set: OffloadSet, planner: &str, variant: Variant) -> String {
+    format!(
+        "{kind} {} + {planner}, {} timing",
+        set.label(),
+        variant.timing.label()
+    )
 }
 
 /// Plans `planner` for the budget plus the set's bytes ([`DTR_BY_POSITION`]:
@@ -441,11 +439,11 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
                     Ok(PlanOutcome::Infeasible(_)) => return Ok(None),
                     Err(_) => return Err(()),
                 };
-                let base = plan.lowered_from.as_deref().ok_or(())?;
+                let base = plan.lowered_from.ok_or(())?;
                 if base.order != *order {
                     return Err(());
                 }
-                Ok(Some(base.clone()))
+                Ok(Some(std::sync::Arc::unwrap_or_clone(base)))
             }
             BasePlanner::DtrByPosition {
                 ctx,
