@@ -123,7 +123,9 @@ def test_gpt2_style_three_steps_with_swaps_and_recomputation_match_eager(tmp_pat
     batches = [(torch.randint(0, 128, (8, 32)), torch.randint(0, 128, (8, 32))) for _ in range(3)]
     torch.manual_seed(1)
     footprint = _steady_footprint(make(), lm_loss, _sgd, batches[0])
-    run = _train_both(make, lm_loss, _sgd, batches, budget=int(0.75 * footprint), planner="capuchin",
+    # 65%: at 75% Capuchin's plan swaps only (verify's bound at a swap-in is
+    # a maximum over its window, no longer a sum), and this test needs both.
+    run = _train_both(make, lm_loss, _sgd, batches, budget=int(0.65 * footprint), planner="capuchin",
                       allocator="perfect", device_profile=_slow_link_device(tmp_path))
     eager, ours, opt_e, opt_o, step, losses = run
     gen = step.compiled.generated

@@ -7,7 +7,8 @@ use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_eval::testing::{mixed_schedule, random_graph, random_topological_order};
 use outcore_graph::Graph;
 use outcore_plan::{
-    Instr, PlannerInfo, Restore, Schedule, Stream, ViolationKind, lower_schedule, verify,
+    Instr, PlannerInfo, Restore, Schedule, Stream, ViolationKind, lower_schedule,
+    peak_over_all_timings, verify,
 };
 use outcore_sim::{SimOptions, simulate};
 use proptest::prelude::*;
@@ -57,13 +58,21 @@ proptest! {
             r.recompute_time_s
         );
 
-        // Soundness of the memory bound: a budget one byte under the simulated
-        // peak must be reported as over budget.
+        // Soundness of the memory bound: the simulation is one timing, the
+        // enumeration every timing, and a budget one byte under the latter
+        // must be reported as over budget.
+        let exact = peak_over_all_timings(&plan, &g).expect("the plan is safe");
+        prop_assert!(
+            exact >= r.peak_live_bytes,
+            "the peak over all timings {} is below the simulated one {}",
+            exact,
+            r.peak_live_bytes
+        );
         let mut tight = plan.clone();
-        tight.budget_bytes = r.peak_live_bytes - 1;
+        tight.budget_bytes = exact - 1;
         prop_assert!(
             verify(&tight, &g).iter().any(|v| matches!(v.kind, ViolationKind::OverBudget { .. })),
-            "verify accepts a budget below the simulated peak"
+            "verify accepts a budget below the peak over all timings"
         );
 
         // Corruption 1: a compute step stops waiting for its swap-in.

@@ -8,9 +8,14 @@
 //! copy-out concurrent with a kernel that reads the same tensor is fine). With
 //! that, residency and versions follow one order whatever the timing, and a
 //! state machine per tensor checks them. Memory is bounded per step by the bytes
-//! that *may* be resident while it runs: a buffer counts unless its free is
-//! ordered before the step or its allocation after it. The bound is checked at
-//! every allocating step, where any timing's peak occurs.
+//! that *may* be resident while it runs: on the compute stream a buffer counts
+//! unless its free is ordered before the step or its allocation after it; at a
+//! swap-in, whose window may span many compute steps, the bound is the maximum
+//! over the compute positions of that window of the bytes that may be resident
+//! at both (see `Bounds::h2d_bounds`), not the sum over the window. The bound
+//! is checked at every allocating step, where any timing's peak occurs;
+//! [`crate::peak_over_all_timings`] enumerates every timing instead and is
+//! the reference the bound is tested against.
 //!
 //! One walk does it all: the steps are visited in a topological order of
 //! happens-before, each step's clock is computed from its predecessors', and
@@ -253,6 +258,10 @@ pub struct VerifyScratch {
     /// every buffer summed do not fit an `i64`).
     delta: [Vec<i64>; 3],
     delta_wide: [Vec<i128>; 3],
+    /// The bound at swap-ins (see `Bounds::h2d_bounds`), in `i64` or `i128`
+    /// like `delta`.
+    h2d: H2dSweep<i64>,
+    h2d_wide: H2dSweep<i128>,
     /// Per stream `k`, per other stream: see `first_after`.
     first_after: [[Vec<u32>; 3]; 3],
 }
@@ -306,6 +315,13 @@ impl VerifyScratch {
     pub(crate) fn free_id(&self, b: &Buffer) -> Option<usize> {
         (b.free_index != NONE)
             .then(|| self.layout.offset[b.free_stream as usize] + b.free_index as usize)
+    }
+
+    /// The vector clock of global step `id` in the program last verified:
+    /// per stream, the highest index that completes before it starts (-1:
+    /// none).
+    pub(crate) fn clock(&self, id: usize) -> [i32; 3] {
+        self.vc[id]
     }
 
     /// Whether `a`'s free completes before `b`'s allocation starts in every
@@ -1337,7 +1353,9 @@ fn check_budget<P: Program>(
     // The bound is checked at allocating steps only (a well-formed d2h
     // stream has none).
     let active: [bool; 3] = std::array::from_fn(|k| s.allocating_steps[k] > 0);
-    for k in (0..3).filter(|&k| active[k]) {
+    // The swap-in bound reads the compute stream's tables too.
+    let tables: [bool; 3] = std::array::from_fn(|k| active[k] || (k == 0 && active[1]));
+    for k in (0..3).filter(|&k| tables[k]) {
         let steps = layout.offset[k]..layout.offset[k] + layout.len[k];
         first_after(&layout, k, &s.vc[steps], &mut s.first_after[k]);
     }
@@ -1361,9 +1379,9 @@ fn check_budget<P: Program>(
         budget_bytes: program.budget_bytes(),
     };
     if total <= i64::MAX as u128 {
-        bounds.run(&mut s.delta, v)
+        bounds.run(&mut s.delta, &mut s.h2d, v)
     } else {
-        bounds.run(&mut s.delta_wide, v)
+        bounds.run(&mut s.delta_wide, &mut s.h2d_wide, v)
     }
 }
 
@@ -1420,52 +1438,37 @@ struct Bounds<'s> {
 impl Bounds<'_> {
     /// The bound at every allocating step of each active stream, summed in
     /// `T` (which the caller checked holds every partial sum).
-    fn run<T: ByteSum>(&self, delta: &mut [Vec<T>; 3], v: &mut Vec<Violation>) -> MemoryBound {
-        let layout = self.layout;
-        for k in (0..3).filter(|&k| self.active[k]) {
-            delta[k].clear();
-            delta[k].resize(layout.len[k] + 1, T::default());
-        }
-        // One pass over the buffers for every stream (each buffer's clock is
-        // read once).
-        for b in self.buffers {
-            if b.alloc == NONE && b.free_index == NONE {
-                continue; // in `resident_bytes`
-            }
-            let alloc_clock = (b.alloc != NONE).then(|| self.vc[b.alloc as usize]);
-            for k in (0..3).filter(|&k| self.active[k]) {
-                let n = layout.len[k];
-                // Steps i on stream k with `step_i hb alloc` form a prefix: i <= vc[alloc][k]
-                // (on the allocation's own stream, vc[alloc][k] + 1 is its index).
-                let lo = alloc_clock.map_or(0, |c| (c[k] + 1) as usize);
-                // Steps with `free hb step_i` form a suffix.
-                let hi = if b.free_index == NONE {
-                    n
-                } else if b.free_stream as usize == k {
-                    b.free_index as usize + 1
-                } else {
-                    self.first_after[k][b.free_stream as usize % 3][b.free_index as usize] as usize
-                };
-                if lo < hi {
-                    delta[k][lo] += T::of(b.size_bytes);
-                    delta[k][hi] -= T::of(b.size_bytes);
-                }
-            }
+    fn run<T: ByteSum>(
+        &self,
+        delta: &mut [Vec<T>; 3],
+        h2d: &mut H2dSweep<T>,
+        v: &mut Vec<Violation>,
+    ) -> MemoryBound {
+        self.sum_by_stream(delta);
+        if self.active[1] {
+            self.h2d_bounds(h2d);
         }
         let budget = self.budget_bytes as i128;
+        let resident = T::of_wide(self.resident_bytes);
         let mut bound = MemoryBound::default();
         for st in Stream::ALL {
             let k = st.index();
             if !self.active[k] {
                 continue;
             }
+            let layout = self.layout;
             let n = layout.len[k];
             let steps = layout.offset[k]..layout.offset[k] + n;
-            let mut cur = T::of_wide(self.resident_bytes);
-            let mut worst: Option<(usize, T)> = None;
             let allocating = &self.allocating[steps];
-            for (i, (&d, &allocates)) in delta[k][..n].iter().zip(allocating).enumerate() {
-                cur += d;
+            let mut cur = resident;
+            let mut worst: Option<(usize, T)> = None;
+            for (i, &allocates) in allocating.iter().enumerate() {
+                if k == 1 {
+                    cur = resident;
+                    cur += h2d.at[i];
+                } else {
+                    cur += delta[k][i];
+                }
                 if !allocates {
                     continue;
                 }
@@ -1499,6 +1502,328 @@ impl Bounds<'_> {
         }
         bound
     }
+
+    /// For each active stream other than h2d, `delta[k][i]`: the change at
+    /// step `i` of the bytes that may be resident while it runs, a buffer
+    /// counting unless its free happens before the step or the step happens
+    /// before its allocation. On the compute stream that is exact for the
+    /// compute stream's own buffers, as the step fixes its position; on h2d
+    /// it would not be (see `h2d_bounds`).
+    fn sum_by_stream<T: ByteSum>(&self, delta: &mut [Vec<T>; 3]) {
+        let layout = self.layout;
+        let summed: [bool; 3] = std::array::from_fn(|k| self.active[k] && k != 1);
+        for k in (0..3).filter(|&k| summed[k]) {
+            delta[k].clear();
+            delta[k].resize(layout.len[k] + 1, T::default());
+        }
+        if !summed.iter().any(|&a| a) {
+            return;
+        }
+        // One pass over the buffers for every stream (each buffer's clock is
+        // read once).
+        for b in self.buffers {
+            if b.alloc == NONE && b.free_index == NONE {
+                continue; // in `resident_bytes`
+            }
+            let alloc_clock = (b.alloc != NONE).then(|| self.vc[b.alloc as usize]);
+            for k in (0..3).filter(|&k| summed[k]) {
+                let n = layout.len[k];
+                // Steps i on stream k with `step_i hb alloc` form a prefix: i <= vc[alloc][k]
+                // (on the allocation's own stream, vc[alloc][k] + 1 is its index).
+                let lo = alloc_clock.map_or(0, |c| (c[k] + 1) as usize);
+                // Steps with `free hb step_i` form a suffix.
+                let hi = if b.free_index == NONE {
+                    n
+                } else if b.free_stream as usize == k {
+                    b.free_index as usize + 1
+                } else {
+                    self.first_after[k][b.free_stream as usize % 3][b.free_index as usize] as usize
+                };
+                if lo < hi {
+                    delta[k][lo] += T::of(b.size_bytes);
+                    delta[k][hi] -= T::of(b.size_bytes);
+                }
+            }
+        }
+    }
+
+    /// `h2d.at[j]`: the most bytes (besides `resident_bytes`) that may be
+    /// resident while swap-in `j` runs.
+    ///
+    /// A swap-in is ordered only by its waits, so it may run beside any
+    /// compute step of its window: after the last compute step it waits for,
+    /// up to the first that waits for it. Counting every buffer that may be
+    /// resident at *some* point of that window, as `sum_by_stream` does,
+    /// sums buffers the compute stream never holds together (the window of a
+    /// copy queued far ahead spans many layers). Instead this fixes where the
+    /// compute stream stands as well, at one of `2 n + 1` half-positions `q`
+    /// (`2i`: steps before `i` complete, `i` not started; `2i + 1`: step `i`
+    /// running), and takes the maximum over the window of the bytes that may
+    /// be resident at `q` while `j` runs. A buffer may be resident there if
+    /// its allocating step may have started and its freeing step may not
+    /// have completed, given both positions:
+    /// - on the compute stream, at index `i`: started iff `q >= 2i + 1`,
+    ///   completed iff `q >= 2i + 2`;
+    /// - on h2d, at index `i`: started iff `i <= j`, completed iff `i < j`
+    ///   (and surely completed once a compute step waiting for it started);
+    /// - on d2h: started unless `j` or a compute step not yet complete
+    ///   happens before it; completed if it happens before `j` or before a
+    ///   started compute step (otherwise counted as possibly not).
+    ///
+    /// Each condition bounds `q` to an interval and `j` to an interval that
+    /// does not depend on `q`, so a sweep over `j` adds each buffer to a
+    /// range-add / range-max tree over `q` while `j` is in its interval.
+    /// Every timing puts the compute stream at one `q` of the window, and a
+    /// buffer resident then passes every test, so the bound stays sound.
+    /// O((buffers + swap-ins) log steps).
+    ///
+    /// The tree keeps only the odd half-positions (step `i` running), half
+    /// the size: an interval with an even end is widened by one to the odd
+    /// position beyond it (an even start `2i` to `2i - 1`, an even end `2i`
+    /// to `2i + 1`). Then a buffer counted at an even position `2i` is also
+    /// counted at `2i - 1` and at `2i + 1`, so the window's odd positions,
+    /// or its one even position's odd neighbour below, bound it. Only
+    /// buffers allocated by a d2h step or freed by a copy have even ends;
+    /// lowered plans have none, so there the widening costs nothing.
+    fn h2d_bounds<T: ByteSum>(&self, h2d: &mut H2dSweep<T>) {
+        let layout = self.layout;
+        let (n0, n1) = (layout.len[0], layout.len[1]);
+        let last_q = 2 * n0;
+        // The tree holds the odd half-positions only (see the doc comment).
+        let slots = n0.max(1);
+        let first_compute_after = &self.first_after[0];
+        // Buffers beside every swap-in (most: the compute stream's own) go
+        // into `fixed` by difference and build the tree once; the others
+        // (swap-ins' own, mostly) are added and removed as the sweep passes.
+        h2d.fixed.clear();
+        h2d.fixed.resize(slots + 1, T::default());
+        h2d.events.clear();
+        for b in self.buffers {
+            if b.alloc == NONE && b.free_index == NONE {
+                continue; // in `resident_bytes`
+            }
+            let (mut q_lo, mut j_lo) = (0, 0);
+            if b.alloc != NONE {
+                let a = b.alloc as usize;
+                let at = layout.step_ref(a);
+                let i = at.index as usize;
+                match at.stream {
+                    Stream::Compute => q_lo = 2 * i + 1,
+                    Stream::H2d => j_lo = i,
+                    Stream::D2h => {
+                        let c = self.vc[a];
+                        j_lo = (c[1] + 1) as usize;
+                        q_lo = 2 * (c[0] + 1) as usize;
+                    }
+                }
+            }
+            let (mut q_hi, mut j_end) = (last_q, n1);
+            if b.free_index != NONE {
+                let f = b.free_index as usize;
+                match b.free_stream {
+                    0 => q_hi = 2 * f + 1,
+                    1 => {
+                        j_end = f + 1;
+                        q_hi = 2 * first_compute_after[1][f] as usize;
+                    }
+                    _ => {
+                        j_end = self.first_after[1][2][f] as usize;
+                        q_hi = 2 * first_compute_after[2][f] as usize;
+                    }
+                }
+            }
+            let q_hi = q_hi.min(last_q);
+            if q_lo > q_hi || j_lo >= j_end {
+                continue;
+            }
+            // Even ends widen to the odd neighbour outside them.
+            let lo = (q_lo.max(1) - 1) / 2;
+            let hi = (q_hi / 2).min(slots - 1);
+            if j_lo == 0 && j_end == n1 {
+                h2d.fixed[lo] += T::of(b.size_bytes);
+                h2d.fixed[hi + 1] -= T::of(b.size_bytes);
+                continue;
+            }
+            let (q_lo, q_hi) = (lo as u32, hi as u32);
+            h2d.events
+                .push((j_lo as u32, q_lo, q_hi, b.size_bytes, true));
+            if j_end < n1 {
+                h2d.events
+                    .push((j_end as u32, q_lo, q_hi, b.size_bytes, false));
+            }
+        }
+        let mut sum = T::default();
+        for d in &mut h2d.fixed[..slots] {
+            sum += *d;
+            *d = sum;
+        }
+        h2d.tree.build(&h2d.fixed[..slots]);
+        h2d.events.sort_unstable_by_key(|e| e.0);
+        h2d.at.clear();
+        h2d.at.resize(n1, T::default());
+        let mut next = 0;
+        for (j, &w) in first_compute_after[1].iter().enumerate().take(n1) {
+            while let Some(&(at, q_lo, q_hi, size_bytes, add)) = h2d.events.get(next) {
+                if at as usize != j {
+                    break;
+                }
+                h2d.tree
+                    .add(q_lo as usize, q_hi as usize, T::of(size_bytes), add);
+                next += 1;
+            }
+            let id = layout.offset[1] + j;
+            if !self.allocating[id] {
+                continue;
+            }
+            // The window: past the last compute step `j` waits for, up to
+            // (not into) the first that waits for it, `w`: half-positions
+            // `2c + 2 ..= 2w`, whose odd ones are the steps `c + 1 .. w`. With
+            // none, the one even position is bounded by step `w - 1`.
+            let w = w as usize;
+            let first = (self.vc[id][0] + 1) as usize;
+            let last = w.saturating_sub(1);
+            let first = if first > last { last } else { first };
+            h2d.at[j] = h2d.tree.max_in(first.min(slots - 1), last.min(slots - 1));
+        }
+    }
+}
+
+/// Reusable buffers of the swap-in bound (`Bounds::h2d_bounds`).
+#[derive(Debug, Clone, Default)]
+struct H2dSweep<T> {
+    tree: MaxTree<T>,
+    /// Per compute half-position: the bytes of the buffers that may be
+    /// resident beside every swap-in (a difference array, then its sums).
+    fixed: Vec<T>,
+    /// (h2d index, first and last compute half-position, bytes, add or
+    /// remove): a buffer enters the tree at the first swap-in it may be
+    /// resident beside and leaves it at the first it may not.
+    events: Vec<(u32, u32, u32, u64, bool)>,
+    /// Per h2d step: the bound there (allocating steps only).
+    at: Vec<T>,
+}
+
+/// A segment tree over positions `0..n`: add a value to a range, read the
+/// maximum of a range, both in O(log n) without recursion. Node `i` covers
+/// the leaves below it; `max[i]` is the maximum over them, counting what was
+/// added to `i` and its descendants but not to its ancestors; `add[i]`
+/// (internal nodes only) is what was added to all of `i`'s range and not yet
+/// pushed to its children. A query pushes those down the two paths it reads.
+#[derive(Debug, Clone, Default)]
+struct MaxTree<T> {
+    leaves: usize,
+    height: u32,
+    max: Vec<T>,
+    add: Vec<T>,
+}
+
+impl<T: ByteSum> MaxTree<T> {
+    /// One position per value of `values` (at least one), each holding it.
+    fn build(&mut self, values: &[T]) {
+        self.leaves = values.len().max(1).next_power_of_two();
+        self.height = self.leaves.trailing_zeros();
+        let leaves = self.leaves;
+        self.max.clear();
+        self.max.resize(2 * leaves, T::default());
+        self.add.clear();
+        self.add.resize(leaves, T::default());
+        self.max[leaves..leaves + values.len()].copy_from_slice(values);
+        for node in (1..leaves).rev() {
+            self.max[node] = max_of(self.max[2 * node], self.max[2 * node + 1]);
+        }
+    }
+
+    fn bump(&mut self, node: usize, value: T, add: bool) {
+        if add {
+            self.max[node] += value;
+        } else {
+            self.max[node] -= value;
+        }
+        if node < self.leaves {
+            if add {
+                self.add[node] += value;
+            } else {
+                self.add[node] -= value;
+            }
+        }
+    }
+
+    /// Recomputes the ancestors of leaves `left` and `right` from their
+    /// children, once where the two paths have met.
+    fn pull(&mut self, mut left: usize, mut right: usize) {
+        while left > 1 {
+            left >>= 1;
+            right >>= 1;
+            self.pull_one(left);
+            if right != left {
+                self.pull_one(right);
+            }
+        }
+    }
+
+    fn pull_one(&mut self, node: usize) {
+        let mut m = max_of(self.max[2 * node], self.max[2 * node + 1]);
+        m += self.add[node];
+        self.max[node] = m;
+    }
+
+    /// Moves the pending additions of `node`'s ancestors down to it.
+    fn push(&mut self, node: usize) {
+        for shift in (1..=self.height).rev() {
+            let i = node >> shift;
+            let pending = self.add[i];
+            if pending != T::default() {
+                self.bump(2 * i, pending, true);
+                self.bump(2 * i + 1, pending, true);
+                self.add[i] = T::default();
+            }
+        }
+    }
+
+    /// Adds (`add`) or subtracts `value` at positions `lo..=hi`.
+    fn add(&mut self, lo: usize, hi: usize, value: T, add: bool) {
+        let (mut l, mut r) = (lo + self.leaves, hi + self.leaves + 1);
+        let (first, last) = (l, r - 1);
+        while l < r {
+            if l & 1 == 1 {
+                self.bump(l, value, add);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                self.bump(r, value, add);
+            }
+            l >>= 1;
+            r >>= 1;
+        }
+        self.pull(first, last);
+    }
+
+    /// The maximum over positions `lo..=hi` (`lo <= hi < n`).
+    fn max_in(&mut self, lo: usize, hi: usize) -> T {
+        let (mut l, mut r) = (lo + self.leaves, hi + self.leaves + 1);
+        self.push(l);
+        self.push(r - 1);
+        let mut best: Option<T> = None;
+        let mut take = |v: T| best = Some(best.map_or(v, |b| max_of(b, v)));
+        while l < r {
+            if l & 1 == 1 {
+                take(self.max[l]);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                take(self.max[r]);
+            }
+            l >>= 1;
+            r >>= 1;
+        }
+        best.unwrap_or_default()
+    }
+}
+
+fn max_of<T: PartialOrd>(a: T, b: T) -> T {
+    if b > a { b } else { a }
 }
 
 /// For each stream `col` other than `k` and each step `j` on it: the first
@@ -1520,6 +1845,35 @@ fn first_after(layout: &Layout, k: usize, clocks: &[[i32; 3]], tables: &mut [Vec
             if upto > filled[col] {
                 tables[col][filled[col]..upto].fill(i as u32);
                 filled[col] = upto;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MaxTree;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The tree answers like a plain array that is updated and scanned.
+        #[test]
+        fn max_tree_matches_an_array(
+            n in 1usize..40,
+            ops in proptest::collection::vec((any::<u16>(), any::<u16>(), 0i64..1000, any::<bool>(), any::<u16>(), any::<u16>()), 1..60),
+        ) {
+            let mut plain: Vec<i64> = (0..n as i64).map(|i| (i * 37) % 11).collect();
+            let mut tree = MaxTree::<i64>::default();
+            tree.build(&plain);
+            for (a, b, value, add, c, d) in ops {
+                let (lo, hi) = ((a as usize % n).min(b as usize % n), (a as usize % n).max(b as usize % n));
+                tree.add(lo, hi, value, add);
+                for x in &mut plain[lo..=hi] {
+                    *x += if add { value } else { -value };
+                }
+                let (qlo, qhi) = ((c as usize % n).min(d as usize % n), (c as usize % n).max(d as usize % n));
+                let expected = *plain[qlo..=qhi].iter().max().expect("non-empty");
+                prop_assert_eq!(tree.max_in(qlo, qhi), expected);
             }
         }
     }
