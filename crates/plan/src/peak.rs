@@ -15,7 +15,7 @@
 //! completed, the model verify() uses. The peak is the largest sum over
 //! reachable states.
 
-use crate::plan::{Plan, Stream};
+use crate::plan::{Plan, StepRef, Stream};
 use crate::prepared::PreparedGraph;
 use crate::verify::{VerifyScratch, verify_program};
 use outcore_graph::Graph;
@@ -50,28 +50,12 @@ type At = Option<(usize, usize)>;
 
 impl<'s> States<'s> {
     fn of(scratch: &'s VerifyScratch) -> States<'s> {
-        let len: [usize; 3] = Stream::ALL.map(|s| {
-            (0..)
-                .take_while(|&i| {
-                    scratch
-                        .step_id(crate::plan::StepRef {
-                            stream: s,
-                            index: i as u32,
-                        })
-                        .is_some()
-                })
-                .count()
-        });
+        let len = Stream::ALL.map(|s| scratch.stream_len(s));
         let clocks = Stream::ALL.map(|s| {
-            (0..len[s.index()])
-                .map(|i| {
-                    let id = scratch
-                        .step_id(crate::plan::StepRef {
-                            stream: s,
-                            index: i as u32,
-                        })
-                        .expect("in range");
-                    scratch.clock(id)
+            (0..len[s.index()] as u32)
+                .map(|index| {
+                    let id = scratch.step_id(StepRef { stream: s, index });
+                    scratch.clock(id.expect("an index below the stream's length"))
                 })
                 .collect()
         });
@@ -84,27 +68,22 @@ impl<'s> States<'s> {
 
     /// The stream and index of global step `id`.
     fn locate(&self, id: usize) -> (usize, usize) {
-        let mut rest = id;
-        for k in 0..3 {
-            if rest < self.len[k] {
-                return (k, rest);
-            }
-            rest -= self.len[k];
-        }
-        unreachable!("step id {id} past the program")
+        let at = self.scratch.step_ref(id);
+        (at.stream.index(), at.index as usize)
     }
 
     /// Whether, with stream `k` at half-position `q`, the steps it has
     /// started only wait for steps complete at half-positions `at`
-    /// (entries for `k` itself and for `skip` are not checked).
-    fn started_ready(&self, k: usize, q: usize, at: [usize; 3], skip: usize) -> bool {
+    /// (entries for `k` itself and for the compute stream are not checked:
+    /// the caller bounds the compute stream's position from them).
+    fn started_ready(&self, k: usize, q: usize, at: [usize; 3]) -> bool {
         if q == 0 {
             return true;
         }
         // The last started step; the clocks grow along the stream.
         let clock = self.clocks[k][(q - 1) / 2];
         (0..3)
-            .filter(|&m| m != k && m != skip)
+            .filter(|&m| m != k && m != 0)
             .all(|m| clock[m] < (at[m] / 2) as i32)
     }
 
@@ -126,7 +105,7 @@ impl<'s> States<'s> {
             for q2 in 0..=2 * self.len[2] {
                 let at = [0, q1, q2];
                 // Streams 1 and 2 against each other (compute is checked below).
-                if !self.started_ready(1, q1, at, 0) || !self.started_ready(2, q2, at, 0) {
+                if !self.started_ready(1, q1, at) || !self.started_ready(2, q2, at) {
                     continue;
                 }
                 // Compute must have completed what h2d and d2h started after ...

@@ -297,6 +297,16 @@ impl VerifyScratch {
         (start, end)
     }
 
+    /// Steps of stream `s` in the program last verified.
+    pub(crate) fn stream_len(&self, s: Stream) -> usize {
+        self.layout.len[s.index()]
+    }
+
+    /// The stream and index of global step `id` in the program last verified.
+    pub(crate) fn step_ref(&self, id: usize) -> StepRef {
+        self.layout.step_ref(id)
+    }
+
     /// Steps in the program last verified.
     pub(crate) fn n_steps(&self) -> usize {
         self.layout.total()
@@ -1687,7 +1697,7 @@ impl Bounds<'_> {
             let w = w as usize;
             let first = (self.vc[id][0] + 1) as usize;
             let last = w.saturating_sub(1);
-            let first = if first > last { last } else { first };
+            let first = first.min(last);
             h2d.at[j] = h2d.tree.max_in(first.min(slots - 1), last.min(slots - 1));
         }
     }
