@@ -8,13 +8,16 @@
 //! - `climb, fastest seed`: hill climbing from the fastest seed only, no kicks;
 //! - `climb, 2 seeds`: the same from the two fastest seeds;
 //! - `ILS, 2 seeds`: with kicks (iterated local search), no repair starts;
-//! - `ILS, 2 seeds + repair starts` (the default).
+//! - `ILS + repair starts, shuffled moves`: as the default, the moves
+//!   scored in the shuffled order alone (not [`outcore_planners::Joint::prioritised`]);
+//! - `ILS + repair starts` (the default).
 //!
 //! SwapAdvisor's seed runs 4 generations of 16 in every variant, so the seeds
 //! are the same everywhere. Prints a markdown table of throughput vs ideal.
 //! Run with
-//! `cargo run --release -p outcore-planners --example joint_alternatives -- [MOVES]`
-//! (default 3000 moves per start).
+//! `cargo run --release -p outcore-planners --example joint_alternatives -- [MOVES] [FILTER]`
+//! (default 3000 moves per start; with FILTER, only the variants whose name
+//! contains it).
 
 // An example prints its table; the workspace lint is for library code.
 #![allow(clippy::print_stdout)]
@@ -90,14 +93,25 @@ fn variants(moves: usize) -> Vec<(&'static str, Joint)> {
                 ..base.clone()
             },
         ),
-        ("ILS, 2 seeds + repair starts (default)", base),
+        (
+            "ILS + repair starts, shuffled moves",
+            Joint {
+                prioritised: false,
+                ..base.clone()
+            },
+        ),
+        ("ILS + repair starts (default)", base),
     ]
 }
 
 fn main() -> Result<(), Error> {
     let moves: usize = std::env::args().nth(1).map_or(Ok(3000), |s| s.parse())?;
     let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3")?);
-    let variants = variants(moves);
+    let filter = std::env::args().nth(2).unwrap_or_default();
+    let variants: Vec<_> = variants(moves)
+        .into_iter()
+        .filter(|(name, _)| name.contains(filter.as_str()))
+        .collect();
     let names: Vec<&str> = variants.iter().map(|(n, _)| *n).collect();
     println!("| case | budget | {} |", names.join(" | "));
     println!("|---|---|{}", "---|".repeat(names.len()));

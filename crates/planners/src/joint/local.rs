@@ -12,6 +12,14 @@
 //! - The moves are shuffled by the seeded generator after every accepted move:
 //!   gap indices change when a gap is dropped, and a fixed order would spend
 //!   every round on the first tensors of the graph.
+//! - Within a round, the moves that end a recomputation come first, the
+//!   dearest recomputation first ([`prioritise`]; shuffled among equals,
+//!   the others after them as shuffled): a time-limited search on a large
+//!   graph scores a few thousand moves, and at random most batches held no
+//!   improving move. Not while the schedule is over the budget, where every
+//!   such move costs memory. Measured with the swap timing of
+//!   [`super::moves::placed_swap`] (RESULTS.md, issue-16 section, "Swaps
+//!   placed on the idle link").
 //! - Only feasible schedules are accepted (the start is feasible), so the
 //!   search never leaves the feasible region; [`super::moves::Move::Exchange`]
 //!   is what lets it trade memory between tensors without passing through an
@@ -27,7 +35,7 @@
 use super::moves::{Kinds, Move, Neighbourhood, apply};
 use crate::framework::{Ctx, Score, Scratch, Search};
 use outcore_cost::CostModel;
-use outcore_plan::Schedule;
+use outcore_plan::{Restore, Schedule};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -171,6 +179,9 @@ pub struct Limits {
     pub max_moves: usize,
     /// The moves offered (and so what kind of plan the search stays within).
     pub kinds: Kinds,
+    /// Score first the moves that end the dearest recomputations
+    /// ([`prioritise`]); else in the shuffled order alone.
+    pub prioritised: bool,
 }
 
 impl Limits {
@@ -206,6 +217,11 @@ fn climb(
             moves.append(&mut repairs);
         }
         moves.shuffle(rng);
+        // Over the budget the repair moves come first as shuffled: the
+        // prioritised moves all cost memory.
+        if limits.prioritised && current_cost.is_feasible() {
+            prioritise(ctx, &current, &mut moves);
+        }
         for batch in moves.chunks(BATCH) {
             if limits.reached(stats) {
                 break 'rounds;
@@ -251,6 +267,33 @@ fn climb(
         break;
     }
     (current, current_cost)
+}
+
+/// Puts the moves that end a recomputation (drop it, swap instead, or
+/// exchange it) first, by the recomputed op's time, dearest first; the sort
+/// is stable, so ties and the other moves keep their shuffled order.
+fn prioritise(ctx: &Ctx<'_>, schedule: &Schedule, moves: &mut [Move]) {
+    let saved_s = |gap: usize| -> f64 {
+        let g = &schedule.gaps[gap];
+        if g.how != Restore::Recompute {
+            return 0.0;
+        }
+        ctx.graph
+            .tensor(g.tensor)
+            .producer
+            .map_or(0.0, |op| ctx.op_time_s[ctx.position(op)])
+    };
+    let key = |m: &Move| -> f64 {
+        match *m {
+            Move::Drop { gap }
+            | Move::ToSwap { gap }
+            | Move::Exchange { gap, .. }
+            | Move::ExchangeOffload { gap, .. }
+            | Move::SwapAndOffload { gap, .. } => saved_s(gap),
+            _ => 0.0,
+        }
+    };
+    moves.sort_by(|a, b| key(b).total_cmp(&key(a)));
 }
 
 /// `from` after [`KICK_MOVES`] random moves that keep it feasible (whatever

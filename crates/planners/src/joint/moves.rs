@@ -418,7 +418,12 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
         Move::ToSwap { gap } => {
             let g = &gaps[gap];
             if let (Some(after), Some(before)) = (g.after, g.before) {
-                gaps[gap] = hidden_swap(ctx, cost, g.tensor, after, before);
+                // Placed around the other gaps' copies where the link has
+                // room, else timed as if it were idle (the gap itself is a
+                // recomputation: it holds no link time).
+                let t = g.tensor;
+                gaps[gap] = placed_swap(ctx, cost, &gaps, t, after, before)
+                    .unwrap_or_else(|| hidden_swap(ctx, cost, t, after, before));
             }
         }
         Move::ToRecompute { gap } => {
@@ -597,6 +602,123 @@ fn in_from_host(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, first: usize) 
     }
 }
 
+/// A swap of `t` over `after..before` timed around the copies of the swaps
+/// in `others` (as the lowering starts those, on the order's compute
+/// times, without stalls):
+/// - the copy-out is counted done at the end of the earliest stretch after
+///   `after` ends that overlaps none of their copy-outs, and the memory is
+///   reclaimed by the first op that starts then. That is late on purpose:
+///   the in-order d2h stream may run it before a copy that starts later,
+///   but the op that waits for it then never stalls;
+/// - the copy-in is timed into the latest stretch that ends by the start
+///   of `before` and overlaps none of their copy-ins, started after the
+///   last op that ends by that stretch's start (so it may overlap an
+///   earlier copy by less than an op), and not before the reclaim.
+///
+/// `None` when the link has no such stretches in the interval.
+///
+/// Why: [`hidden_swap`] times the copies as if the link were idle, so
+/// where other swaps already use it, a recomputation turned into a swap
+/// ([`Move::ToSwap`]) had its copy-in queued behind theirs and the compute
+/// stream waited. With this timing and [`super::local`]'s ordering, the
+/// local search turns more recomputations into swaps (RESULTS.md, issue-16
+/// section, "Swaps placed on the idle link"). Placing the copy-out by
+/// stream order instead (done when the copies that start before it are)
+/// and the copy-in strictly clear of every other was measured too and did
+/// worse (same subsection).
+pub(crate) fn placed_swap(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    others: &[Gap],
+    t: TensorId,
+    after: usize,
+    before: usize,
+) -> Option<Gap> {
+    let start_s = |p: usize| ctx.prefix_time_s[p];
+    let end_s = |p: usize| ctx.prefix_time_s[p + 1];
+    let size_bytes = ctx.size(t);
+    let out_s = cost.d2h_time_s(size_bytes);
+    let in_s = cost.h2d_time_s(size_bytes);
+    let (busy_out, busy_in) = link_use(ctx, cost, others);
+    let out_begin_s = earliest_idle(&busy_out, end_s(after), out_s)?;
+    let reclaim = (after + 1..before).find(|&p| start_s(p) >= out_begin_s + out_s)?;
+    let in_begin_s = latest_idle(&busy_in, start_s(before), in_s)?;
+    // The copy-in starts when its prefetch position ends: the last that
+    // ends by `in_begin_s`.
+    let ends_by = ctx.prefix_time_s[1..=before].partition_point(|&e| e <= in_begin_s);
+    let prefetch = ends_by
+        .checked_sub(1)
+        .filter(|&p| p >= reclaim && p < before)?;
+    Some(Gap {
+        tensor: t,
+        after: Some(after),
+        before: Some(before),
+        how: Restore::Swap,
+        prefetch_after: Some(prefetch),
+        reclaim_before: Some(reclaim),
+    })
+}
+
+/// A copy's (start, end) in seconds.
+type Busy = (f64, f64);
+
+/// When the swaps of `gaps` keep each link busy, as (start, end) seconds
+/// on the order's compute times sorted by start: (d2h, h2d). A copy-out
+/// starts when its last use ends; a copy-in when its prefetch position
+/// ends, or without one when its copy-out is done (at the iteration's start
+/// for a tensor that begins on the host).
+fn link_use(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> (Vec<Busy>, Vec<Busy>) {
+    let end_s = |p: usize| ctx.prefix_time_s[p + 1];
+    let (mut out, mut inward) = (Vec::new(), Vec::new());
+    for g in gaps.iter().filter(|g| g.how == Restore::Swap) {
+        let size_bytes = ctx.size(g.tensor);
+        let out_s = cost.d2h_time_s(size_bytes);
+        let out_end_s = g.after.map(|a| {
+            out.push((end_s(a), end_s(a) + out_s));
+            end_s(a) + out_s
+        });
+        if g.before.is_some() {
+            let begin_s = g.prefetch_after.map(end_s).or(out_end_s).unwrap_or(0.0);
+            inward.push((begin_s, begin_s + cost.h2d_time_s(size_bytes)));
+        }
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    inward.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (out, inward)
+}
+
+/// The earliest start at or after `from_s` of a stretch of `len_s` that
+/// overlaps no interval of `busy` (sorted by start; they may overlap).
+/// Intervals after the one that moved the start begin later, so one pass
+/// suffices.
+fn earliest_idle(busy: &[Busy], from_s: f64, len_s: f64) -> Option<f64> {
+    let mut s = from_s;
+    for &(b, e) in busy {
+        if b >= s + len_s {
+            break;
+        }
+        if e > s {
+            s = e;
+        }
+    }
+    s.is_finite().then_some(s)
+}
+
+/// The latest start of a stretch of `len_s` that ends by `until_s` and
+/// overlaps no interval of `busy` (sorted by start; they may overlap);
+/// `None` if it would start before zero. Walking the intervals from the
+/// last start down, each overlap moves the stretch to end where that
+/// interval starts, before every interval already passed.
+fn latest_idle(busy: &[(f64, f64)], until_s: f64, len_s: f64) -> Option<f64> {
+    let mut s = until_s - len_s;
+    for &(b, e) in busy.iter().rev() {
+        if b < s + len_s && e > s {
+            s = b - len_s;
+        }
+    }
+    (s >= 0.0).then_some(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -760,5 +882,67 @@ mod tests {
             assert_eq!(next.gaps[gap].tensor, tensor);
             assert_ne!(schedule.gaps[gap].tensor, tensor);
         }
+    }
+
+    #[test]
+    fn a_placed_swap_counts_its_copy_out_after_the_others() {
+        let g = mlp_chain(12, 1024, 256);
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        let saved = ctx.saved_activations();
+        let (t, u) = (saved[2], saved[3]);
+        let (after, before) = ctx.forward_backward_gap(t).expect("a saved activation");
+        let (ua, ub) = ctx.forward_backward_gap(u).expect("a saved activation");
+        // Alone, the placed swap is the idle-link one's equal in reach.
+        let alone = placed_swap(&ctx, &cost, &[], t, after, before).expect("room on an idle link");
+        let (p, r) = (alone.prefetch_after.unwrap(), alone.reclaim_before.unwrap());
+        assert!(
+            after < r && r <= p && p < before,
+            "{after} {r} {p} {before}"
+        );
+        // Beside another swap (timed as if the link were idle), its
+        // copy-out is counted done only after the other's where they would
+        // overlap, so the memory comes back no earlier than alone; its
+        // copy-in starts after the reclaim and, as alone, is timed to end
+        // by the next use.
+        let other = hidden_swap(&ctx, &cost, u, ua, ub);
+        let placed = placed_swap(&ctx, &cost, std::slice::from_ref(&other), t, after, before)
+            .expect("room around one other swap");
+        assert!(placed.reclaim_before >= alone.reclaim_before);
+        let (p, r) = (
+            placed.prefetch_after.unwrap(),
+            placed.reclaim_before.unwrap(),
+        );
+        assert!(r <= p && p < before, "{r} {p} {before}");
+        let (_, copy_in) = link_use(&ctx, &cost, std::slice::from_ref(&placed));
+        assert!(copy_in[0].1 <= ctx.prefix_time_s[before] + 1e-12);
+        // The other's copy-out runs where this one's would start alone, so
+        // this one's stretch is moved past it.
+        let (out_other, _) = link_use(&ctx, &cost, std::slice::from_ref(&other));
+        let (out_alone, _) = link_use(&ctx, &cost, std::slice::from_ref(&alone));
+        let overlaps = out_other[0].0 < out_alone[0].1 && out_other[0].1 > out_alone[0].0;
+        assert!(overlaps, "{out_other:?} {out_alone:?}");
+        let done_s = out_other[0].1 + cost.d2h_time_s(ctx.size(t));
+        assert!(ctx.prefix_time_s[r] >= done_s - 1e-12);
+    }
+
+    #[test]
+    fn idle_stretches_skip_overlapping_copies() {
+        // (0, 100) covers (50, 60): a stretch of 10 ending by 90 would
+        // start before 0, so none; one from 5 on starts at 100.
+        let busy = [(0.0, 100.0), (50.0, 60.0)];
+        assert_eq!(latest_idle(&busy, 90.0, 10.0), None);
+        // Two busy stretches with a hole of 10 between them.
+        let busy = [(10.0, 20.0), (30.0, 40.0)];
+        assert_eq!(latest_idle(&busy, 38.0, 10.0), Some(20.0));
+        assert_eq!(latest_idle(&busy, 38.0, 11.0), None);
+        assert_eq!(latest_idle(&busy, 50.0, 10.0), Some(40.0));
+        assert_eq!(earliest_idle(&busy, 12.0, 10.0), Some(20.0));
+        assert_eq!(earliest_idle(&busy, 12.0, 11.0), Some(40.0));
+        assert_eq!(
+            earliest_idle(&[(0.0, 100.0), (50.0, 60.0)], 5.0, 10.0),
+            Some(100.0)
+        );
+        assert_eq!(earliest_idle(&[], 3.0, 1.0), Some(3.0));
     }
 }
