@@ -30,6 +30,7 @@
 //! the lowering or the verifier, and the search counts it as invalid.
 
 use crate::framework::Ctx;
+use crate::tensile::link::{earliest_slot, latest_slot, merged};
 use outcore_cost::CostModel;
 use outcore_graph::TensorId;
 use outcore_plan::{Gap, Restore, Schedule};
@@ -615,7 +616,9 @@ fn in_from_host(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, first: usize) 
 ///   last op that ends by that stretch's start (so it may overlap an
 ///   earlier copy by less than an op), and not before the reclaim.
 ///
-/// `None` when the link has no such stretches in the interval.
+/// `None` when the link has no such stretches in the interval. The stretches
+/// are found as TENSILE's link timeline finds its slots
+/// ([`crate::tensile::link`]), over the other swaps' copies merged.
 ///
 /// Why: [`hidden_swap`] times the copies as if the link were idle, so
 /// where other swaps already use it, a recomputation turned into a swap
@@ -639,10 +642,10 @@ pub(crate) fn placed_swap(
     let size_bytes = ctx.size(t);
     let out_s = cost.d2h_time_s(size_bytes);
     let in_s = cost.h2d_time_s(size_bytes);
-    let (busy_out, busy_in) = link_use(ctx, cost, others);
-    let out_begin_s = earliest_idle(&busy_out, end_s(after), out_s)?;
+    let [busy_out, busy_in] = link_use(ctx, cost, others);
+    let out_begin_s = earliest_slot(&busy_out, end_s(after), f64::INFINITY, out_s)?;
     let reclaim = (after + 1..before).find(|&p| start_s(p) >= out_begin_s + out_s)?;
-    let in_begin_s = latest_idle(&busy_in, start_s(before), in_s)?;
+    let in_begin_s = latest_slot(&busy_in, 0.0, start_s(before), in_s)?;
     // The copy-in starts when its prefetch position ends: the last that
     // ends by `in_begin_s`.
     let ends_by = ctx.prefix_time_s[1..=before].partition_point(|&e| e <= in_begin_s);
@@ -659,15 +662,12 @@ pub(crate) fn placed_swap(
     })
 }
 
-/// A copy's (start, end) in seconds.
-type Busy = (f64, f64);
-
-/// When the swaps of `gaps` keep each link busy, as (start, end) seconds
-/// on the order's compute times sorted by start: (d2h, h2d). A copy-out
-/// starts when its last use ends; a copy-in when its prefetch position
-/// ends, or without one when its copy-out is done (at the iteration's start
-/// for a tensor that begins on the host).
-fn link_use(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> (Vec<Busy>, Vec<Busy>) {
+/// When the swaps of `gaps` keep each link busy, as sorted, disjoint
+/// (start, end) seconds on the order's compute times: [d2h, h2d]. A
+/// copy-out starts when its last use ends; a copy-in when its prefetch
+/// position ends, or without one when its copy-out is done (at the
+/// iteration's start for a tensor that begins on the host).
+fn link_use(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> [Vec<(f64, f64)>; 2] {
     let end_s = |p: usize| ctx.prefix_time_s[p + 1];
     let (mut out, mut inward) = (Vec::new(), Vec::new());
     for g in gaps.iter().filter(|g| g.how == Restore::Swap) {
@@ -682,41 +682,7 @@ fn link_use(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> (Vec<Busy>, Ve
             inward.push((begin_s, begin_s + cost.h2d_time_s(size_bytes)));
         }
     }
-    out.sort_by(|a, b| a.0.total_cmp(&b.0));
-    inward.sort_by(|a, b| a.0.total_cmp(&b.0));
-    (out, inward)
-}
-
-/// The earliest start at or after `from_s` of a stretch of `len_s` that
-/// overlaps no interval of `busy` (sorted by start; they may overlap).
-/// Intervals after the one that moved the start begin later, so one pass
-/// suffices.
-fn earliest_idle(busy: &[Busy], from_s: f64, len_s: f64) -> Option<f64> {
-    let mut s = from_s;
-    for &(b, e) in busy {
-        if b >= s + len_s {
-            break;
-        }
-        if e > s {
-            s = e;
-        }
-    }
-    s.is_finite().then_some(s)
-}
-
-/// The latest start of a stretch of `len_s` that ends by `until_s` and
-/// overlaps no interval of `busy` (sorted by start; they may overlap);
-/// `None` if it would start before zero. Walking the intervals from the
-/// last start down, each overlap moves the stretch to end where that
-/// interval starts, before every interval already passed.
-fn latest_idle(busy: &[(f64, f64)], until_s: f64, len_s: f64) -> Option<f64> {
-    let mut s = until_s - len_s;
-    for &(b, e) in busy.iter().rev() {
-        if b < s + len_s && e > s {
-            s = b - len_s;
-        }
-    }
-    (s >= 0.0).then_some(s)
+    [merged(out), merged(inward)]
 }
 
 #[cfg(test)]
@@ -914,12 +880,12 @@ mod tests {
             placed.reclaim_before.unwrap(),
         );
         assert!(r <= p && p < before, "{r} {p} {before}");
-        let (_, copy_in) = link_use(&ctx, &cost, std::slice::from_ref(&placed));
+        let [_, copy_in] = link_use(&ctx, &cost, std::slice::from_ref(&placed));
         assert!(copy_in[0].1 <= ctx.prefix_time_s[before] + 1e-12);
         // The other's copy-out runs where this one's would start alone, so
         // this one's stretch is moved past it.
-        let (out_other, _) = link_use(&ctx, &cost, std::slice::from_ref(&other));
-        let (out_alone, _) = link_use(&ctx, &cost, std::slice::from_ref(&alone));
+        let [out_other, _] = link_use(&ctx, &cost, std::slice::from_ref(&other));
+        let [out_alone, _] = link_use(&ctx, &cost, std::slice::from_ref(&alone));
         let overlaps = out_other[0].0 < out_alone[0].1 && out_other[0].1 > out_alone[0].0;
         assert!(overlaps, "{out_other:?} {out_alone:?}");
         let done_s = out_other[0].1 + cost.d2h_time_s(ctx.size(t));
@@ -928,6 +894,14 @@ mod tests {
 
     #[test]
     fn idle_stretches_skip_overlapping_copies() {
+        // How `placed_swap` finds room: the copies merged, then the slots
+        // TENSILE's link timeline uses.
+        let latest_idle = |busy: &[(f64, f64)], until_s: f64, len_s: f64| {
+            latest_slot(&merged(busy.to_vec()), 0.0, until_s, len_s)
+        };
+        let earliest_idle = |busy: &[(f64, f64)], from_s: f64, len_s: f64| {
+            earliest_slot(&merged(busy.to_vec()), from_s, f64::INFINITY, len_s)
+        };
         // (0, 100) covers (50, 60): a stretch of 10 ending by 90 would
         // start before 0, so none; one from 5 on starts at 100.
         let busy = [(0.0, 100.0), (50.0, 60.0)];

@@ -98,7 +98,7 @@ impl Link {
     /// This direction's busy intervals merged with the other direction's that
     /// a copy priced `duplex` (or one way) may not overlap; sorted, disjoint.
     fn blocked_with(&self, other: &Link, duplex: bool) -> Vec<(f64, f64)> {
-        let mut all: Vec<(f64, f64)> = self
+        let all: Vec<(f64, f64)> = self
             .busy
             .iter()
             .map(|&(s, e, _)| (s, e))
@@ -110,21 +110,31 @@ impl Link {
                     .map(|&(s, e, _)| (s, e)),
             )
             .collect();
-        all.sort_by(|x, y| x.0.total_cmp(&y.0));
-        let mut merged: Vec<(f64, f64)> = Vec::with_capacity(all.len());
-        for (s, e) in all {
-            match merged.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
-            }
-        }
-        merged
+        merged(all)
     }
+}
+
+/// `busy` (any order, possibly overlapping) as sorted, disjoint intervals.
+pub(crate) fn merged(mut busy: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    busy.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(busy.len());
+    for (s, e) in busy {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
 }
 
 /// The earliest start `s >= lo_s` with `[s, s + duration_s]` clear of `busy`
 /// (sorted, disjoint) and ending by `hi_s`.
-fn earliest_slot(busy: &[(f64, f64)], lo_s: f64, hi_s: f64, duration_s: f64) -> Option<f64> {
+pub(crate) fn earliest_slot(
+    busy: &[(f64, f64)],
+    lo_s: f64,
+    hi_s: f64,
+    duration_s: f64,
+) -> Option<f64> {
     let mut s = lo_s;
     for &(b0, b1) in busy {
         if b1 <= s + TIME_EPS_S {
@@ -140,7 +150,12 @@ fn earliest_slot(busy: &[(f64, f64)], lo_s: f64, hi_s: f64, duration_s: f64) -> 
 
 /// The latest start `s` with `[s, s + duration_s]` clear of `busy`, `s >=
 /// lo_s` and `s + duration_s <= hi_s`.
-fn latest_slot(busy: &[(f64, f64)], lo_s: f64, hi_s: f64, duration_s: f64) -> Option<f64> {
+pub(crate) fn latest_slot(
+    busy: &[(f64, f64)],
+    lo_s: f64,
+    hi_s: f64,
+    duration_s: f64,
+) -> Option<f64> {
     let mut e = hi_s;
     for &(b0, b1) in busy.iter().rev() {
         if b0 + TIME_EPS_S >= e {
