@@ -64,6 +64,7 @@ fn no_plan_is_faster_than_the_bound() {
                     time_limit_s: 2.0,
                     allocator: &AllocatorSpec::Perfect,
                     order: None,
+                    fingerprint: None,
                 };
                 let Ok(PlanOutcome::Feasible(plan)) = planner.plan(&request) else {
                     continue;
@@ -113,6 +114,7 @@ fn assert_no_planner_fits(g: &Graph, cost: &dyn CostModel, budget: u64) {
             time_limit_s: 2.0,
             allocator: &AllocatorSpec::Perfect,
             order: None,
+            fingerprint: None,
         };
         if let Ok(PlanOutcome::Feasible(plan)) = planner.plan(&request) {
             assert!(

@@ -35,9 +35,9 @@ pub mod testing;
 use outcore_cost::CostModel;
 use outcore_graph::Graph;
 use outcore_plan::{
-    AllocatorSpec, CompactProgram, LowerScratch, MemoryBound, Plan, PlannerInfo, Schedule,
-    ScheduleError, VerifyScratch, Violation, ViolationKind, graph_fingerprint, lower_into,
-    verify_program,
+    AllocatorSpec, CompactProgram, LowerScratch, MemoryBound, Plan, PlannerInfo, PreparedGraph,
+    Schedule, ScheduleError, VerifyScratch, Violation, ViolationKind, graph_fingerprint,
+    lower_into, verify_program,
 };
 use outcore_sim::{
     SimError, SimOom, SimOptions, SimPrepared, SimReport, SimScratch, StreamBusy, simulate_program,
@@ -151,13 +151,42 @@ impl<'g> Evaluator<'g> {
         budget_bytes: u64,
         allocator: AllocatorSpec,
     ) -> Self {
+        Self::with_fingerprint(
+            graph,
+            cost,
+            budget_bytes,
+            allocator,
+            graph_fingerprint(graph),
+        )
+    }
+
+    /// [`Evaluator::new`] with the graph's fingerprint already computed
+    /// (`fingerprint` must be `graph_fingerprint(graph)`): it serialises the
+    /// whole graph, and a portfolio of searches on one graph needs it once.
+    pub fn with_fingerprint(
+        graph: &'g Graph,
+        cost: &dyn CostModel,
+        budget_bytes: u64,
+        allocator: AllocatorSpec,
+        fingerprint: String,
+    ) -> Self {
         Evaluator {
             graph,
             sim: SimPrepared::new(graph, cost),
-            fingerprint: graph_fingerprint(graph),
+            fingerprint,
             budget_bytes,
             allocator,
         }
+    }
+
+    /// The graph's fingerprint, as every plan of this evaluator carries it.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// The graph's lookup tables.
+    pub fn prepared(&self) -> &PreparedGraph {
+        &self.sim.graph
     }
 
     pub fn graph(&self) -> &'g Graph {

@@ -112,6 +112,7 @@ fn checkpoint_plans_recompute_batch_norm_and_dropout_bit_identically() {
                 time_limit_s: 10.0,
                 allocator: &outcore_plan::AllocatorSpec::Perfect,
                 order: None,
+                fingerprint: None,
             };
             let plan = match planner.plan(&request).expect("no planner error") {
                 PlanOutcome::Feasible(p) => *p,
@@ -204,6 +205,7 @@ fn an_imported_pytorch_graph_recomputes_batch_norm_bit_identically() {
         time_limit_s: 10.0,
         allocator: &outcore_plan::AllocatorSpec::Perfect,
         order: None,
+        fingerprint: None,
     };
     let PlanOutcome::Feasible(plan) = planner.plan(&request).expect("no planner error") else {
         panic!("checkpoint-sqrt finds no plan at 85%");

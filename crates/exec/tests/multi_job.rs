@@ -47,6 +47,7 @@ fn planned(planner: &str, g: &Graph, percent: u64) -> (Plan, Option<Vec<StepRef>
         time_limit_s: 30.0,
         allocator: &allocator,
         order: None,
+        fingerprint: None,
     };
     let p = outcore_planners::by_name(planner).expect("planner exists");
     let plan = match p.plan(&request) {

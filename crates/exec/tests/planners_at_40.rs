@@ -91,6 +91,7 @@ fn run_planners_at_40_with(
             time_limit_s: planning.time_limit_s,
             allocator: &request_allocator,
             order: None,
+            fingerprint: None,
         };
         // An empty `offsets` layout asks for the plan's own: planned in bytes,
         // laid out, replanned lower while the layout misses the budget.

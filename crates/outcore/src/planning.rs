@@ -363,6 +363,7 @@ pub(crate) fn plan_and_check(
         time_limit_s: options.time_limit_s,
         allocator: &target.allocator,
         order: None,
+        fingerprint: None,
     };
     let t0 = Instant::now();
     // An `offsets` request: plan in bytes, then lay the plan out.

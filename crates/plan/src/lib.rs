@@ -29,6 +29,7 @@ pub use planner::{
 pub use prepared::PreparedGraph;
 pub use program::{CompactProgram, Program, ProgramSink, StepInstr};
 pub use schedule::{
-    Gap, LowerScratch, Restore, Schedule, ScheduleError, lower_into, lower_schedule, use_positions,
+    Gap, LowerScratch, Restore, Schedule, ScheduleError, lower_into, lower_schedule,
+    lower_schedule_prepared, use_positions,
 };
 pub use verify::{MemoryBound, VerifyScratch, Violation, ViolationKind, verify, verify_program};

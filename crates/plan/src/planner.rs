@@ -24,6 +24,13 @@ pub struct PlanRequest<'a> {
     /// (`None`: the graph's own order). A bad order is a
     /// [`PlannerErrorKind::InvalidRequest`].
     pub order: Option<&'a [OpId]>,
+    /// `graph`'s [`graph_fingerprint`](crate::graph_fingerprint), when the
+    /// caller has it (`None`: computed where a plan needs it). It serialises
+    /// the whole graph, milliseconds on a large one, and every search and
+    /// every plan needs it: a portfolio (outcore's joint planner runs a few
+    /// dozen planners and merges) computes it once and hands it down. It must
+    /// be the fingerprint of `graph`.
+    pub fingerprint: Option<&'a str>,
 }
 
 impl<'a> PlanRequest<'a> {
@@ -38,6 +45,7 @@ impl<'a> PlanRequest<'a> {
             time_limit_s: 60.0,
             allocator: &AllocatorSpec::Perfect,
             order: None,
+            fingerprint: None,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! tensor is off the device, restored by swapping or recomputation), and their
 //! lowering to the one Plan with every copy, free and wait in place.
 
-use crate::plan::{Plan, PlannerInfo, Residency, StepRef, Stream};
+use crate::plan::{Plan, PlannerInfo, Residency, StepRef, Stream, graph_fingerprint};
 use crate::prepared::PreparedGraph;
 use crate::program::{ProgramSink, StepInstr};
 use outcore_graph::{Graph, OpId, TensorId};
@@ -112,11 +112,31 @@ pub fn lower_schedule(
     info: PlannerInfo,
     budget_bytes: u64,
 ) -> Result<Plan, ScheduleError> {
-    let prepared = PreparedGraph::new(graph);
-    let mut plan = Plan::new(graph, info, budget_bytes);
+    lower_schedule_prepared(
+        graph,
+        &PreparedGraph::new(graph),
+        graph_fingerprint(graph),
+        schedule,
+        info,
+        budget_bytes,
+    )
+}
+
+/// [`lower_schedule`] with the graph's lookup tables and fingerprint already
+/// at hand (`prepared` must be `PreparedGraph::new(graph)` and `fingerprint`
+/// `graph_fingerprint(graph)`): a search lowers many schedules of one graph.
+pub fn lower_schedule_prepared(
+    graph: &Graph,
+    prepared: &PreparedGraph,
+    fingerprint: String,
+    schedule: &Schedule,
+    info: PlannerInfo,
+    budget_bytes: u64,
+) -> Result<Plan, ScheduleError> {
+    let mut plan = Plan::with_fingerprint(graph, info, budget_bytes, fingerprint);
     lower_into(
         graph,
-        &prepared,
+        prepared,
         schedule,
         &mut LowerScratch::default(),
         &mut plan,

@@ -5,7 +5,9 @@
 
 use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_graph::{Graph, footprint, zoo};
-use outcore_plan::{Plan, PlanOutcome, PlanRequest, Planner, eager_update_order, verify};
+use outcore_plan::{
+    Plan, PlanOutcome, PlanRequest, Planner, eager_update_order, graph_fingerprint, verify,
+};
 use outcore_planners::Joint;
 use outcore_planners::joint::EAGER_ORDER_SEEDS;
 use outcore_sim::{SimOptions, simulate};
@@ -154,6 +156,31 @@ fn the_same_seed_gives_the_same_plan() {
     let (a, b) = (plan(), plan());
     assert_eq!(a.streams, b.streams);
     assert_eq!(a.planner.settings, b.planner.settings);
+}
+
+/// The joint planner computes the graph's fingerprint once and hands it to
+/// every seed and search (`PlanRequest::fingerprint`): the plan carries the
+/// graph's own, and a request that brings it gets the same plan.
+#[test]
+fn the_plan_carries_the_graphs_fingerprint() {
+    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
+    let (fp, _) = footprint(&g);
+    let fingerprint = graph_fingerprint(&g);
+    let plan = |request: &PlanRequest<'_>| match bounded().plan(request) {
+        Ok(PlanOutcome::Feasible(p)) => p,
+        other => panic!("outcore on tiny-cnn at 40%: {other:?}"),
+    };
+    let asked = request(&g, &cost, fp * 2 / 5);
+    let computed = plan(&asked);
+    let given = plan(&PlanRequest {
+        fingerprint: Some(&fingerprint),
+        ..asked
+    });
+    assert_eq!(computed.graph.fingerprint, fingerprint);
+    assert!(computed.check_graph(&g).is_ok());
+    assert_eq!(computed.streams, given.streams);
+    assert_eq!(given.graph.fingerprint, fingerprint);
 }
 
 /// HOME runs inside `outcore` as restarts with a doubling swarm, each with the

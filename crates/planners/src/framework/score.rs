@@ -36,8 +36,8 @@ use outcore_eval::{Evaluator, Scratch};
 use outcore_graph::{Graph, TensorId};
 use outcore_plan::{
     AllocatorSpec, Gap, Infeasible, InfeasibleKind, Instr, Plan, PlanOutcome, PlanRequest,
-    PlannerError, PlannerErrorKind, PlannerInfo, Schedule, StepRef, fmt_bytes, lower_schedule,
-    verify,
+    PlannerError, PlannerErrorKind, PlannerInfo, Schedule, StepRef, fmt_bytes, graph_fingerprint,
+    lower_schedule_prepared, verify,
 };
 use outcore_sim::{SimOptions, simulate};
 use rayon::prelude::*;
@@ -134,11 +134,14 @@ impl<'s, 'g> Search<'s, 'g> {
             request: *request,
             name,
             deadline: now.checked_add(limit).unwrap_or(now),
-            evaluator: Evaluator::new(
+            evaluator: Evaluator::with_fingerprint(
                 ctx.graph,
                 request.cost,
                 request.budget_bytes,
                 evaluator_allocator,
+                request
+                    .fingerprint
+                    .map_or_else(|| graph_fingerprint(ctx.graph), str::to_owned),
             ),
             size_pool_per_candidate,
         }
@@ -155,8 +158,15 @@ impl<'s, 'g> Search<'s, 'g> {
             seed: None,
             settings,
         };
-        lower_schedule(self.ctx.graph, schedule, info, self.request.budget_bytes)
-            .map_err(|e| self.error(PlannerErrorKind::Lowering, e.to_string()))
+        lower_schedule_prepared(
+            self.ctx.graph,
+            self.evaluator.prepared(),
+            self.evaluator.fingerprint().to_owned(),
+            schedule,
+            info,
+            self.request.budget_bytes,
+        )
+        .map_err(|e| self.error(PlannerErrorKind::Lowering, e.to_string()))
     }
 
     /// The one scoring path (module doc).

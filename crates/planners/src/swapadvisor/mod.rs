@@ -80,7 +80,7 @@ use outcore_eval::{Evaluator, Scratch, SimSummary};
 use outcore_graph::Graph;
 use outcore_plan::{
     AllocatorSpec, Infeasible, InfeasibleKind, PlanOutcome, PlanRequest, Planner, PlannerError,
-    PlannerErrorKind, fmt_bytes,
+    PlannerErrorKind, fmt_bytes, graph_fingerprint,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -251,11 +251,14 @@ enum Judged {
 impl<'a, 'g> Env<'a, 'g> {
     fn new(planner: &'a SwapAdvisor, ctx: &'a Ctx<'g>, request: &'a PlanRequest<'g>) -> Self {
         let graph = request.graph;
-        let evaluator = Evaluator::new(
+        let evaluator = Evaluator::with_fingerprint(
             graph,
             request.cost,
             request.budget_bytes,
             AllocatorSpec::Perfect,
+            request
+                .fingerprint
+                .map_or_else(|| graph_fingerprint(graph), str::to_owned),
         );
         let facts = Facts::new(graph, request.cost, evaluator.op_time_s());
         let ts = tensor_sizes(graph);
