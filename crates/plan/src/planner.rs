@@ -48,6 +48,12 @@ impl<'a> PlanRequest<'a> {
             fingerprint: None,
         }
     }
+
+    /// The graph's fingerprint: the one the request carries, else computed.
+    pub fn graph_fingerprint(&self) -> String {
+        self.fingerprint
+            .map_or_else(|| crate::graph_fingerprint(self.graph), str::to_owned)
+    }
 }
 
 /// Why no plan exists under a planner. Every planner scores its candidates

@@ -36,7 +36,7 @@ use outcore_eval::{Evaluator, Scratch};
 use outcore_graph::{Graph, TensorId};
 use outcore_plan::{
     AllocatorSpec, Gap, Infeasible, InfeasibleKind, Instr, Plan, PlanOutcome, PlanRequest,
-    PlannerError, PlannerErrorKind, PlannerInfo, Schedule, StepRef, fmt_bytes, graph_fingerprint,
+    PlannerError, PlannerErrorKind, PlannerInfo, Schedule, StepRef, fmt_bytes,
     lower_schedule_prepared, verify,
 };
 use outcore_sim::{SimOptions, simulate};
@@ -139,9 +139,7 @@ impl<'s, 'g> Search<'s, 'g> {
                 request.cost,
                 request.budget_bytes,
                 evaluator_allocator,
-                request
-                    .fingerprint
-                    .map_or_else(|| graph_fingerprint(ctx.graph), str::to_owned),
+                request.graph_fingerprint(),
             ),
             size_pool_per_candidate,
         }

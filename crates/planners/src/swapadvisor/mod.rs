@@ -80,7 +80,7 @@ use outcore_eval::{Evaluator, Scratch, SimSummary};
 use outcore_graph::Graph;
 use outcore_plan::{
     AllocatorSpec, Infeasible, InfeasibleKind, PlanOutcome, PlanRequest, Planner, PlannerError,
-    PlannerErrorKind, fmt_bytes, graph_fingerprint,
+    PlannerErrorKind, fmt_bytes,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -256,9 +256,7 @@ impl<'a, 'g> Env<'a, 'g> {
             request.cost,
             request.budget_bytes,
             AllocatorSpec::Perfect,
-            request
-                .fingerprint
-                .map_or_else(|| graph_fingerprint(graph), str::to_owned),
+            request.graph_fingerprint(),
         );
         let facts = Facts::new(graph, request.cost, evaluator.op_time_s());
         let ts = tensor_sizes(graph);
