@@ -126,6 +126,23 @@ impl<'g> Ctx<'g> {
         self.prefix_time_s[hi.min(self.n)] - self.prefix_time_s[lo.min(self.n)]
     }
 
+    /// How many of the positions `0..to` have ended by `time_s`, on the
+    /// order's compute times without stalls; the last of them (that count
+    /// minus one) is the position a copy starting at `time_s` follows.
+    pub fn ending_by(&self, to: usize, time_s: f64) -> usize {
+        self.prefix_time_s[1..=to].partition_point(|&e| e <= time_s)
+    }
+
+    /// The first position of `from..limit` whose op starts at or after
+    /// `time_s` (compute times without stalls, which only grow).
+    pub fn first_starting_from(&self, from: usize, limit: usize, time_s: f64) -> Option<usize> {
+        if from >= limit {
+            return None;
+        }
+        let p = from + self.prefix_time_s[from..limit].partition_point(|&s| s < time_s);
+        (p < limit).then_some(p)
+    }
+
     pub fn size(&self, t: TensorId) -> u64 {
         self.graph.tensor(t).size_bytes
     }

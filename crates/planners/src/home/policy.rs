@@ -236,8 +236,7 @@ pub fn prefetch_as_late_as_possible(model: &Algorithm2<'_, '_>, gaps: &mut [Gap]
         link_free_from_s = start_s;
         // The latest p in [a, b - 1] whose op ends by `start_s`:
         // prefix_time_s[p + 1] <= start_s.
-        let ends_by = ctx.prefix_time_s[1..=b].partition_point(|&e| e <= start_s);
-        let p = ends_by.saturating_sub(1).clamp(a, b - 1);
+        let p = ctx.ending_by(b, start_s).saturating_sub(1).clamp(a, b - 1);
         g.prefetch_after = Some(p);
     }
 }

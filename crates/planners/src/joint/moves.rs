@@ -644,12 +644,12 @@ pub(crate) fn placed_swap(
     let in_s = cost.h2d_time_s(size_bytes);
     let [busy_out, busy_in] = link_use(ctx, cost, others);
     let out_begin_s = earliest_slot(&busy_out, end_s(after), f64::INFINITY, out_s)?;
-    let reclaim = (after + 1..before).find(|&p| start_s(p) >= out_begin_s + out_s)?;
+    let reclaim = ctx.first_starting_from(after + 1, before, out_begin_s + out_s)?;
     let in_begin_s = latest_slot(&busy_in, 0.0, start_s(before), in_s)?;
     // The copy-in starts when its prefetch position ends: the last that
     // ends by `in_begin_s`.
-    let ends_by = ctx.prefix_time_s[1..=before].partition_point(|&e| e <= in_begin_s);
-    let prefetch = ends_by
+    let prefetch = ctx
+        .ending_by(before, in_begin_s)
         .checked_sub(1)
         .filter(|&p| p >= reclaim && p < before)?;
     Some(Gap {

@@ -616,8 +616,10 @@ fn queued_offloads(
         link_free_from_s = begin_s;
         // The last position whose op ends by `begin_s` (the swap-in starts
         // after it), before `first`.
-        let ends_by = ctx.prefix_time_s[1..=first].partition_point(|&e| e <= begin_s);
-        let prefetch = ends_by.saturating_sub(1).min(first.saturating_sub(1));
+        let prefetch = ctx
+            .ending_by(first, begin_s)
+            .saturating_sub(1)
+            .min(first.saturating_sub(1));
         gaps.push(Gap {
             tensor: t,
             after: None,
@@ -642,7 +644,7 @@ fn queued_offloads(
             how: Restore::Swap,
             prefetch_after: None,
             // The first position after `last` that starts once the copy is done.
-            reclaim_before: (last + 1..ctx.n).find(|&p| start_s(p) >= finish_s),
+            reclaim_before: ctx.first_starting_from(last + 1, ctx.n, finish_s),
         });
     }
     gaps
