@@ -107,7 +107,7 @@ use local::Cost;
 use outcore_graph::OpId;
 use outcore_plan::{
     Infeasible, InfeasibleKind, Plan, PlanOutcome, PlanRequest, Planner, PlannerError,
-    PlannerErrorKind, Schedule, check_order, eager_update_order, graph_fingerprint,
+    PlannerErrorKind, Schedule, check_order, eager_update_order,
 };
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -354,17 +354,10 @@ impl Planner for Joint {
         let started = Instant::now();
         // Every seed, merge and search below needs the graph's fingerprint:
         // computed once here instead of once (or twice) by each of them.
-        let fingerprint;
-        let with_fingerprint;
-        let request = if request.fingerprint.is_some() {
-            request
-        } else {
-            fingerprint = graph_fingerprint(request.graph);
-            with_fingerprint = PlanRequest {
-                fingerprint: Some(&fingerprint),
-                ..*request
-            };
-            &with_fingerprint
+        let fingerprint = request.graph_fingerprint();
+        let request = &PlanRequest {
+            fingerprint: Some(&fingerprint),
+            ..*request
         };
         let total = Duration::try_from_secs_f64(request.time_limit_s.max(0.0))
             .unwrap_or(Duration::from_secs(u64::MAX / 4));
