@@ -52,10 +52,14 @@
 //!    over `(p, a)` is found by nested ternary search (see [`solve`]).
 //!
 //! 5. **The cut's program.** The relaxation takes a recomputation's inputs
-//!    as at hand. At the start of each cut op, [`LpGraph`] solves a linear
-//!    program where a recomputation counts only as far as its inputs are
-//!    present, copied in or recomputed themselves, the cut op's working set
-//!    is present, and each copy keeps to its window (see [`lp`]'s doc).
+//!    as at hand, and counts only what an ancestor makes for a descendant.
+//!    At the start of each cut op, [`LpGraph`] solves a linear program
+//!    where a recomputation counts only as far as its inputs are present,
+//!    copied in or recomputed themselves, the cut op's working set is
+//!    present, each copy keeps to its window, and an op that is neither an
+//!    ancestor nor a descendant of the cut op runs on the side the program
+//!    chooses, its inputs or its outputs needed across the cut accordingly
+//!    (see [`lp`]'s doc).
 //!
 //! The bound is `max(C, max over cuts c of T*(c) and of the program's optimum
 //! at c)`. Cuts are spread over the
@@ -76,7 +80,7 @@ use outcore_graph::{Graph, OpId};
 use serde::Serialize;
 
 pub use cut::{CutItems, Recompute, cut_items};
-pub use lp::{LpCut, LpGraph};
+pub use lp::{LpChoice, LpCut, LpGraph, StorageChoice};
 pub use solve::{Relaxed, solve};
 
 /// At most this many cuts are tried (each costs a pass over the graph).
@@ -140,11 +144,51 @@ pub struct CutBound {
     pub relaxed: Relaxed,
 }
 
+/// The cut program at the end of the forward pass, where the activations
+/// peak (the later of the two cuts around the first backward op that gives
+/// more), with the choice behind its optimum: which storages it keeps, swaps
+/// and recomputes there. A planner may start from it; it is not a plan (it
+/// says nothing of the other moments). `None` when nothing must leave the
+/// device there, the graph has no backward op, or the solver fails.
+///
+/// Only these two cuts are solved (a fraction of [`lower_bound`]'s time:
+/// on backward cuts the programs are larger), since the program that sets
+/// the bound is at one of them on every suite graph measured.
+pub fn forward_end_program(
+    graph: &Graph,
+    cost: &dyn CostModel,
+    budget_bytes: u64,
+) -> Option<LpChoice> {
+    let ends = forward_end_cuts(graph)?;
+    let op_time_s = op_times_s(graph, cost);
+    let compute_s: f64 = op_time_s.iter().sum();
+    let (in_rate, out_rate) = fastest_rates(cost);
+    let programs = LpGraph::new(graph, &op_time_s, compute_s);
+    ends.into_iter()
+        .filter_map(|c| programs.solve_choice(c, budget_bytes, in_rate, out_rate))
+        .filter(|choice| choice.optimum.time_s > compute_s)
+        .max_by(|a, b| a.optimum.time_s.total_cmp(&b.optimum.time_s))
+}
+
+/// Each op's time under `cost` (negative times taken as zero).
+fn op_times_s(graph: &Graph, cost: &dyn CostModel) -> Vec<f64> {
+    (0..graph.ops.len())
+        .map(|i| cost.op_time_s(graph, OpId(i as u32)).max(0.0))
+        .collect()
+}
+
+/// The fastest either direction can ever move bytes: (in, out) in bytes/s.
+fn fastest_rates(cost: &dyn CostModel) -> (f64, f64) {
+    let rates = cost.copy_rates();
+    (
+        rates.one_way_bytes_per_s[0].max(rates.duplex_bytes_per_s[0]),
+        rates.one_way_bytes_per_s[1].max(rates.duplex_bytes_per_s[1]),
+    )
+}
+
 /// The lower bound for `graph` on `cost`'s device under `budget_bytes`.
 pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bound {
-    let op_time_s: Vec<f64> = (0..graph.ops.len())
-        .map(|i| cost.op_time_s(graph, OpId(i as u32)).max(0.0))
-        .collect();
+    let op_time_s = op_times_s(graph, cost);
     if let Some((op, working_set_bytes)) = largest_working_set_over(graph, budget_bytes) {
         return Bound::NoPlan {
             op,
@@ -153,10 +197,7 @@ pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bo
         };
     }
     let compute_s: f64 = op_time_s.iter().sum();
-    let rates = cost.copy_rates();
-    // The fastest either direction can ever move bytes.
-    let in_rate = rates.one_way_bytes_per_s[0].max(rates.duplex_bytes_per_s[0]);
-    let out_rate = rates.one_way_bytes_per_s[1].max(rates.duplex_bytes_per_s[1]);
+    let (in_rate, out_rate) = fastest_rates(cost);
     let mut best = TimeBound {
         time_s: compute_s,
         compute_s,
@@ -228,17 +269,19 @@ fn cut_candidates(graph: &Graph) -> Vec<OpId> {
     let n = graph.ops.len();
     let step = n.div_ceil(MAX_CUTS).max(1);
     let mut cuts: Vec<OpId> = (0..n).step_by(step).map(|i| OpId(i as u32)).collect();
-    if let Some(first_backward) = graph
-        .ops
-        .iter()
-        .find(|o| o.phase == outcore_graph::Phase::Backward)
-    {
-        // The op just before it is the last one the forward pass needs.
-        let i = first_backward.id.index();
-        cuts.push(OpId(i.saturating_sub(1) as u32));
-        cuts.push(first_backward.id);
-    }
+    cuts.extend(forward_end_cuts(graph).into_iter().flatten());
     cuts.sort_unstable();
     cuts.dedup();
     cuts
+}
+
+/// The cuts at the end of the forward pass: at the op just before the first
+/// backward op (the last one the forward pass needs) and at that op.
+fn forward_end_cuts(graph: &Graph) -> Option<[OpId; 2]> {
+    let first_backward = graph
+        .ops
+        .iter()
+        .find(|o| o.phase == outcore_graph::Phase::Backward)?
+        .id;
+    Some([OpId(first_backward.0.saturating_sub(1)), first_backward])
 }

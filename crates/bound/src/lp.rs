@@ -13,20 +13,30 @@
 //! # The program
 //!
 //! The cut is at the *start* of op `c`: the ancestors `A` of `c` (without
-//! `c`) have run, `c` and its descendants `D` have not. At that moment `c`'s
-//! inputs, outputs and workspace are allocated (the working set `W`, fixed
-//! present). `N` is the set of storages that an op of `{c} ∪ D` reads or
-//! writes and that were produced by `A` or are persistent or batch inputs.
+//! `c`) have run, `c` and its descendants `D` have not. The other ops are
+//! *free*: an order may run each on either side (a `clone` that a PyTorch
+//! export saves for a backward op reads a forward output but feeds no
+//! ancestor of the loss). For each free op `f` a fraction `x_f` runs
+//! before the cut (`x = 1` for the ops of `A`, `0` for `{c} ∪ D`), with
+//! `x_q <= x_p` when free `q` reads free `p` (a first run follows its
+//! inputs'). At that moment `c`'s inputs, outputs and workspace are
+//! allocated (the working set `W`, fixed present). `N` is the set of
+//! storages that an op outside `A` reads or writes and that were produced
+//! by an op outside `{c} ∪ D` or are persistent or batch inputs.
 //! `X` is the set of activation storages that feed, within [`DEPTH`]
 //! producer steps, the recomputation of a storage of `N`. For every storage
 //! `g` of `(N ∪ X) \ W` there are fractions `k_g` (present at the cut) and
 //! `s_g` (swapped in after it), and for every recomputable producer `p` of
 //! one of them a fraction `r_p` (re-run after the cut):
 //!
-//! - every `g ∈ N` is restored: `k_g + s_g + r_{p(g)} >= 1`;
-//! - a recomputation has its inputs: `r_p <= k_x + s_x + r_{p(x)}` for every
-//!   input storage `x` of `p` in `N ∪ X` (inputs outside it are taken as
-//!   available, which only lowers the bound);
+//! - every `g ∈ N` is restored as far as its producer `p` runs before the
+//!   cut and a user `q` after it: `k_g + s_g + r_p >= x_p - x_q` for every
+//!   such `q` (`>= 1` for a producer in `A` and a user in `{c} ∪ D`);
+//! - a recomputation has its inputs: `r_p <= k_y + s_y + r_{p(y)}` for every
+//!   input storage `y` of `p` in `N ∪ X`, plus `1 - x_{p(y)}` when `p(y)` is
+//!   free (run after the cut, it makes `y` there); inputs outside the set,
+//!   and those of free producers that no restoration row names, are taken
+//!   as available, which only lowers the bound;
 //! - memory at the cut: `Σ k_g size_g <= B - size(W)`;
 //! - time, with `R = Σ t_p r_p`, `S_a` the swapped activation bytes (each
 //!   copied out before the cut, since it was produced on the device and
@@ -34,15 +44,20 @@
 //!   bytes of persistent tensors that an op updates (copied out once per
 //!   iteration, as in step 3): `T >= C + R`,
 //!   `T >= max(F, S_a / r_out) + max(G + R, S / r_in)` with `F` the compute
-//!   time of `A` and `G` that of `{c} ∪ D`, and `T >= (S_a + S_u) / r_out`.
+//!   time of `A` plus `Σ x_f t_f` and `G` that of `{c} ∪ D` plus
+//!   `Σ (1 - x_f) t_f` (the free ops no row names share one variable), and
+//!   `T >= (S_a + S_u) / r_out`.
 //!
-//! Minimise `T`. Any valid plan gives a feasible point: `k_g = 1` for what is
+//! Minimise `T`. Any valid plan gives a feasible point: `x_f = 1` if free
+//! `f` first runs before the start of `c`; `k_g = 1` for what is
 //! allocated at the start of `c`; otherwise `s_g = 1` if the first time `g`
 //! is made valid again after the cut is a swap-in; and `r_p = 1` if `p` runs
-//! again after the cut at all. Each `g ∈ N` is read after the cut, so it is
-//! restored before its first reader, by a swap-in or a re-run; an input of a
-//! re-run that was absent at the cut was made valid before it, the same two
-//! ways, since its producer, an ancestor of `p`, ran before the cut. A first
+//! again after the cut at all. A row of `g ∈ N` asks for something only
+//! when `p` ran before the cut and `q` runs after it; then `g` is restored
+//! before `q`, by a swap-in or a re-run. An input of a re-run that was
+//! absent at the cut was made valid before it the same two ways when its
+//! producer ran before the cut, or else by that producer's first run after
+//! it (the `1 - x` term; a producer in `A` always ran before). A first
 //! restoration by swap-in copies from the host, so (for an activation) a
 //! copy-out ran before the cut, after the producer's first run. So the
 //! program's minimum is at most the plan's time.
@@ -75,6 +90,35 @@ pub struct LpCut {
     pub swapped_bytes: f64,
     /// Storages with variables (the program's size).
     pub storages: usize,
+}
+
+/// One storage's part in the program's optimum at a cut: fractions of it
+/// present at the cut, swapped in after it, and restored by re-running its
+/// producer (each in `[0, 1]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StorageChoice {
+    pub storage: TensorId,
+    /// Whether an op that runs (or may run) after the cut reads or writes it
+    /// (else it is only an input of a recomputation).
+    pub needed: bool,
+    pub kept: f64,
+    pub swapped: f64,
+    pub recomputed: f64,
+}
+
+/// The program's optimum at one cut with the choice behind it: what a
+/// planner can start from (`outcore`'s "bound's program" start).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LpChoice {
+    /// The op at whose start the cut is.
+    pub cut: OpId,
+    pub optimum: LpCut,
+    /// Every storage with variables (activations produced before the cut,
+    /// persistent tensors and batch inputs above a millionth of the budget).
+    pub storages: Vec<StorageChoice>,
+    /// The free ops (neither ancestors nor descendants of the cut op) that
+    /// the optimum runs mostly after the cut, in the graph's order.
+    pub deferred: Vec<OpId>,
 }
 
 /// Facts shared by every cut of one graph.
@@ -125,21 +169,28 @@ impl<'g> LpGraph<'g> {
         in_bytes_per_s: f64,
         out_bytes_per_s: f64,
     ) -> Option<LpCut> {
+        self.solve_choice(cut, budget_bytes, in_bytes_per_s, out_bytes_per_s)
+            .map(|choice| choice.optimum)
+    }
+
+    /// [`LpGraph::solve`] with the per-storage choice at the optimum.
+    pub fn solve_choice(
+        &self,
+        cut: OpId,
+        budget_bytes: u64,
+        in_bytes_per_s: f64,
+        out_bytes_per_s: f64,
+    ) -> Option<LpChoice> {
         let graph = self.graph;
         let c = cut.index();
-        let n = graph.ops.len();
-        let mut before = ancestors_and_self(graph, cut);
-        before[c] = false;
-        let mut after = descendants(graph, cut);
-        after[c] = true;
-        let before_s: f64 = (0..n)
-            .filter(|&i| before[i])
-            .map(|i| self.op_time_s[i])
-            .sum();
-        let after_s: f64 = (0..n)
-            .filter(|&i| after[i])
-            .map(|i| self.op_time_s[i])
-            .sum();
+        let side = sides(graph, cut);
+        let time_on = |which: Side| -> f64 {
+            (0..graph.ops.len())
+                .filter(|&i| side[i] == which)
+                .map(|i| self.op_time_s[i])
+                .sum()
+        };
+        let (before_s, after_s) = (time_on(Side::Before), time_on(Side::After));
 
         let budget = budget_bytes as f64;
         let tiny = |bytes: u64| (bytes as f64) < budget * 1e-6;
@@ -158,23 +209,46 @@ impl<'g> LpGraph<'g> {
         if room < 0.0 {
             return None;
         }
+        // A storage that may exist at the cut: persistent or a batch input,
+        // or produced by an op that runs (or may run) before it.
         let is_candidate = |g: usize| -> bool {
             let t = &graph.tensors[g];
-            !in_ws[g] && !tiny(t.size_bytes) && t.producer.is_none_or(|p| before[p.index()])
+            !in_ws[g]
+                && !tiny(t.size_bytes)
+                && t.producer.is_none_or(|p| side[p.index()] != Side::After)
         };
-        // N: read or written after the cut, produced before it or persistent;
-        // and for each, the longest tail of an op after the cut that needs it.
+        let free_of = |o: usize| (side[o] == Side::Free).then_some(o);
+        // N: the storages an op that runs (or may run) after the cut reads or
+        // writes, one row per (storage, free producer, free user); and for
+        // each, the longest tail of an op surely after the cut that needs it.
+        let mut needs: Vec<Need> = Vec::new();
         let mut needed = vec![false; graph.tensors.len()];
         let mut deadline_s = vec![0.0f64; graph.tensors.len()];
-        for o in graph.ops.iter().filter(|o| after[o.id.index()]) {
+        for o in graph
+            .ops
+            .iter()
+            .filter(|o| side[o.id.index()] != Side::Before)
+        {
+            let q = o.id.index();
             for &t in o.inputs.iter().chain(&o.outputs) {
                 let g = self.owner(t);
-                if is_candidate(g) {
-                    needed[g] = true;
-                    deadline_s[g] = deadline_s[g].max(self.tail_s[o.id.index()]);
+                let producer = graph.tensors[g].producer.map(|p| p.index());
+                if !is_candidate(g) || producer == Some(q) {
+                    continue;
+                }
+                needed[g] = true;
+                needs.push(Need {
+                    storage: g,
+                    free_producer: producer.and_then(free_of),
+                    free_user: free_of(q),
+                });
+                if side[q] == Side::After {
+                    deadline_s[g] = deadline_s[g].max(self.tail_s[q]);
                 }
             }
         }
+        needs.sort_unstable();
+        needs.dedup();
         // X: inputs of the recomputations of N, DEPTH steps deep.
         let mut in_set = needed.clone();
         let mut frontier: Vec<usize> = (0..needed.len()).filter(|&g| needed[g]).collect();
@@ -201,9 +275,11 @@ impl<'g> LpGraph<'g> {
         if storages.is_empty() {
             return None;
         }
-        self.program(&ProgramInput {
+        let (optimum, choices, deferred) = self.program(&ProgramInput {
             storages: &storages,
+            needs: &needs,
             needed: &needed,
+            side: &side,
             deadline_s: &deadline_s,
             room_bytes: room,
             budget_bytes: budget,
@@ -211,11 +287,19 @@ impl<'g> LpGraph<'g> {
             after_s,
             in_bytes_per_s,
             out_bytes_per_s,
+        })?;
+        Some(LpChoice {
+            cut,
+            optimum,
+            storages: choices,
+            deferred,
         })
     }
 
-    /// Builds and solves the program over `input.storages`.
-    fn program(&self, input: &ProgramInput<'_>) -> Option<LpCut> {
+    /// Builds and solves the program over `input.storages`: its optimum,
+    /// each storage's choice there, and the free ops it runs mostly after the
+    /// cut.
+    fn program(&self, input: &ProgramInput<'_>) -> Option<(LpCut, Vec<StorageChoice>, Vec<OpId>)> {
         let graph = self.graph;
         let c_s = self.compute_s.max(f64::MIN_POSITIVE);
         let budget = input.budget_bytes;
@@ -234,18 +318,42 @@ impl<'g> LpGraph<'g> {
                 r[p.index()] = Some(lp.add_var(0.0, (0.0, 1.0)));
             }
         }
+        // x per free op of a restoration row: the fraction of it that runs
+        // before the cut. The other free ops' time is split by one variable.
+        let mut x: Vec<Option<Variable>> = vec![None; graph.ops.len()];
+        for need in input.needs {
+            for f in [need.free_producer, need.free_user].into_iter().flatten() {
+                if x[f].is_none() {
+                    x[f] = Some(lp.add_var(0.0, (0.0, 1.0)));
+                }
+            }
+        }
+        self.free_order_rows(&mut lp, &x);
         let t_var = lp.add_var(1.0, (0.0, f64::INFINITY));
         let u = lp.add_var(0.0, (0.0, f64::INFINITY));
         let v = lp.add_var(0.0, (0.0, f64::INFINITY));
-        // Every needed storage is restored.
-        for &g in input.storages.iter().filter(|&&g| input.needed[g]) {
+        // Every needed storage is restored, as far as its producer runs
+        // before the cut and its user after: `k + s + r >= x_p - x_q`, with
+        // `x = 1` for an op surely before and `0` for one surely after.
+        for need in input.needs {
+            let g = need.storage;
             let mut row = vec![(k[g]?, 1.0), (s[g]?, 1.0)];
             if let Some(rp) = graph.tensors[g].producer.and_then(|p| r[p.index()]) {
                 row.push((rp, 1.0));
             }
-            lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 1.0);
+            let mut rhs = 1.0;
+            if let Some(p) = need.free_producer {
+                row.push((x[p]?, -1.0));
+                rhs = 0.0;
+            }
+            if let Some(q) = need.free_user {
+                row.push((x[q]?, 1.0));
+            }
+            lp.add_constraint(row.as_slice(), ComparisonOp::Ge, rhs);
         }
-        // A recomputation has its inputs.
+        // A recomputation has its inputs: `r_p <= k_y + s_y + r_{p(y)}`, plus
+        // `1 - x_{p(y)}` for an input whose producer is free (run after the
+        // cut, it makes the input there).
         let mut inputs = Vec::new();
         for (p, rp) in r.iter().enumerate() {
             let Some(rp) = *rp else { continue };
@@ -253,15 +361,24 @@ impl<'g> LpGraph<'g> {
             inputs.extend(graph.ops[p].inputs.iter().map(|&t| self.owner(t)));
             inputs.sort_unstable();
             inputs.dedup();
-            for &x in &inputs {
-                let (Some(kx), Some(sx)) = (k[x], s[x]) else {
+            for &y in &inputs {
+                let (Some(ky), Some(sy)) = (k[y], s[y]) else {
                     continue;
                 };
-                let mut row = vec![(kx, 1.0), (sx, 1.0), (rp, -1.0)];
-                if let Some(rx) = graph.tensors[x].producer.and_then(|q| r[q.index()]) {
-                    row.push((rx, 1.0));
+                let mut row = vec![(ky, 1.0), (sy, 1.0), (rp, -1.0)];
+                let producer = graph.tensors[y].producer.map(|q| q.index());
+                if let Some(ry) = producer.and_then(|q| r[q]) {
+                    row.push((ry, 1.0));
                 }
-                lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+                let mut rhs = 0.0;
+                if let Some(q) = producer.filter(|&q| input.side[q] == Side::Free) {
+                    // A free producer with no variable takes no side: its
+                    // output is taken as available.
+                    let Some(xq) = x[q] else { continue };
+                    row.push((xq, -1.0));
+                    rhs = -1.0;
+                }
+                lp.add_constraint(row.as_slice(), ComparisonOp::Ge, rhs);
             }
         }
         // Memory at the cut, in units of the budget.
@@ -289,6 +406,21 @@ impl<'g> LpGraph<'g> {
                 rp.filter(|_| w >= 1e-9).map(|rp| (rp, w))
             })
             .collect();
+        // The free ops' time before the cut, `Σ x_f t_f` (the ones without a
+        // variable as one `z` in `[0, their time]`), and all of it.
+        let mut free_before: Vec<(Variable, f64)> = x
+            .iter()
+            .enumerate()
+            .filter_map(|(f, xf)| Some((((*xf)?), self.op_time_s[f] / c_s)))
+            .collect();
+        let rest_s: f64 = (0..graph.ops.len())
+            .filter(|&f| input.side[f] == Side::Free && x[f].is_none())
+            .map(|f| self.op_time_s[f] / c_s)
+            .sum();
+        if rest_s > 0.0 {
+            free_before.push((lp.add_var(0.0, (0.0, 1.0)), rest_s));
+        }
+        let free_s: f64 = free_before.iter().map(|&(_, w)| w).sum();
         // `-s_g size_g / rate` for the storages `filter` takes.
         let swap_terms = |filter: &dyn Fn(usize) -> bool, rate: f64| {
             input
@@ -309,15 +441,22 @@ impl<'g> LpGraph<'g> {
         let mut row = vec![(t_var, 1.0)];
         row.extend(recompute.iter().map(|&(x, w)| (x, -w)));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 1.0);
-        // u >= F and u >= S_a / r_out.
-        lp.add_constraint([(u, 1.0)], ComparisonOp::Ge, input.before_s / c_s);
+        // u >= F + Σ x_f t_f and u >= S_a / r_out.
+        let mut row = vec![(u, 1.0)];
+        row.extend(free_before.iter().map(|&(x, w)| (x, -w)));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, input.before_s / c_s);
         let mut row = vec![(u, 1.0)];
         row.extend(swap_terms(&is_activation, input.out_bytes_per_s));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
-        // v >= G + R and v >= S / r_in.
+        // v >= G + Σ (1 - x_f) t_f + R and v >= S / r_in.
         let mut row = vec![(v, 1.0)];
         row.extend(recompute.iter().map(|&(x, w)| (x, -w)));
-        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, input.after_s / c_s);
+        row.extend(free_before.iter().map(|&(x, w)| (x, w)));
+        lp.add_constraint(
+            row.as_slice(),
+            ComparisonOp::Ge,
+            input.after_s / c_s + free_s,
+        );
         let mut row = vec![(v, 1.0)];
         row.extend(swap_terms(&|_| true, input.in_bytes_per_s));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
@@ -339,14 +478,51 @@ impl<'g> LpGraph<'g> {
             .iter()
             .map(|&g| solution[s[g].expect("s")] * self.size(g) as f64)
             .sum();
+        let choices = input
+            .storages
+            .iter()
+            .map(|&g| StorageChoice {
+                storage: TensorId(g as u32),
+                needed: input.needed[g],
+                kept: solution[k[g].expect("k")],
+                swapped: solution[s[g].expect("s")],
+                recomputed: graph.tensors[g]
+                    .producer
+                    .and_then(|p| r[p.index()])
+                    .map_or(0.0, |rp| solution[rp]),
+            })
+            .collect();
         // The simplex's optimum is exact up to its tolerances (about 1e-9 on
         // these unit-scaled rows); shaving a relative 1e-6 keeps it a bound.
-        Some(LpCut {
+        let optimum = LpCut {
             time_s: solution.objective() * c_s * (1.0 - 1e-6),
             recompute_s,
             swapped_bytes,
             storages: input.storages.len(),
-        })
+        };
+        let deferred = x
+            .iter()
+            .enumerate()
+            .filter(|(_, xf)| xf.is_some_and(|xf| solution[xf] < 0.5))
+            .map(|(f, _)| OpId(f as u32))
+            .collect();
+        Some((optimum, choices, deferred))
+    }
+
+    /// A free op runs before the cut no more than the free ops it reads
+    /// from: `x_q <= x_p` for every free producer `p` of an input of free
+    /// `q` (a first run follows its inputs' first runs).
+    fn free_order_rows(&self, lp: &mut Problem, x: &[Option<Variable>]) {
+        for (q, xq) in x.iter().enumerate() {
+            let Some(xq) = *xq else { continue };
+            for &t in &self.graph.ops[q].inputs {
+                if let Some(xp) = self.graph.tensor(t).producer.and_then(|p| x[p.index()])
+                    && xp != xq
+                {
+                    lp.add_constraint([(xq, 1.0), (xp, -1.0)], ComparisonOp::Le, 0.0);
+                }
+            }
+        }
     }
 
     /// The copies' windows (rows added to `lp`, times in units of the
@@ -443,10 +619,51 @@ fn longest_paths(graph: &Graph, op_time_s: &[f64]) -> (Vec<f64>, Vec<f64>) {
     (head_s, tail_s)
 }
 
+/// Where an op runs relative to a cut at the start of op `c`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// An ancestor of `c`: in every order it has run when `c` starts.
+    Before,
+    /// `c` or a descendant of it: it runs after `c` starts.
+    After,
+    /// Neither: an order may run it on either side.
+    Free,
+}
+
+/// Each op's side of the cut at the start of `cut`.
+fn sides(graph: &Graph, cut: OpId) -> Vec<Side> {
+    let before = ancestors_and_self(graph, cut);
+    let after = descendants(graph, cut);
+    (0..graph.ops.len())
+        .map(|i| {
+            if i == cut.index() || after[i] {
+                Side::After
+            } else if before[i] {
+                Side::Before
+            } else {
+                Side::Free
+            }
+        })
+        .collect()
+}
+
+/// One restoration row: `storage` must be restored after the cut as far as
+/// its producer runs before the cut and this user after it (`None`: that op
+/// is surely on its side, or the storage has no producer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Need {
+    storage: usize,
+    free_producer: Option<usize>,
+    free_user: Option<usize>,
+}
+
 /// What [`LpGraph::program`] needs of one cut.
 struct ProgramInput<'a> {
     storages: &'a [usize],
+    needs: &'a [Need],
+    /// Per storage: it has a restoration row.
     needed: &'a [bool],
+    side: &'a [Side],
     /// Per storage: it must be back this long before the iteration ends.
     deadline_s: &'a [f64],
     room_bytes: f64,
@@ -633,5 +850,67 @@ mod tests {
         let at_e = at_start_of_e(200, 1.0);
         assert!((at_e.time_s - 64.69).abs() < 1e-4, "{at_e:?}");
         assert!((at_e.swapped_bytes - 6.8).abs() < 1e-3, "{at_e:?}");
+    }
+
+    /// `A` (1 s) makes t1 (100 B) from the input t0 (10 B); `B` (1 s) makes
+    /// t2 (10 B) from t1; `K` (10 s), a copy as PyTorch exports save for a
+    /// backward op (made dear here), makes t3 (100 B) from t1; `C` (1 s)
+    /// makes t4 (10 B) from t2; `D` (1 s) reads t3 and t4.
+    fn free_clone() -> Graph {
+        let mut g = expensive_source();
+        g.meta.model = "free-clone".into();
+        g.tensors = vec![
+            tensor(0, 10, None),
+            tensor(1, 100, Some(0)),
+            tensor(2, 10, Some(1)),
+            tensor(3, 100, Some(2)),
+            tensor(4, 10, Some(3)),
+            tensor(5, 1, Some(4)),
+        ];
+        g.ops = vec![
+            op(0, "A", &[0], &[1], 1),
+            op(1, "B", &[1], &[2], 1),
+            op(2, "K", &[1], &[3], 10),
+            op(3, "C", &[2], &[4], 1),
+            op(4, "D", &[3, 4], &[5], 1),
+        ];
+        g
+    }
+
+    /// Hand-checked, with a link too slow to matter (1e-6 B/s). At the start
+    /// of `C` the ancestors are `A` and `B`, the descendant `D`, and `K` is
+    /// free: an order may run it on either side. Either t3 (`K` before the
+    /// cut, `D` reads it after) or t1 (`K` after the cut reads it) must be
+    /// restored, and the 70 B budget leaves 50 B beside `C`'s working set
+    /// (t2 + t4). Ignoring `K` there would be nothing to restore (the
+    /// compute time, 14 s). With `K` after the cut (`x = 0`), t1 comes back
+    /// by keeping it (100 B per unit) or by re-running `A` with t0 kept
+    /// (10 B and 1 s per unit): `100 (1 - y) + 10 y <= 50` gives `y = 5/9`,
+    /// so `T = 14 + 5/9` s. Each unit of `x` instead asks for a unit of t3,
+    /// kept (100 B) or re-run by `K` (10 s), and spares only a unit of t1's
+    /// restoration, so the optimum has `x = 0`: `K` is deferred. (With `K`
+    /// as cheap as the others, the relaxation's optimum takes `x = 1/2`.)
+    #[test]
+    fn a_free_op_may_run_on_either_side_of_the_cut() {
+        let g = free_clone();
+        let cost = flops_model(1e-6);
+        let times = op_times(&g, &cost);
+        let rates = cost.copy_rates();
+        let rate = rates.one_way_bytes_per_s[0].max(rates.duplex_bytes_per_s[0]);
+        let lp = LpGraph::new(&g, &times, 14.0);
+        let choice = lp.solve_choice(OpId(3), 70, rate, rate).expect("solves");
+        let expected = 14.0 + 5.0 / 9.0;
+        assert!(
+            (choice.optimum.time_s - expected).abs() < 1e-4,
+            "{choice:?}"
+        );
+        assert!(
+            (choice.optimum.recompute_s - 5.0 / 9.0).abs() < 1e-4,
+            "{choice:?}"
+        );
+        assert_eq!(choice.deferred, vec![OpId(2)]);
+        // With room for t1 or t3 beside the working set, nothing is dear.
+        let roomy = lp.solve_choice(OpId(3), 120, rate, rate).expect("solves");
+        assert!((roomy.optimum.time_s - 14.0).abs() < 1e-4, "{roomy:?}");
     }
 }

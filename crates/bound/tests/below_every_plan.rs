@@ -3,7 +3,7 @@
 //! behaves as its derivation says at the ends (the compute time with room to
 //! spare; no plan when one op's working set exceeds the budget).
 
-use outcore_bound::{Bound, lower_bound};
+use outcore_bound::{Bound, TimeBound, lower_bound};
 use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
 use outcore_graph::{Graph, OpId, footprint, zoo};
 use outcore_plan::{AllocatorSpec, PlanOutcome, PlanRequest, verify};
@@ -55,45 +55,7 @@ fn no_plan_is_faster_than_the_bound() {
             if bound.time_s > bound.compute_s * 1.001 {
                 above_compute += 1;
             }
-            for planner in outcore_planners::all() {
-                let request = PlanRequest {
-                    graph: g,
-                    cost: &cost,
-                    budget_bytes: budget,
-                    seed: 0,
-                    time_limit_s: 2.0,
-                    allocator: &AllocatorSpec::Perfect,
-                    order: None,
-                    fingerprint: None,
-                };
-                let Ok(PlanOutcome::Feasible(plan)) = planner.plan(&request) else {
-                    continue;
-                };
-                // `ideal` ignores the budget (it is the unlimited-memory
-                // reference): only plans held to the budget count.
-                if plan.budget_bytes > budget || !verify(&plan, g).is_empty() {
-                    continue;
-                }
-                let sim = simulate(g, &plan, &cost, &SimOptions::default()).expect("simulates");
-                if sim.report.oom.is_some() {
-                    continue;
-                }
-                // The simulator sums op times in the plan's order and the
-                // bound in the graph's: a plan in another order (`outcore`'s
-                // eager-order seeds) may differ from the same sum by a few
-                // ulps (measured: 0.0573013122943413 s against the bound's
-                // 0.05730131229434133 s for ResNet-50 at 100%).
-                let rounding_s = bound.time_s * 1e-12;
-                assert!(
-                    sim.report.iter_time_s >= bound.time_s - rounding_s,
-                    "{} at {pct}%: {} simulates {} s, below the bound {} s ({:?})",
-                    g.meta.model,
-                    planner.name(),
-                    sim.report.iter_time_s,
-                    bound.time_s,
-                    bound.cut
-                );
-            }
+            assert_no_plan_below(g, &cost, budget, &bound, 2.0);
         }
     }
     // The link part of the bound does bite somewhere (else it would be the
@@ -102,6 +64,81 @@ fn no_plan_is_faster_than_the_bound() {
         above_compute > 0,
         "the bound never rose above the compute time"
     );
+}
+
+/// Every planner's verified plan for `g` under `budget_bytes` (each with
+/// `time_limit_s`) simulates no faster than `bound`.
+fn assert_no_plan_below(
+    g: &Graph,
+    cost: &dyn CostModel,
+    budget_bytes: u64,
+    bound: &TimeBound,
+    time_limit_s: f64,
+) {
+    for planner in outcore_planners::all() {
+        let request = PlanRequest {
+            graph: g,
+            cost,
+            budget_bytes,
+            seed: 0,
+            time_limit_s,
+            allocator: &AllocatorSpec::Perfect,
+            order: None,
+            fingerprint: None,
+        };
+        let Ok(PlanOutcome::Feasible(plan)) = planner.plan(&request) else {
+            continue;
+        };
+        // `ideal` ignores the budget (it is the unlimited-memory reference):
+        // only plans held to the budget count.
+        if plan.budget_bytes > budget_bytes || !verify(&plan, g).is_empty() {
+            continue;
+        }
+        let sim = simulate(g, &plan, cost, &SimOptions::default()).expect("simulates");
+        if sim.report.oom.is_some() {
+            continue;
+        }
+        // The simulator sums op times in the plan's order and the bound in
+        // the graph's: a plan in another order (`outcore`'s eager-order
+        // seeds) may differ from the same sum by a few ulps (measured:
+        // 0.0573013122943413 s against the bound's 0.05730131229434133 s for
+        // ResNet-50 at 100%).
+        let rounding_s = bound.time_s * 1e-12;
+        assert!(
+            sim.report.iter_time_s >= bound.time_s - rounding_s,
+            "{} under {budget_bytes} B: {} simulates {} s, below the bound {} s ({:?} {:?})",
+            g.meta.model,
+            planner.name(),
+            sim.report.iter_time_s,
+            bound.time_s,
+            bound.cut,
+            bound.program
+        );
+    }
+}
+
+/// The PyTorch MobileNet v2 export saves a clone of each batch-norm output
+/// for `hardtanh_backward`: ops that are neither ancestors nor descendants
+/// of the loss, which the cut's program places on either side. There the
+/// bound rose from 0.983 to 0.915 of ideal throughput at most at half the
+/// footprint on `v100-16gb-pcie3`, and `outcore`'s plan comes within 1% of
+/// it: the case where a bound that is not one would show first.
+#[test]
+fn no_plan_of_the_mobilenet_export_is_faster_than_the_bound() {
+    let cost = v100();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../graph/tests/data/mobilenet_v2_b64.json");
+    let g = outcore_graph::format::load_graph_file(&path)
+        .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
+    let (fp, _) = footprint(&g);
+    // The suite's 5 s at half the footprint, where the plan comes closest.
+    for (budget, time_limit_s) in [(fp / 2, 5.0), (fp / 4, 1.0)] {
+        let Bound::Time(bound) = lower_bound(&g, &cost, budget) else {
+            panic!("every working set fits a quarter of the footprint");
+        };
+        assert!(bound.program.is_some(), "{bound:?}");
+        assert_no_plan_below(&g, &cost, budget, &bound, time_limit_s);
+    }
 }
 
 fn assert_no_planner_fits(g: &Graph, cost: &dyn CostModel, budget: u64) {
