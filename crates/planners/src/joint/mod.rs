@@ -34,12 +34,16 @@
 //!   ([`moves::placed_swap`]). Together they moved 23 suite cases up and 2
 //!   down (RESULTS.md, issue-16 section, "Swaps placed on the idle link").
 //! - **Repair starts.** Besides the [`IMPROVED_SEEDS`] fastest seeds, the
-//!   search starts from schedules over the budget — every tensor kept, and
-//!   the recomputation planners' plans for 1.5x the budget — and repairs
-//!   them with moves that take tensors off the device (a swap hidden behind
-//!   compute, or a recomputation), then improves them as the others. Where
-//!   every seed is swap-bound (ResNet-50 b256 at 25%: no recomputation plan
-//!   fits), this is where mixed plans come from.
+//!   search starts from schedules over the budget — every tensor kept, the
+//!   lower bound's cut program at the end of the forward pass rounded to a
+//!   schedule ([`program`]), and the recomputation planners' plans for 1.5x
+//!   the budget — and repairs them with moves that take tensors off the
+//!   device (a swap hidden behind compute, or a recomputation), then
+//!   improves them as the others. Where every seed is swap-bound (ResNet-50
+//!   b256 at 25%: no recomputation plan fits), this is where mixed plans
+//!   come from; where the program finds a cheaper mix than every rule (the
+//!   PyTorch MobileNet v2 export at 50%: 0.854 of ideal before, 0.907 from
+//!   the program's start), so does the program's start.
 //! - **Time split.** 70% of the first 5 s of the time limit goes to the
 //!   seeds, and 20% of the rest (at `--seconds 60`, 14.5 s): the rule-based
 //!   ones first, then the searches ([`SEARCH_SEEDS`]); each seed gets its
@@ -100,6 +104,7 @@
 
 pub mod local;
 pub mod moves;
+pub mod program;
 pub mod streamed;
 
 use crate::framework::{Ctx, Score, Scored, Scratch, Search};
@@ -554,9 +559,10 @@ impl Joint {
     }
 
     /// Where the local search starts: the fastest seeds' schedules, then the
-    /// repair starts — every tensor kept, and the recomputation seeds planned
-    /// for twice the budget — which the search first brings under the budget
-    /// with its own moves (a mix of swaps and recomputations none of the seeds
+    /// repair starts — every tensor kept, the bound's program
+    /// ([`program::program_start`]), and the recomputation seeds planned for
+    /// 1.5x the budget — which the search first brings under the budget with
+    /// its own moves (a mix of swaps and recomputations none of the seeds
     /// makes).
     fn starts(&self, request: &PlanRequest<'_>, seeds: &[Seed]) -> Vec<Start> {
         // The fastest seeds of distinct planners: a planner's plan in the
@@ -579,9 +585,12 @@ impl Joint {
                 continue;
             }
             planners_taken.push(planner);
+            // The fastest seed's start gets a double share: it is the
+            // likeliest to end fastest.
             out.push(Start {
                 label: s.name.clone(),
                 schedule: schedule.clone(),
+                share: if out.is_empty() { 2.0 } else { 1.0 },
             });
         }
         if !self.repair_starts {
@@ -590,7 +599,18 @@ impl Joint {
         out.push(Start {
             label: "keep-all (repaired)".into(),
             schedule: Schedule::in_graph_order(request.graph),
+            share: 1.0,
         });
+        // Its swaps have no place in the recompute-only search.
+        if !self.recompute_only
+            && let Some(schedule) = program::program_start(request)
+        {
+            out.push(Start {
+                label: "the bound's program (repaired)".into(),
+                schedule,
+                share: PROGRAM_SHARE,
+            });
+        }
         let relaxed = PlanRequest {
             budget_bytes: request
                 .budget_bytes
@@ -608,6 +628,7 @@ impl Joint {
                 out.push(Start {
                     label: format!("{name} at 1.5x the budget (repaired)"),
                     schedule: schedule.clone(),
+                    share: 1.0,
                 });
             }
         }
@@ -627,7 +648,8 @@ impl Joint {
     /// renamed if nothing beat it.
     ///
     /// Two phases: every start gets its share of [`FIRST_PHASE_SHARE`] of the
-    /// time left (the fastest seed's start a double share), then the fastest
+    /// time left (the fastest seed's start and the bound's program's a double
+    /// share), then the fastest
     /// schedule reached by a search that had not converged is searched again
     /// with all the time that is left (module docs, "Time split").
     fn improve_best(
@@ -648,12 +670,9 @@ impl Joint {
             if check_order(request.graph, &start.schedule.order).is_err() {
                 continue;
             }
-            // The fastest seed's start gets a double share of what is left:
-            // it is the likeliest to end fastest.
             let left = first_until.saturating_duration_since(Instant::now());
-            let weight = |i: usize| if i == 0 { 2.0 } else { 1.0 };
-            let weights_left: f64 = (k..starts.len()).map(weight).sum();
-            let until = Instant::now() + left.mul_f64(weight(k) / weights_left);
+            let weights_left: f64 = starts[k..].iter().map(|s| s.share).sum();
+            let until = Instant::now() + left.mul_f64(start.share / weights_left);
             let ctx = Ctx::new(request.graph, request.cost, start.schedule.order.clone());
             let search = Search::new(&ctx, request, self.name());
             let Some(cost) = start_cost(&search, &start.schedule) else {
@@ -675,6 +694,7 @@ impl Joint {
             let start = Start {
                 label: format!("{} (continued)", r.label),
                 schedule: r.schedule.clone(),
+                share: 1.0,
             };
             let run = self.search_from(
                 &search,
@@ -768,6 +788,15 @@ impl Joint {
     }
 }
 
+/// The first phase's weight of the start from the bound's program (the
+/// others' is 1, the fastest seed's 2). With 1, on the PyTorch MobileNet v2
+/// export at 50% on `v100-16gb-pcie3` and `--seconds 5`, its search reached
+/// 0.907 of ideal in three runs of seven and stopped at 0.770 in the others
+/// (the plan was then a seed's, 0.854), 30 to 130 moves short; with 2, in
+/// four runs of four (RESULTS.md, issue-16 section, "The bound's program
+/// as a start").
+const PROGRAM_SHARE: f64 = 2.0;
+
 /// Share of the local search's time that the first phase spreads over every
 /// start (see [`Joint::improve_best`]).
 const FIRST_PHASE_SHARE: f64 = 0.5;
@@ -819,6 +848,8 @@ fn seed_time(
 struct Start {
     label: String,
     schedule: Schedule,
+    /// Its weight in the first phase's split of the time (1 by default).
+    share: f64,
 }
 
 /// Recomputation planners whose plans at 1.5x the budget are repair starts.

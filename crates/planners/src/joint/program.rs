@@ -1,0 +1,348 @@
+//! A start for the local search from the lower bound's cut program
+//! ([`outcore_bound::forward_end_program`]): the activations that the
+//! program's optimum at the end of the forward pass takes off the device,
+//! swapped or recomputed as it chooses, on an order that runs the free ops
+//! it defers after the cut.
+//!
+//! Why: the program picks, among everything live across the cut, the
+//! cheapest way to free what the budget cannot hold, pricing a
+//! recomputation by its producer's time and its inputs' availability, a
+//! swap by the link, and placing ops that are neither ancestors nor
+//! descendants of the cut on the cheaper side. The seeds choose by rules
+//! (DTR's heuristic, HOME's per-feature-map policy, checkpoint segments)
+//! on the graph's order, and the repair moves one tensor at a time. On the
+//! PyTorch MobileNet v2 export at 50% of the footprint on
+//! `v100-16gb-pcie3`, every seed recomputed whole conv → batch-norm → clone
+//! → hardtanh chains (10.4 ms of recomputation, 0.854 of ideal). The export
+//! saves a clone of each batch-norm output for `hardtanh_backward`, and the
+//! program runs those clones in the backward pass: the batch-norm output
+//! stays across the cut in place of the clone, and the hardtanh output is
+//! rebuilt from it by the hardtanh alone. Started from that, the search
+//! reached 0.907 (5.5 ms of recomputation; RESULTS.md, issue-16 section).
+//! The program is a relaxation and sees one moment, so the start may be
+//! over the budget elsewhere or slow; the local search repairs and improves
+//! it like the other repair starts.
+//!
+//! Choices:
+//! - **Rounding.** A storage needed after the cut is taken off the device
+//!   when less than half of it is kept and at least half is restored after
+//!   the cut (one whose only reader the program runs before the cut needs
+//!   neither), and comes back the way that restores more of it in the
+//!   optimum (a recomputation on a tie). Storages that are only inputs of
+//!   recomputations are left to [`materialise`], which rebuilds a dead
+//!   intermediate when a chain needs it.
+//! - **Activations only.** Persistent tensors and batch inputs the program
+//!   swaps stay resident here: where they matter (persistent state near
+//!   the budget) the streamed seeds stream them, and the repair's `AddSwap`
+//!   can take them off.
+//! - **The order:** the graph's, with each free op the program runs mostly
+//!   after the cut moved to just before its first reader
+//!   ([`deferred_order`]).
+//! - **Swap timing:** placed on the idle link ([`placed_swaps`]); a swapped
+//!   storage that a recomputation reads first stays for its own use
+//!   ([`anchor_chain_swaps`]).
+
+use super::moves::placed_swap;
+use crate::framework::Ctx;
+use crate::framework::decisions::{Decision, Decisions, SwapTiming, materialise};
+use outcore_bound::{LpChoice, StorageChoice};
+use outcore_graph::{Graph, OpId};
+use outcore_plan::{Gap, PlanRequest, Restore, Schedule, check_order};
+
+/// The start from the bound's program at the end of the forward pass for
+/// `request`, or `None` when there is none (see
+/// [`outcore_bound::forward_end_program`]).
+///
+/// Solving the program again for the budget less the start's excess (74 MB
+/// of 2.5 GB on the PyTorch MobileNet v2 export at 50%) was tried: the
+/// second start was still 35 MB over and its search ended at 0.851 of
+/// ideal, where the first start's reaches 0.907.
+pub fn program_start(request: &PlanRequest<'_>) -> Option<Schedule> {
+    let choice =
+        outcore_bound::forward_end_program(request.graph, request.cost, request.budget_bytes)?;
+    let order = deferred_order(request.graph, &choice.deferred);
+    let ctx = if check_order(request.graph, &order).is_ok() {
+        Ctx::new(request.graph, request.cost, order)
+    } else {
+        Ctx::in_graph_order(request.graph, request.cost)
+    };
+    Some(schedule_for(&ctx, request.cost, &choice))
+}
+
+/// The schedule, on `ctx`'s order, that takes off the device what `choice`
+/// does (module docs).
+pub fn schedule_for(
+    ctx: &Ctx<'_>,
+    cost: &dyn outcore_cost::CostModel,
+    choice: &LpChoice,
+) -> Schedule {
+    let mut decisions = decisions_for(ctx, choice);
+    // Placeholder timing: every swap is placed again below.
+    let timing = SwapTiming {
+        lead_ops: 1,
+        reclaim_lag_ops: 1,
+    };
+    let mut m = materialise(ctx, &decisions, timing, &|_| true);
+    if anchor_chain_swaps(ctx, &mut decisions, &m.gaps) {
+        m = materialise(ctx, &decisions, timing, &|_| true);
+    }
+    let (swaps, mut gaps): (Vec<Gap>, Vec<Gap>) = m
+        .gaps
+        .into_iter()
+        .flatten()
+        .partition(|g| g.how == Restore::Swap && g.after.is_some() && g.before.is_some());
+    gaps.extend(placed_swaps(ctx, cost, swaps));
+    ctx.schedule(gaps)
+}
+
+/// Anchors each swapped storage at the positions where a swap-in brings it
+/// back only for a recomputation that reads it, so that it stays there for
+/// its own next use: the program restores it once, and [`materialise`]
+/// would let it go and swap it in again (on the PyTorch MobileNet v2 export
+/// at 50%, each batch-norm output the start swaps came in twice, once for
+/// the hardtanh's recomputation and once for the deferred clone, and the
+/// second copy stalled compute 4 to 6 ms). Whether any was anchored.
+fn anchor_chain_swaps(ctx: &Ctx<'_>, decisions: &mut Decisions, gaps: &[Vec<Gap>]) -> bool {
+    let mut anchored = false;
+    for gap in gaps.iter().flatten() {
+        if let (Restore::Swap, Some(at), Some(_)) = (gap.how, gap.after, gap.before)
+            && decisions.how[gap.tensor.index()] == Decision::Swap
+            && ctx.uses[gap.tensor.index()].binary_search(&at).is_err()
+        {
+            decisions.anchor(gap.tensor, at);
+            anchored = true;
+        }
+    }
+    anchored
+}
+
+/// The swaps timed on the idle link, each around the ones placed before it
+/// ([`placed_swap`]), in order of their copy-outs. A swap that finds no
+/// room is left out: its tensor stays resident (the local search repairs
+/// the memory if that is over the budget). Timing it as if the link were
+/// idle instead put small copies behind large ones, and each such swap-out
+/// held up the op that waited for it (3 ms on the MobileNet v2 export).
+fn placed_swaps(
+    ctx: &Ctx<'_>,
+    cost: &dyn outcore_cost::CostModel,
+    mut swaps: Vec<Gap>,
+) -> Vec<Gap> {
+    swaps.sort_by_key(|g| (g.after, g.tensor));
+    let mut placed: Vec<Gap> = Vec::with_capacity(swaps.len());
+    for g in swaps {
+        let (Some(after), Some(before)) = (g.after, g.before) else {
+            continue;
+        };
+        if let Some(gap) = placed_swap(ctx, cost, &placed, g.tensor, after, before) {
+            placed.push(gap);
+        }
+    }
+    placed
+}
+
+/// The program's choice rounded to per-storage decisions (module docs).
+fn decisions_for(ctx: &Ctx<'_>, choice: &LpChoice) -> Decisions {
+    let mut decisions = Decisions::keep_all(ctx.graph);
+    for c in &choice.storages {
+        if let Some(how) = rounded(ctx, c) {
+            decisions.set(c.storage, how);
+        }
+    }
+    decisions
+}
+
+/// One storage's decision, if it leaves the device.
+fn rounded(ctx: &Ctx<'_>, c: &StorageChoice) -> Option<Decision> {
+    let tensor = ctx.graph.tensor(c.storage);
+    let restored = c.swapped + c.recomputed;
+    if !c.needed
+        || c.kept >= 0.5
+        || restored < 0.5
+        || tensor.producer.is_none()
+        || ctx.persistent(c.storage)
+    {
+        return None;
+    }
+    Some(if c.recomputed >= c.swapped {
+        Decision::Recompute
+    } else {
+        Decision::Swap
+    })
+}
+
+/// The graph's order with each op of `deferred` moved to just before the
+/// first op that reads one of its outputs (with the deferred ops that it
+/// reads from, in turn, just before it); deferred ops that nothing reads
+/// go last. The graph's order is topological, so this one is too: every
+/// other op keeps its place relative to the others, and a deferred op still
+/// follows its inputs.
+fn deferred_order(graph: &Graph, deferred: &[OpId]) -> Vec<OpId> {
+    let n = graph.ops.len();
+    let mut is_deferred = vec![false; n];
+    for d in deferred {
+        if let Some(slot) = is_deferred.get_mut(d.index()) {
+            *slot = true;
+        }
+    }
+    let mut placed = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    let kept = graph.ops.iter().filter(|o| !is_deferred[o.id.index()]);
+    let rest = graph.ops.iter().filter(|o| is_deferred[o.id.index()]);
+    for op in kept.chain(rest) {
+        place(graph, op.id, &is_deferred, &mut placed, &mut order);
+    }
+    order
+}
+
+/// Appends `op` to `order`, after the deferred, unplaced producers of its
+/// inputs (depth first, with an explicit stack).
+fn place(
+    graph: &Graph,
+    op: OpId,
+    is_deferred: &[bool],
+    placed: &mut [bool],
+    order: &mut Vec<OpId>,
+) {
+    if placed[op.index()] {
+        return;
+    }
+    // (op, whether its inputs have been pushed)
+    let mut stack = vec![(op, false)];
+    while let Some((o, expanded)) = stack.pop() {
+        if placed[o.index()] {
+            continue;
+        }
+        if expanded {
+            placed[o.index()] = true;
+            order.push(o);
+            continue;
+        }
+        stack.push((o, true));
+        for &t in graph.op(o).inputs.iter().rev() {
+            if let Some(p) = graph.tensor(t).producer
+                && is_deferred[p.index()]
+                && !placed[p.index()]
+            {
+                stack.push((p, false));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::{Score, Scratch, Search};
+    use outcore_cost::{DeviceProfile, RooflineModel};
+    use outcore_graph::footprint;
+    use outcore_plan::AllocatorSpec;
+
+    /// A MobileNet v2 export in the repository: PyTorch saves a clone of
+    /// each batch-norm output for `hardtanh_backward`. `small`: width 0.25,
+    /// batch 8, 64x64 (its bound is the compute time at every budget);
+    /// else the suite's batch 64.
+    fn export(small: bool) -> Graph {
+        let file = if small {
+            "mobilenet_v2_w025_b8_s64.json"
+        } else {
+            "mobilenet_v2_b64.json"
+        };
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../graph/tests/data")
+            .join(file);
+        outcore_graph::format::load_graph_file(&path)
+            .unwrap_or_else(|e| panic!("load {}: {e}", path.display()))
+    }
+
+    fn v100() -> RooflineModel {
+        RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"))
+    }
+
+    /// Every deferred op lands just before the first op that reads it, or
+    /// before a deferred op that does; the others keep their order.
+    #[test]
+    fn deferred_ops_move_to_just_before_their_first_reader() {
+        let g = export(true);
+        let clones: Vec<OpId> = g
+            .ops
+            .iter()
+            .filter(|o| o.name.starts_with("aten.clone"))
+            .map(|o| o.id)
+            .collect();
+        assert!(clones.len() > 10, "{} clones", clones.len());
+        let order = deferred_order(&g, &clones);
+        check_order(&g, &order).expect("a topological order");
+        let ctx = Ctx::new(&g, &v100(), order.clone());
+        let consumers = g.consumers();
+        for &c in &clones {
+            let at = ctx.position(c);
+            let first_reader = g
+                .op(c)
+                .outputs
+                .iter()
+                .flat_map(|t| &consumers[t.index()])
+                .map(|&q| ctx.position(q))
+                .min()
+                .expect("a clone is read");
+            assert_eq!(first_reader, at + 1, "{} at {at}", g.op(c).name);
+            assert!(
+                at > ctx.backward_start,
+                "{} stays in the forward pass",
+                g.op(c).name
+            );
+        }
+        let others = |o: &OpId| !clones.contains(o);
+        let kept: Vec<OpId> = order.iter().copied().filter(others).collect();
+        let graph_kept: Vec<OpId> = g.ops.iter().map(|o| o.id).filter(others).collect();
+        assert_eq!(kept, graph_kept);
+    }
+
+    /// At half the batch-64 export's footprint the program defers clones,
+    /// and its start is a schedule the evaluator scores (within the budget
+    /// or over it, never invalid) that recomputes no clone: the program
+    /// keeps a batch-norm output across the cut in place of its clone.
+    #[test]
+    fn the_program_start_defers_the_clones_and_scores() {
+        let g = export(false);
+        let cost = v100();
+        let (fp, _) = footprint(&g);
+        let request = PlanRequest {
+            graph: &g,
+            cost: &cost,
+            budget_bytes: fp / 2,
+            seed: 0,
+            time_limit_s: 1.0,
+            allocator: &AllocatorSpec::Perfect,
+            order: None,
+            fingerprint: None,
+        };
+        let choice = outcore_bound::forward_end_program(&g, &cost, request.budget_bytes)
+            .expect("the activations peak over half the footprint");
+        assert!(
+            choice
+                .deferred
+                .iter()
+                .any(|&o| g.op(o).name.starts_with("aten.clone")),
+            "no clone deferred: {:?}",
+            choice.deferred
+        );
+        let start = program_start(&request).expect("a start");
+        let ctx = Ctx::new(&g, &cost, start.order.clone());
+        let search = Search::new(&ctx, &request, "test");
+        let score = search
+            .score(&start, &mut Scratch::default())
+            .expect("scores");
+        assert!(
+            matches!(score, Score::Feasible { .. } | Score::OverBudget { .. }),
+            "{score:?}"
+        );
+        let recomputed_clones = start
+            .gaps
+            .iter()
+            .filter(|gap| gap.how == Restore::Recompute)
+            .filter_map(|gap| g.tensor(gap.tensor).producer)
+            .filter(|&p| g.op(p).name.starts_with("aten.clone"))
+            .count();
+        assert_eq!(recomputed_clones, 0);
+    }
+}
