@@ -152,8 +152,11 @@ pub struct CutBound {
 /// device there, the graph has no backward op, or the solver fails.
 ///
 /// Only these two cuts are solved (a fraction of [`lower_bound`]'s time:
-/// on backward cuts the programs are larger), since the program that sets
-/// the bound is at one of them on every suite graph measured.
+/// on backward cuts the programs are larger). The program that sets the
+/// bound is often there or close: on the zoo's DenseNet-121, BERT-base and
+/// GPT-2 at 50% on `v100-16gb-pcie3` it is at `loss`, the op before the
+/// first backward op; on the PyTorch MobileNet v2 export at `aten.mean.dim`,
+/// six ops earlier, with an optimum 0.1% above these cuts'.
 pub fn forward_end_program(
     graph: &Graph,
     cost: &dyn CostModel,
