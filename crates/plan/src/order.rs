@@ -231,16 +231,43 @@ fn defer_gradient_free(
             graph.ops[i].phase == Phase::Optimizer && !after_backward[i] && !succs[i].is_empty()
         })
         .collect();
+    move_before_successors(order, &deferred, succs)
+}
+
+/// `order` (a valid order of `graph`) with each op of `deferred` moved to
+/// just before its earliest successor (to the end if it has none), keeping
+/// the order valid: moving an op later keeps every predecessor before it,
+/// and placing it before its earliest successor keeps every successor after
+/// it. `outcore`'s start from the bound's program runs the ops the program
+/// places after its cut this way.
+pub fn defer_ops(graph: &Graph, order: &[OpId], deferred: &[OpId]) -> Vec<OpId> {
+    let succs = successors(&order_predecessors(graph));
+    let mut position = vec![usize::MAX; graph.ops.len()];
+    for (i, op) in order.iter().enumerate() {
+        position[op.index()] = i;
+    }
+    let mut deferred: Vec<OpId> = deferred
+        .iter()
+        .copied()
+        .filter(|op| position.get(op.index()).is_some_and(|&p| p != usize::MAX))
+        .collect();
+    deferred.sort_unstable_by_key(|op| position[op.index()]);
+    deferred.dedup();
+    move_before_successors(order.to_vec(), &deferred, &succs)
+}
+
+/// The ops of `deferred` (in `order`'s order) moved as [`defer_ops`] says:
+/// the others keep their order; each deferred op, last first, is put in
+/// front of its earliest successor (successors that are themselves deferred
+/// are already placed), so a chain of them keeps its order.
+fn move_before_successors(order: Vec<OpId>, deferred: &[OpId], succs: &[Vec<OpId>]) -> Vec<OpId> {
     if deferred.is_empty() {
         return order;
     }
-    let mut is_deferred = vec![false; n];
-    for op in &deferred {
+    let mut is_deferred = vec![false; succs.len()];
+    for op in deferred {
         is_deferred[op.index()] = true;
     }
-    // The others in their order; each deferred op, last first, is then put
-    // in front of its earliest successor (successors that are themselves
-    // deferred are already placed).
     let mut placed: Vec<OpId> = order
         .iter()
         .copied()

@@ -18,7 +18,7 @@
 //! program runs those clones in the backward pass: the batch-norm output
 //! stays across the cut in place of the clone, and the hardtanh output is
 //! rebuilt from it by the hardtanh alone. Started from that, the search
-//! reached 0.907 (5.5 ms of recomputation; RESULTS.md, issue-16 section).
+//! reached 0.907 (6.2 ms of recomputation; RESULTS.md, issue-16 section).
 //! The program is a relaxation and sees one moment, so the start may be
 //! over the budget elsewhere or slow; the local search repairs and improves
 //! it like the other repair starts.
@@ -36,18 +36,18 @@
 //!   the budget) the streamed seeds stream them, and the repair's `AddSwap`
 //!   can take them off.
 //! - **The order:** the graph's, with each free op the program runs mostly
-//!   after the cut moved to just before its first reader
-//!   ([`deferred_order`]).
+//!   after the cut moved to just before its earliest successor
+//!   ([`outcore_plan::defer_ops`], as the eager-update order defers
+//!   gradient-free optimizer ops).
 //! - **Swap timing:** placed on the idle link ([`placed_swaps`]); a swapped
 //!   storage that a recomputation reads first stays for its own use
 //!   ([`anchor_chain_swaps`]).
 
 use super::moves::placed_swap;
-use crate::framework::Ctx;
 use crate::framework::decisions::{Decision, Decisions, SwapTiming, materialise};
+use crate::framework::{Ctx, graph_order};
 use outcore_bound::{LpChoice, StorageChoice};
-use outcore_graph::{Graph, OpId};
-use outcore_plan::{Gap, PlanRequest, Restore, Schedule, check_order};
+use outcore_plan::{Gap, PlanRequest, Restore, Schedule, defer_ops};
 
 /// The start from the bound's program at the end of the forward pass for
 /// `request`, or `None` when there is none (see
@@ -60,22 +60,14 @@ use outcore_plan::{Gap, PlanRequest, Restore, Schedule, check_order};
 pub fn program_start(request: &PlanRequest<'_>) -> Option<Schedule> {
     let choice =
         outcore_bound::forward_end_program(request.graph, request.cost, request.budget_bytes)?;
-    let order = deferred_order(request.graph, &choice.deferred);
-    let ctx = if check_order(request.graph, &order).is_ok() {
-        Ctx::new(request.graph, request.cost, order)
-    } else {
-        Ctx::in_graph_order(request.graph, request.cost)
-    };
+    let order = defer_ops(request.graph, &graph_order(request.graph), &choice.deferred);
+    let ctx = Ctx::new(request.graph, request.cost, order);
     Some(schedule_for(&ctx, request.cost, &choice))
 }
 
 /// The schedule, on `ctx`'s order, that takes off the device what `choice`
 /// does (module docs).
-pub fn schedule_for(
-    ctx: &Ctx<'_>,
-    cost: &dyn outcore_cost::CostModel,
-    choice: &LpChoice,
-) -> Schedule {
+fn schedule_for(ctx: &Ctx<'_>, cost: &dyn outcore_cost::CostModel, choice: &LpChoice) -> Schedule {
     let mut decisions = decisions_for(ctx, choice);
     // Placeholder timing: every swap is placed again below.
     let timing = SwapTiming {
@@ -120,8 +112,10 @@ fn anchor_chain_swaps(ctx: &Ctx<'_>, decisions: &mut Decisions, gaps: &[Vec<Gap>
 /// ([`placed_swap`]), in order of their copy-outs. A swap that finds no
 /// room is left out: its tensor stays resident (the local search repairs
 /// the memory if that is over the budget). Timing it as if the link were
-/// idle instead put small copies behind large ones, and each such swap-out
-/// held up the op that waited for it (3 ms on the MobileNet v2 export).
+/// idle instead ([`super::moves::hidden_swap`]) queued copies behind others
+/// that the op waiting for them did not expect: on the MobileNet v2 export
+/// at 50% the start stalled 9.0 ms against 5.4 ms, and its search ended at
+/// 0.0793 s against 0.0665 s.
 fn placed_swaps(
     ctx: &Ctx<'_>,
     cost: &dyn outcore_cost::CostModel,
@@ -170,71 +164,12 @@ fn rounded(ctx: &Ctx<'_>, c: &StorageChoice) -> Option<Decision> {
     })
 }
 
-/// The graph's order with each op of `deferred` moved to just before the
-/// first op that reads one of its outputs (with the deferred ops that it
-/// reads from, in turn, just before it); deferred ops that nothing reads
-/// go last. The graph's order is topological, so this one is too: every
-/// other op keeps its place relative to the others, and a deferred op still
-/// follows its inputs.
-fn deferred_order(graph: &Graph, deferred: &[OpId]) -> Vec<OpId> {
-    let n = graph.ops.len();
-    let mut is_deferred = vec![false; n];
-    for d in deferred {
-        if let Some(slot) = is_deferred.get_mut(d.index()) {
-            *slot = true;
-        }
-    }
-    let mut placed = vec![false; n];
-    let mut order = Vec::with_capacity(n);
-    let kept = graph.ops.iter().filter(|o| !is_deferred[o.id.index()]);
-    let rest = graph.ops.iter().filter(|o| is_deferred[o.id.index()]);
-    for op in kept.chain(rest) {
-        place(graph, op.id, &is_deferred, &mut placed, &mut order);
-    }
-    order
-}
-
-/// Appends `op` to `order`, after the deferred, unplaced producers of its
-/// inputs (depth first, with an explicit stack).
-fn place(
-    graph: &Graph,
-    op: OpId,
-    is_deferred: &[bool],
-    placed: &mut [bool],
-    order: &mut Vec<OpId>,
-) {
-    if placed[op.index()] {
-        return;
-    }
-    // (op, whether its inputs have been pushed)
-    let mut stack = vec![(op, false)];
-    while let Some((o, expanded)) = stack.pop() {
-        if placed[o.index()] {
-            continue;
-        }
-        if expanded {
-            placed[o.index()] = true;
-            order.push(o);
-            continue;
-        }
-        stack.push((o, true));
-        for &t in graph.op(o).inputs.iter().rev() {
-            if let Some(p) = graph.tensor(t).producer
-                && is_deferred[p.index()]
-                && !placed[p.index()]
-            {
-                stack.push((p, false));
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::framework::{Score, Scratch, Search};
     use outcore_cost::{DeviceProfile, RooflineModel};
-    use outcore_graph::footprint;
+    use outcore_graph::{Graph, OpId, footprint};
     use outcore_plan::AllocatorSpec;
 
     /// A MobileNet v2 export in the repository: PyTorch saves a clone of
@@ -270,8 +205,8 @@ mod tests {
             .map(|o| o.id)
             .collect();
         assert!(clones.len() > 10, "{} clones", clones.len());
-        let order = deferred_order(&g, &clones);
-        check_order(&g, &order).expect("a topological order");
+        let order = defer_ops(&g, &graph_order(&g), &clones);
+        outcore_plan::check_order(&g, &order).expect("a topological order");
         let ctx = Ctx::new(&g, &v100(), order.clone());
         let consumers = g.consumers();
         for &c in &clones {
