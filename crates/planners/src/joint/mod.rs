@@ -52,7 +52,8 @@
 //!   all of theirs on, and `home` gets three quarters of what the searches
 //!   share. The rest goes to the local search (two phases, below): first a
 //!   share of what is left to each start in turn (a double one to the
-//!   fastest seed's). Measured on the
+//!   fastest seed's and to the bound's program's, `PROGRAM_SHARE`).
+//!   Measured on the
 //!   13 suite cases where `home` alone (5 s) beat `outcore` by more than 0.5%
 //!   (RESULTS.md, "HOME restarts inside `outcore`"): with half the time for
 //!   the seeds and equal shares, 3 of them stayed behind; with this split
