@@ -294,8 +294,10 @@ fn largest_working_sets(graph: &Graph, count: usize) -> Vec<OpId> {
     by_size.into_iter().take(count).map(|(_, id)| id).collect()
 }
 
-/// Ops to cut after: evenly spread over the graph's order, plus the first
-/// backward op (the end of the forward pass, where activations peak).
+/// Ops to cut at: evenly spread over the graph's order, plus the first
+/// backward op and the one before it (the end of the forward pass, where
+/// activations peak) and the ops with the largest working sets (where the
+/// least room is left).
 fn cut_candidates(graph: &Graph) -> Vec<OpId> {
     let mut cuts = spread_cuts(graph);
     cuts.extend(forward_end_cuts(graph).into_iter().flatten());
