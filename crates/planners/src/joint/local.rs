@@ -20,6 +20,17 @@
 //!   such move costs memory. Measured with the swap timing of
 //!   [`super::moves::placed_swap`] (RESULTS.md, issue-16 section, "Swaps
 //!   placed on the idle link").
+//! - The deadline is checked before each candidate of a batch, not only
+//!   between batches: the candidates past it are not scored (nor counted),
+//!   and the best of those scored is taken as usual. A start whose
+//!   schedules are dear to score would otherwise overrun its share by a
+//!   whole batch and take the time of the starts after it: on GPT-2 b8 at
+//!   25% on `v100-16gb-pcie3`, the bound's program's start priced at a
+//!   hundredth of the link had 29,307 gaps (815 ops), a candidate took 30
+//!   to 60 ms to score, and its first batch of 32 took 0.86 s against a
+//!   0.08 s share, leaving the fastest seed's continued search none of its
+//!   0.5 s. Under a move limit alone (a deadline far away) nothing changes,
+//!   so the same seed still gives the same plan.
 //! - Only feasible schedules are accepted (the start is feasible), so the
 //!   search never leaves the feasible region; [`super::moves::Move::Exchange`]
 //!   is what lets it trade memory between tensors without passing through an
@@ -107,6 +118,8 @@ enum Outcome {
     /// Refused by the allocator, or not scored.
     Infeasible,
     Invalid,
+    /// Not scored: the deadline had passed (module docs).
+    Late,
 }
 
 /// The search's objective: over-budget bytes first, then time.
@@ -157,8 +170,7 @@ pub fn improve(
     let (mut best, mut best_cost) = climbed;
     while best_cost.is_feasible() && !limits.reached(&stats) && stats.kicks < limits.max_kicks {
         stats.kicks += 1;
-        let Some(kicked) = kick(search, ctx, cost, &best, limits.kinds, &mut rng, &mut stats)
-        else {
+        let Some(kicked) = kick(search, ctx, cost, &best, limits, &mut rng, &mut stats) else {
             continue;
         };
         let (next, next_cost) = climb(search, ctx, cost, kicked, &mut rng, limits, &mut stats);
@@ -226,8 +238,8 @@ fn climb(
             if limits.reached(stats) {
                 break 'rounds;
             }
-            let outcomes = score_batch(search, ctx, cost, &current, batch);
-            stats.moves_scored += batch.len();
+            let outcomes = score_batch(search, ctx, cost, &current, batch, limits.deadline);
+            stats.moves_scored += scored(&outcomes);
             let mut best: Option<(usize, Cost)> = None;
             for (i, o) in outcomes.iter().enumerate() {
                 let c = match o {
@@ -244,6 +256,7 @@ fn climb(
                         stats.moves_invalid += 1;
                         continue;
                     }
+                    Outcome::Late => continue,
                 };
                 if c.beats(&current_cost) && best.is_none_or(|(_, b)| c.beats(&b)) {
                     best = Some((i, c));
@@ -303,7 +316,7 @@ fn kick(
     ctx: &Ctx<'_>,
     cost: &dyn CostModel,
     from: &Schedule,
-    kinds: Kinds,
+    limits: &Limits,
     rng: &mut ChaCha8Rng,
     stats: &mut LocalStats,
 ) -> Option<(Schedule, Cost)> {
@@ -311,21 +324,28 @@ fn kick(
     let mut current_cost = None;
     let mut moves = Vec::new();
     for _ in 0..KICK_MOVES {
-        Neighbourhood::of(ctx, &current, kinds).moves(ctx, &current, &mut moves);
+        Neighbourhood::of(ctx, &current, limits.kinds).moves(ctx, &current, &mut moves);
         moves.shuffle(rng);
         let batch = &moves[..moves.len().min(BATCH)];
-        stats.moves_scored += batch.len();
-        let first = score_batch(search, ctx, cost, &current, batch)
-            .into_iter()
-            .find_map(|o| match o {
-                Outcome::Feasible(t, s) => Some((s, t)),
-                _ => None,
-            });
+        let outcomes = score_batch(search, ctx, cost, &current, batch, limits.deadline);
+        stats.moves_scored += scored(&outcomes);
+        let first = outcomes.into_iter().find_map(|o| match o {
+            Outcome::Feasible(t, s) => Some((s, t)),
+            _ => None,
+        });
         let (schedule, t) = first?;
         current = schedule;
         current_cost = Some(Cost::feasible(t));
     }
     current_cost.map(|c| (current, c))
+}
+
+/// How many of a batch's candidates were scored (not [`Outcome::Late`]).
+fn scored(outcomes: &[Outcome]) -> usize {
+    outcomes
+        .iter()
+        .filter(|o| !matches!(o, Outcome::Late))
+        .count()
 }
 
 /// Adds a batch's point to the search curve (see [`LocalStats::curve`]).
@@ -355,16 +375,23 @@ fn record_batch(stats: &mut LocalStats, outcomes: &[Outcome], after: Cost) {
         .push([stats.moves_scored as f64, current, mean, worst]);
 }
 
+/// Scores `batch`'s moves on `current` in parallel, in the batch's order of
+/// outcomes; a candidate reached once `deadline` has passed is
+/// [`Outcome::Late`] (module docs).
 fn score_batch(
     search: &Search<'_, '_>,
     ctx: &Ctx<'_>,
     cost: &dyn CostModel,
     current: &Schedule,
     batch: &[Move],
+    deadline: Instant,
 ) -> Vec<Outcome> {
     batch
         .par_iter()
         .map_init(Scratch::default, |scratch, &mv| {
+            if Instant::now() >= deadline {
+                return Outcome::Late;
+            }
             let candidate = apply(ctx, cost, current, mv);
             match search.score(&candidate, scratch) {
                 Ok(Score::Feasible { iter_time_s, .. }) => {
@@ -383,4 +410,54 @@ fn score_batch(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::{mlp_chain, v100};
+    use outcore_graph::footprint;
+    use outcore_plan::{AllocatorSpec, PlanRequest};
+    use std::time::Duration;
+
+    /// A batch reached after its deadline scores none of its candidates, and
+    /// counts none as scored; one well before it scores them all.
+    #[test]
+    fn candidates_past_the_deadline_are_not_scored() {
+        let g = mlp_chain(32, 512, 64);
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        let (fp, _) = footprint(&g);
+        let request = PlanRequest {
+            graph: &g,
+            cost: &cost,
+            budget_bytes: fp,
+            seed: 0,
+            time_limit_s: 1.0,
+            allocator: &AllocatorSpec::Perfect,
+            order: None,
+            fingerprint: None,
+        };
+        let search = Search::new(&ctx, &request, "test");
+        // Every tensor kept: the repair moves (a swap or a recomputation
+        // added) are this schedule's neighbourhood.
+        let schedule = ctx.schedule(Vec::new());
+        let mut moves = Vec::new();
+        Neighbourhood::of(&ctx, &schedule, Kinds::All).repairs(&ctx, &schedule, &mut moves);
+        assert!(moves.len() >= BATCH, "{} moves", moves.len());
+        let batch = &moves[..BATCH];
+
+        let past = Instant::now();
+        let late = score_batch(&search, &ctx, &cost, &schedule, batch, past);
+        assert_eq!(late.len(), BATCH);
+        assert_eq!(scored(&late), 0);
+
+        let later = Instant::now() + Duration::from_secs(3600);
+        let on_time = score_batch(&search, &ctx, &cost, &schedule, batch, later);
+        assert_eq!(scored(&on_time), BATCH);
+        assert!(
+            on_time.iter().any(|o| matches!(o, Outcome::Feasible(..))),
+            "a tensor taken off the device still fits the full footprint"
+        );
+    }
 }
