@@ -166,15 +166,22 @@ pub struct CutBound {
 /// GPT-2 at 50% on `v100-16gb-pcie3` it is at `loss`, the op before the
 /// first backward op; on the PyTorch MobileNet v2 export at `aten.mean.dim`,
 /// six ops earlier, with an optimum 0.1% above these cuts'.
+///
+/// `link_scale` multiplies the device's copy rates the program prices
+/// swaps at: 1 for the bound's own program. Any other value makes it a
+/// heuristic, not a bound (a planner may price the link lower to lean on
+/// recomputation).
 pub fn forward_end_program(
     graph: &Graph,
     cost: &dyn CostModel,
     budget_bytes: u64,
+    link_scale: f64,
 ) -> Option<LpChoice> {
     let ends = forward_end_cuts(graph)?;
     let op_time_s = op_times_s(graph, cost);
     let compute_s: f64 = op_time_s.iter().sum();
     let (in_rate, out_rate) = fastest_rates(cost);
+    let (in_rate, out_rate) = (in_rate * link_scale, out_rate * link_scale);
     let programs = LpGraph::new(graph, &op_time_s, compute_s);
     ends.into_iter()
         .filter_map(|c| programs.solve_choice(c, budget_bytes, in_rate, out_rate))
