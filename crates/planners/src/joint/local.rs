@@ -417,7 +417,7 @@ mod tests {
     use super::*;
     use crate::framework::testing::{mlp_chain, v100};
     use outcore_graph::footprint;
-    use outcore_plan::{AllocatorSpec, PlanRequest};
+    use outcore_plan::PlanRequest;
     use std::time::Duration;
 
     /// A batch reached after its deadline scores none of its candidates, and
@@ -428,16 +428,7 @@ mod tests {
         let cost = v100();
         let ctx = Ctx::in_graph_order(&g, &cost);
         let (fp, _) = footprint(&g);
-        let request = PlanRequest {
-            graph: &g,
-            cost: &cost,
-            budget_bytes: fp,
-            seed: 0,
-            time_limit_s: 1.0,
-            allocator: &AllocatorSpec::Perfect,
-            order: None,
-            fingerprint: None,
-        };
+        let request = PlanRequest::new(&g, &cost, fp);
         let search = Search::new(&ctx, &request, "test");
         // Every tensor kept: the repair moves (a swap or a recomputation
         // added) are this schedule's neighbourhood.

@@ -214,7 +214,6 @@ mod tests {
     use crate::framework::{Score, Scratch, Search};
     use outcore_cost::{DeviceProfile, RooflineModel};
     use outcore_graph::{Graph, OpId, footprint};
-    use outcore_plan::AllocatorSpec;
 
     /// A MobileNet v2 export in the repository: PyTorch saves a clone of
     /// each batch-norm output for `hardtanh_backward`. `small`: width 0.25,
@@ -285,16 +284,7 @@ mod tests {
         let g = export(false);
         let cost = v100();
         let (fp, _) = footprint(&g);
-        let request = PlanRequest {
-            graph: &g,
-            cost: &cost,
-            budget_bytes: fp / 2,
-            seed: 0,
-            time_limit_s: 1.0,
-            allocator: &AllocatorSpec::Perfect,
-            order: None,
-            fingerprint: None,
-        };
+        let request = PlanRequest::new(&g, &cost, fp / 2);
         let choice =
             outcore_bound::forward_end_program(&g, &cost, request.budget_bytes, LINK_SCALE)
                 .expect("the activations peak over half the footprint");
@@ -336,16 +326,7 @@ mod tests {
         let g = export(false);
         let cost = v100();
         let (fp, _) = footprint(&g);
-        let request = PlanRequest {
-            graph: &g,
-            cost: &cost,
-            budget_bytes: fp / 4,
-            seed: 0,
-            time_limit_s: 1.0,
-            allocator: &AllocatorSpec::Perfect,
-            order: None,
-            fingerprint: None,
-        };
+        let request = PlanRequest::new(&g, &cost, fp / 4);
         let excess_bytes = |link_scale: f64| -> u64 {
             let start = program_start_at(&request, link_scale).expect("a start");
             let ctx = Ctx::new(&g, &cost, start.order.clone());
@@ -375,16 +356,7 @@ mod tests {
         let g = outcore_graph::zoo::build("gpt2", Some(8), &knobs, None).expect("gpt2 builds");
         let cost = v100();
         let (fp, _) = footprint(&g);
-        let request = PlanRequest {
-            graph: &g,
-            cost: &cost,
-            budget_bytes: fp / 4,
-            seed: 0,
-            time_limit_s: 1.0,
-            allocator: &AllocatorSpec::Perfect,
-            order: None,
-            fingerprint: None,
-        };
+        let request = PlanRequest::new(&g, &cost, fp / 4);
         let ops = g.ops.len();
         let at_hundredth = program_start_at(&request, LINK_SCALE).expect("a start");
         assert!(
