@@ -118,7 +118,8 @@ pub struct SwapAdvisor {
     /// `Np`: individuals alive per generation (the paper: 144).
     pub population: usize,
     /// `P`: mutation probability per schedule step and per CLS / CNT entry
-    /// (the paper: 10%); the first generation's when it adapts.
+    /// (the paper: 10%); when it adapts, the first generation's for the
+    /// allocation (the schedule's starts at [`ga::P_MIN`]; see [`ga`]).
     pub mutation_probability: f64,
     /// Whether `P` stays fixed (the paper) or adapts per individual (the
     /// default; see [`ga`]'s module doc for why).
@@ -132,8 +133,8 @@ pub struct SwapAdvisor {
 }
 
 impl SwapAdvisor {
-    /// The paper's settings (Np = 144, P = 10% at the start), seeded, searching
-    /// `search`, with `P` adapting per individual.
+    /// The paper's settings (Np = 144, P = 10% at the start; the schedule's
+    /// at 0.1%), seeded, searching `search`, with `P` adapting per individual.
     pub fn new(search: SearchSpace) -> Self {
         SwapAdvisor {
             population: 144,
