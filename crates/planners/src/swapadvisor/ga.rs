@@ -23,16 +23,17 @@
 //!   tens of entries: one rate cannot suit both). The first generation has
 //!   the planner's `P` (the paper's 10%) for its allocation and [`P_MIN`]
 //!   for its schedule ([`Breeder::first_rates`]): the seeded individuals
-//!   carry the graph's order, which on an unrolled RNN is already the
-//!   swap-friendly one, and 10% of ~2,000 steps (or the 1% the first
-//!   generations' children drifted to) is ~20 to 200 random picks per
-//!   child, which interleave its layers; crossover with the random orders
-//!   still explores, and a rate that makes fast children doubles in a
-//!   generation. Measured (20 s each, `swapadvisor_search`, 2026-11-28): on
-//!   BRNN-4-8K 0.40 of ideal with 10% to start, 0.51 with the seeded half
-//!   alone at [`P_MIN`], 0.59 with all of it; RNN-8-8K 0.83 / 0.87,
-//!   Inception-4 0.73 / 0.74, WResNet-152-10 0.84 / 0.83 (10% / all at
-//!   [`P_MIN`]). Each child takes, for each
+//!   carry the request's order (the graph's by default), which on an
+//!   unrolled RNN is already the swap-friendly one, and 10% of its steps
+//!   (or the 2% the rates had drifted to after 20 s) is 220 (44) random
+//!   picks per child on BRNN-4-8K's 2,206 steps, which interleave its
+//!   layers; crossover with the random orders still explores, and a rate that makes fast children
+//!   doubles in a generation. Measured (20 s each, `swapadvisor_search`,
+//!   2026-11-28; the middle variant on a temporary build): on BRNN-4-8K
+//!   0.40 of ideal with 10% to start, 0.51 with the seeded half alone at
+//!   [`P_MIN`], 0.59 with all of it; RNN-8-8K 0.83 / 0.87, Inception-4
+//!   0.73 / 0.74, WResNet-152-10 0.84 / 0.83 (10% / all at [`P_MIN`]).
+//!   Each child takes, for each
 //!   part, the geometric mean of its parents' `P`, times 2, 1 or 1/2 with
 //!   equal odds, within [`P_MIN`, `P_MAX`], and mutates with it; survival
 //!   then favours the rates that made fast children. Why: the paper tuned `P` per model ("the
@@ -585,32 +586,44 @@ mod tests {
         assert!(elitist_survivors(&[1.0], 1.0, 0, &mut rng).is_empty());
     }
 
-    fn breeder_with<'a>(
-        dag: &'a Dag,
-        demand: &'a SizeDemand,
-        ts: &'a [u64],
-        adaptation: Adaptation,
-    ) -> Breeder<'a> {
-        Breeder {
-            dag,
-            demand,
-            ts,
-            budget_bytes: 1 << 30,
-            p: 0.1,
-            adaptation,
-            search: SearchSpace::Joint,
+    /// What a breeder borrows, for tiny-cnn.
+    struct TinyCnn {
+        dag: Dag,
+        ts: Vec<u64>,
+        demand: SizeDemand,
+    }
+
+    impl TinyCnn {
+        fn new() -> Self {
+            let g = outcore_graph::zoo::build("tiny-cnn", None, &Default::default(), None)
+                .expect("zoo model");
+            let ts = encoding::tensor_sizes(&g);
+            TinyCnn {
+                dag: Dag::new(&g),
+                demand: SizeDemand::new(&g, &ts),
+                ts,
+            }
+        }
+
+        /// A joint search's breeder at P = 10% under a 1 GiB budget.
+        fn breeder(&self, adaptation: Adaptation) -> Breeder<'_> {
+            Breeder {
+                dag: &self.dag,
+                demand: &self.demand,
+                ts: &self.ts,
+                budget_bytes: 1 << 30,
+                p: 0.1,
+                adaptation,
+                search: SearchSpace::Joint,
+            }
         }
     }
 
     #[test]
     fn child_rates_are_fixed_or_stay_within_a_factor_two_and_the_bounds() {
-        let g = outcore_graph::zoo::build("tiny-cnn", None, &Default::default(), None)
-            .expect("zoo model");
-        let dag = Dag::new(&g);
-        let ts = encoding::tensor_sizes(&g);
-        let demand = SizeDemand::new(&g, &ts);
-        let fixed = breeder_with(&dag, &demand, &ts, Adaptation::Fixed);
-        let adapt = breeder_with(&dag, &demand, &ts, Adaptation::SelfAdaptive);
+        let tiny = TinyCnn::new();
+        let fixed = tiny.breeder(Adaptation::Fixed);
+        let adapt = tiny.breeder(Adaptation::SelfAdaptive);
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         let a = Rates {
             order: 0.04,
@@ -647,18 +660,14 @@ mod tests {
 
     #[test]
     fn an_adapting_first_generation_starts_its_orders_at_the_floor() {
-        let g = outcore_graph::zoo::build("tiny-cnn", None, &Default::default(), None)
-            .expect("zoo model");
-        let dag = Dag::new(&g);
-        let ts = encoding::tensor_sizes(&g);
-        let demand = SizeDemand::new(&g, &ts);
-        let fixed = breeder_with(&dag, &demand, &ts, Adaptation::Fixed);
+        let tiny = TinyCnn::new();
+        let fixed = tiny.breeder(Adaptation::Fixed);
         assert_eq!(
             fixed.first_rates(),
             Rates::both(0.1),
             "the paper's P for both"
         );
-        let mut adapt = breeder_with(&dag, &demand, &ts, Adaptation::SelfAdaptive);
+        let mut adapt = tiny.breeder(Adaptation::SelfAdaptive);
         let expected = Rates {
             order: P_MIN,
             alloc: 0.1,
