@@ -36,7 +36,7 @@ use outcore_eval::{Evaluator, Scratch};
 use outcore_graph::{Graph, TensorId};
 use outcore_plan::{
     AllocatorSpec, Gap, Infeasible, InfeasibleKind, Instr, Plan, PlanOutcome, PlanRequest,
-    PlannerError, PlannerErrorKind, PlannerInfo, Schedule, StepRef, fmt_bytes,
+    PlannerError, PlannerErrorKind, PlannerInfo, Schedule, StepRef, Stream, TimedStep, fmt_bytes,
     lower_schedule_prepared, verify,
 };
 use outcore_sim::{SimOptions, simulate};
@@ -221,6 +221,54 @@ impl<'s, 'g> Search<'s, 'g> {
             peak_bytes: sim.peak_live_bytes,
             allocator: self.evaluator.allocator().clone(),
         })
+    }
+
+    /// The compute stream's stalls in `schedule`'s simulated iteration (s),
+    /// under the search's evaluator; `None` unless it lowers, verifies within
+    /// the budget and simulates. With a pool sized per candidate this is the
+    /// perfect allocator's answer.
+    pub fn stall_s(&self, schedule: &Schedule, scratch: &mut Scratch) -> Option<f64> {
+        let e = self.evaluator.evaluate(schedule, scratch);
+        if !e.feasible() {
+            return None;
+        }
+        match e.sim {
+            Some(Ok(sim)) => Some(sim.stall_time_s),
+            _ => None,
+        }
+    }
+
+    /// The tensors whose swap-ins compute waited for in `schedule`'s
+    /// simulated iteration, each with the [`QUEUED_BEFORE`] swap-ins the h2d
+    /// stream ran just before it (started later, they let it start
+    /// earlier), ascending; empty when nothing waits for a swap-in or the
+    /// schedule does not lower or simulate.
+    ///
+    /// A compute step waited for a swap-in when it started after the step
+    /// before it on the compute stream ended, and the latest-ending step it
+    /// waits for is a swap-in. This lowers the schedule to a `Plan` and
+    /// simulates it with a timeline (the evaluator records none): a few
+    /// times an evaluation's cost, for a search that asks once per
+    /// accepted move.
+    pub fn stalled_swap_ins(&self, schedule: &Schedule) -> Vec<TensorId> {
+        let Ok(plan) = self.lower(schedule, Value::Null) else {
+            return Vec::new();
+        };
+        let options = SimOptions {
+            // As the evaluator: a real allocator's caches carry over.
+            iterations: if *self.evaluator.allocator() == AllocatorSpec::Perfect {
+                1
+            } else {
+                2
+            },
+            record_timeline: true,
+            ..SimOptions::default()
+        };
+        let timeline = match simulate(self.ctx.graph, &plan, self.request.cost, &options) {
+            Ok(out) => out.timeline.unwrap_or_default(),
+            Err(_) => return Vec::new(),
+        };
+        stalled_swap_ins(&plan, &timeline)
     }
 
     /// A schedule feasible under the perfect allocator, scored under a
@@ -615,4 +663,54 @@ pub fn describe_peak(graph: &Graph, plan: &Plan, at: Option<StepRef>) -> Option<
         op.kind.label(),
         fmt_bytes(own)
     ))
+}
+
+/// Swap-ins run just before a waited-for one on the h2d stream that
+/// [`Search::stalled_swap_ins`] also names.
+pub const QUEUED_BEFORE: usize = 2;
+
+/// [`Search::stalled_swap_ins`] on a plan's simulated `timeline`.
+pub fn stalled_swap_ins(plan: &Plan, timeline: &[TimedStep]) -> Vec<TensorId> {
+    let streams = [Stream::Compute, Stream::H2d, Stream::D2h];
+    let mut times: Vec<Vec<(f64, f64)>> = streams
+        .iter()
+        .map(|&s| vec![(f64::NAN, f64::NAN); plan.stream(s).len()])
+        .collect();
+    for t in timeline {
+        if let Some(slot) = times[t.at.stream.index()].get_mut(t.at.index as usize) {
+            *slot = (t.start_s, t.end_s);
+        }
+    }
+    let end_s = |r: &StepRef| {
+        times[r.stream.index()]
+            .get(r.index as usize)
+            .map_or(f64::NAN, |t| t.1)
+    };
+    let h2d = plan.stream(Stream::H2d);
+    let mut stalled = Vec::new();
+    let mut previous_end_s = 0.0_f64;
+    for (i, step) in plan.stream(Stream::Compute).iter().enumerate() {
+        let (start_s, end) = times[Stream::Compute.index()][i];
+        // A wait of less than a picosecond is rounding, not a stall.
+        if start_s > previous_end_s + 1e-12 {
+            let binding = step
+                .waits
+                .iter()
+                .max_by(|a, b| end_s(a).total_cmp(&end_s(b)));
+            if let Some(w) = binding.filter(|w| w.stream == Stream::H2d && !h2d.is_empty()) {
+                let last = (w.index as usize).min(h2d.len() - 1);
+                for s in &h2d[last.saturating_sub(QUEUED_BEFORE)..=last] {
+                    if let Instr::SwapIn(t) = s.instr {
+                        stalled.push(t);
+                    }
+                }
+            }
+        }
+        if end.is_finite() {
+            previous_end_s = previous_end_s.max(end);
+        }
+    }
+    stalled.sort_unstable();
+    stalled.dedup();
+    stalled
 }

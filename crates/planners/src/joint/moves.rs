@@ -116,7 +116,26 @@ pub enum Kinds {
     /// Only keep and recompute (a recompute-only plan stays one): drop a
     /// gap, exchange a recomputation for another, add a recomputation.
     RecomputeOnly,
+    /// Only the swap-ins' start ([`Move::Retime`]), densely: the
+    /// [`RETIME_NEAR`] triggers on either side of each swap-in's and
+    /// [`RETIME_SPREAD`] spread over its gap, offload swap-ins from the
+    /// iteration's start included ([`Neighbourhood::retimes`]).
+    SwapTiming,
 }
+
+/// Triggers on either side of a swap-in's current one that
+/// [`Kinds::SwapTiming`] offers. One swap-in started earlier overtakes the
+/// ones triggered between on the in-order h2d stream, so the time is not
+/// monotone in the trigger: on the PyTorch VGG-16 b32 export at 50% on
+/// `v100-16gb-pcie3`, the 392 MB momentum buffer of `classifier.0` stalls
+/// the iteration 1.1 ms with its swap-in triggered after op 18, 2 ms more
+/// after ops 14 to 17, none after ops 12 and 13, and more again after ops
+/// 4 to 9. Halving the distance to the gap's start (the main
+/// neighbourhood's retime) steps over such a window; neighbours do not.
+pub const RETIME_NEAR: usize = 8;
+/// Triggers spread evenly over a swap-in's gap that [`Kinds::SwapTiming`]
+/// offers besides the near ones.
+pub const RETIME_SPREAD: usize = 8;
 
 /// What moves need to know about a schedule's tensors, built once per
 /// accepted schedule.
@@ -165,9 +184,14 @@ impl Neighbourhood {
         }
     }
 
-    /// The repair moves: each ungapped tensor swapped, or recomputed.
+    /// The repair moves: each ungapped tensor swapped, or recomputed (none
+    /// for [`Kinds::SwapTiming`]).
     pub fn repairs(&self, ctx: &Ctx<'_>, schedule: &Schedule, out: &mut Vec<Move>) {
         out.clear();
+        if self.kinds == Kinds::SwapTiming {
+            // Retiming never frees memory.
+            return;
+        }
         if self.kinds == Kinds::RecomputeOnly {
             out.extend(
                 self.ungapped
@@ -210,6 +234,10 @@ impl Neighbourhood {
     /// with its seeded generator), into `out`.
     pub fn moves(&self, ctx: &Ctx<'_>, schedule: &Schedule, out: &mut Vec<Move>) {
         out.clear();
+        if self.kinds == Kinds::SwapTiming {
+            Self::retimes(schedule, None, out);
+            return;
+        }
         for (i, g) in schedule.gaps.iter().enumerate() {
             // A gap ending after the tensor's last use brings it back only to
             // feed recomputations: without the gap the lowering frees it at
@@ -255,6 +283,40 @@ impl Neighbourhood {
             if !chain_only {
                 self.exchanges(ctx, i, g, after, before, out);
             }
+        }
+    }
+
+    /// [`Kinds::SwapTiming`]'s moves, into `out` (cleared): for every
+    /// swapped gap that ends in a swap-in (of a tensor in `targets`, when
+    /// given), its trigger moved to each of the [`RETIME_NEAR`] positions
+    /// on either side and to [`RETIME_SPREAD`] positions spread over the
+    /// gap, within the positions a trigger may take (from the gap's start,
+    /// or from the first position for a tensor on the host at the
+    /// iteration's start, to the position before its use).
+    pub fn retimes(schedule: &Schedule, targets: Option<&[TensorId]>, out: &mut Vec<Move>) {
+        out.clear();
+        for (gap, g) in schedule.gaps.iter().enumerate() {
+            let Some(before) = g.before.filter(|_| g.how == Restore::Swap) else {
+                continue;
+            };
+            if targets.is_some_and(|t| !t.contains(&g.tensor)) {
+                continue;
+            }
+            let first = g.after.unwrap_or(0);
+            if before <= first {
+                continue;
+            }
+            let last = before - 1;
+            let p = g.prefetch_after.unwrap_or(first).clamp(first, last);
+            let near = p.saturating_sub(RETIME_NEAR).max(first)..=(p + RETIME_NEAR).min(last);
+            let spread = (0..RETIME_SPREAD).map(|k| first + (last - first) * k / RETIME_SPREAD);
+            let mut triggers: Vec<usize> = near.chain(spread).filter(|&q| q != p).collect();
+            triggers.sort_unstable();
+            triggers.dedup();
+            out.extend(triggers.into_iter().map(|prefetch_after| Move::Retime {
+                gap,
+                prefetch_after,
+            }));
         }
     }
 
@@ -786,6 +848,107 @@ mod tests {
                 assert!(pa <= g.after.unwrap_or(0) && pb >= g.before.unwrap_or(usize::MAX));
                 assert!(tensor != swapped && tensor != recomputed);
             }
+        }
+    }
+
+    /// Every swap-in, an offload's from the iteration's start included, is
+    /// offered its near and spread triggers, all inside its gap; nothing
+    /// else is offered, and every retimed schedule still lowers and verifies.
+    #[test]
+    fn the_swap_timing_neighbourhood_retimes_every_swap_in_and_nothing_else() {
+        let g = mlp_chain(12, 1024, 256);
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        let saved: Vec<TensorId> = ctx
+            .saved_activations()
+            .into_iter()
+            .filter(|&t| g.tensor(t).producer.is_some())
+            .collect();
+        let swapped = saved[1];
+        let (a, b) = ctx.forward_backward_gap(swapped).expect("saved");
+        // A tensor whose recomputation needs no chain, as in
+        // `every_gap_offers_a_drop_and_swaps_offer_retiming`.
+        let empty = ctx.schedule(Vec::new());
+        let (recomputed, (ra, rb)) = saved
+            .iter()
+            .filter(|&&t| t != swapped)
+            .find_map(|&t| {
+                let (ra, rb) = ctx.forward_backward_gap(t)?;
+                let reads_swapped = g
+                    .tensor(t)
+                    .producer
+                    .is_some_and(|p| g.op(p).inputs.contains(&swapped));
+                (inputs_resident(&ctx, &empty, t, rb) && !reads_swapped).then_some((t, (ra, rb)))
+            })
+            .expect("an mlp has such a tensor");
+        // A weight used after the first position, kept on the host between
+        // iterations: swapped in from the start, out after its last use.
+        let weight = ctx
+            .owners()
+            .find(|&t| ctx.persistent(t) && ctx.uses[t.index()].first().is_some_and(|&f| f > 20))
+            .expect("a later layer's weight");
+        let uses = &ctx.uses[weight.index()];
+        let (first, last) = (uses[0], *uses.last().expect("used"));
+        let middle = a + (b - a) / 2;
+        let mut gaps = vec![
+            Gap {
+                tensor: swapped,
+                after: Some(a),
+                before: Some(b),
+                how: Restore::Swap,
+                prefetch_after: Some(middle),
+                reclaim_before: Some(a + 1),
+            },
+            recompute_gap(recomputed, ra, rb),
+        ];
+        gaps.extend(offload(&ctx, &cost, weight, first, last));
+        let schedule = ctx.schedule(gaps);
+        let hood = Neighbourhood::of(&ctx, &schedule, Kinds::SwapTiming);
+        let mut moves = Vec::new();
+        hood.moves(&ctx, &schedule, &mut moves);
+        let mut repairs = vec![Move::Drop { gap: 0 }];
+        hood.repairs(&ctx, &schedule, &mut repairs);
+        assert!(repairs.is_empty(), "{repairs:?}");
+        let mut retimed = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        for m in &moves {
+            let Move::Retime {
+                gap,
+                prefetch_after,
+            } = *m
+            else {
+                panic!("{m:?} in the swap-timing neighbourhood");
+            };
+            retimed[gap].push(prefetch_after);
+        }
+        // The swapped activation: the 8 triggers either side of its own, and
+        // 8 spread from the gap's start, all within the gap and not its own.
+        let near: Vec<usize> = (middle - RETIME_NEAR..=middle + RETIME_NEAR)
+            .filter(|&q| q != middle)
+            .collect();
+        assert!(
+            near.iter().all(|q| retimed[0].contains(q)),
+            "{:?}",
+            retimed[0]
+        );
+        assert!(retimed[0].contains(&a));
+        assert!(retimed[0].iter().all(|&q| a <= q && q < b && q != middle));
+        assert!(retimed[0].len() <= 2 * RETIME_NEAR + RETIME_SPREAD);
+        // Neither the recomputation nor the swap-out for the next iteration
+        // (no swap-in) is retimed.
+        assert!(retimed[1].is_empty() && retimed[2].is_empty());
+        // The weight's swap-in from the start: triggers from position 0 on.
+        assert!(retimed[3].contains(&0), "{:?}", retimed[3]);
+        assert!(retimed[3].iter().all(|&q| q < first));
+        let request = outcore_plan::PlanRequest::new(&g, &cost, u64::MAX);
+        let search = crate::framework::Search::new(&ctx, &request, "test");
+        let mut scratch = crate::framework::Scratch::default();
+        for m in &moves {
+            let next = apply(&ctx, &cost, &schedule, *m);
+            let score = search.score(&next, &mut scratch);
+            assert!(
+                matches!(score, Ok(crate::framework::Score::Feasible { .. })),
+                "{m:?}: {score:?}"
+            );
         }
     }
 
