@@ -752,6 +752,15 @@ mod tests {
     use super::*;
     use crate::framework::testing::{mlp_chain, v100};
 
+    /// The saved activations made by an op (the input batch and labels
+    /// have no producer).
+    fn saved_feature_maps(ctx: &Ctx<'_>) -> Vec<TensorId> {
+        ctx.saved_activations()
+            .into_iter()
+            .filter(|&t| ctx.graph.tensor(t).producer.is_some())
+            .collect()
+    }
+
     #[test]
     fn a_hidden_swap_leaves_the_copies_the_compute_they_need() {
         let g = mlp_chain(12, 1024, 256);
@@ -781,12 +790,7 @@ mod tests {
         let g = mlp_chain(8, 512, 64);
         let cost = v100();
         let ctx = Ctx::in_graph_order(&g, &cost);
-        // Feature maps made by an op (the input batch and labels have no producer).
-        let saved: Vec<TensorId> = ctx
-            .saved_activations()
-            .into_iter()
-            .filter(|&t| g.tensor(t).producer.is_some())
-            .collect();
+        let saved = saved_feature_maps(&ctx);
         // A tensor whose producer's inputs are still on the device where it
         // is needed again, so that recomputing it needs no chain.
         let empty = ctx.schedule(Vec::new());
@@ -859,11 +863,7 @@ mod tests {
         let g = mlp_chain(12, 1024, 256);
         let cost = v100();
         let ctx = Ctx::in_graph_order(&g, &cost);
-        let saved: Vec<TensorId> = ctx
-            .saved_activations()
-            .into_iter()
-            .filter(|&t| g.tensor(t).producer.is_some())
-            .collect();
+        let saved = saved_feature_maps(&ctx);
         let swapped = saved[1];
         let (a, b) = ctx.forward_backward_gap(swapped).expect("saved");
         // A tensor whose recomputation needs no chain, as in
