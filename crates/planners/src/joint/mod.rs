@@ -199,9 +199,9 @@ pub struct Joint {
     /// The local search scores first the moves that end the dearest
     /// recomputations ([`local::Limits::prioritised`]).
     pub prioritised: bool,
-    /// Local optima whose compute waits for swap-ins have those swap-ins'
-    /// triggers searched ([`local::Limits::polish`]); not in the
-    /// recompute-only variant, which has no swap.
+    /// When the fastest schedule makes compute wait for swap-ins, those
+    /// swap-ins' triggers are searched at the end ([`Joint::polish`]); not
+    /// in the recompute-only variant, which has no swap.
     pub polish_swap_timing: bool,
 }
 
