@@ -246,7 +246,10 @@ impl<'s, 'g> Search<'s, 'g> {
     ///
     /// A compute step waited for a swap-in when it started after the step
     /// before it on the compute stream ended, and the latest-ending step it
-    /// waits for is a swap-in. This lowers the schedule to a `Plan` and
+    /// waits for is a swap-in: the rule `outcore`'s report draws its stalls
+    /// by (`outcore::report::timeline::stalls`, on the trace), which this
+    /// crate cannot call (`outcore` depends on it). One shared function in
+    /// `outcore_plan`, beside `TimedStep`, would serve both; not built. This lowers the schedule to a `Plan` and
     /// simulates it with a timeline (the evaluator records none): a few
     /// times an evaluation's cost, for a search that asks once per
     /// accepted move.

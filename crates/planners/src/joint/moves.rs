@@ -127,11 +127,12 @@ pub enum Kinds {
 /// [`Kinds::SwapTiming`] offers. One swap-in started earlier overtakes the
 /// ones triggered between on the in-order h2d stream, so the time is not
 /// monotone in the trigger: on the PyTorch VGG-16 b32 export at 50% on
-/// `v100-16gb-pcie3`, the 392 MB momentum buffer of `classifier.0` stalls
-/// the iteration 1.1 ms with its swap-in triggered after op 18, 2 ms more
-/// after ops 14 to 17, none after ops 12 and 13, and more again after ops
-/// 4 to 9. Halving the distance to the gap's start (the main
-/// neighbourhood's retime) steps over such a window; neighbours do not.
+/// `v100-16gb-pcie3`, with the 392 MB momentum buffer of `classifier.0`
+/// swapped in after op 18 the iteration takes 0.3535 s (1.1 ms of it
+/// stalled), after ops 14 to 17 0.3552 to 0.3564 s, after ops 12 and 13
+/// 0.3525 s, and after ops 4 to 9 0.3545 to 0.3546 s. Halving the distance to
+/// the gap's start (the main neighbourhood's retime) steps over such a
+/// window; neighbours do not.
 pub const RETIME_NEAR: usize = 8;
 /// Triggers spread evenly over a swap-in's gap that [`Kinds::SwapTiming`]
 /// offers besides the near ones.
