@@ -103,7 +103,10 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// by a recomputation) is freed right after the last recomputation step at
 /// `p` that reads it (right after its own recomputation if none does, or
 /// after all of them if it came back by a swap-in nothing there reads), so
-/// that a long chain holds at most the links still to be read. Every other
+/// that a long chain holds at most the links still to be read. A tensor
+/// that a recomputation at `p` reads after its last use, with no gap of it
+/// ending at or after `p`, is held: resident from its last use to `p`, and
+/// freed there in the same way (see [`index_holds`]). Every other
 /// residency period ends with a free after its last use; step outputs are
 /// freed at the end.
 pub fn lower_schedule(
@@ -615,8 +618,57 @@ fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch) {
     }
 }
 
+/// Holds: a storage owner that a recomputation at position `p` reads after
+/// its last use in the order, with no gap ending at or after `p` (and none
+/// open to the iteration's end), stays resident from its last use to `p`
+/// instead of being freed there, and is freed right after the last
+/// recomputation step at `p` that reads it ([`index_recompute_frees`] places
+/// that free, as for a tensor brought back only to feed recomputations).
+///
+/// Why: a recomputation's inputs are often dead after the forward pass. In a
+/// DenseNet layer the concatenation of the block's earlier features is saved
+/// for its batch norm's backward; recomputing it instead reads the features
+/// themselves, the small outputs of earlier layers, which no backward op
+/// reads. Without a hold the only ways to have them back were a swap-in or a
+/// recomputation of each (a convolution), so a plan kept the large
+/// concatenations and recomputed the batch norm and ReLU after them instead,
+/// twice the compute per byte freed. Such a schedule was invalid before (the
+/// recomputation read a freed tensor), so a hold changes no schedule that
+/// lowered before. A storage written in place after the read the
+/// recomputation needs is still refused, by `verify()`'s version check.
+fn index_holds(prepared: &PreparedGraph, s: &mut LowerScratch) {
+    let mut k = 0;
+    while k < s.chain_reads.len() {
+        // `chain_reads` is sorted by (tensor, position): the run's last entry
+        // is the tensor's latest read.
+        let t = (s.chain_reads[k] >> 32) as u32;
+        while k + 1 < s.chain_reads.len() && (s.chain_reads[k + 1] >> 32) as u32 == t {
+            k += 1;
+        }
+        let p = s.chain_reads[k] as u32;
+        k += 1;
+        let ti = t as usize;
+        let last = s.last_use[ti];
+        if !prepared.freed_after_use[ti] || last == NONE || last >= p {
+            continue;
+        }
+        match s.gap_index[ti] {
+            NONE => {
+                s.gap_index[ti] = s.gapped.len() as u32;
+                s.gapped.push((TensorId(t), p));
+            }
+            g => {
+                let end = &mut s.gapped[g as usize].1;
+                if *end == NO_GAP || (*end != TO_END && *end < p) {
+                    *end = p;
+                }
+            }
+        }
+    }
+}
+
 /// Tensors brought back after their last use, only to feed recomputations,
-/// are freed right after them. (Every other non-persistent storage owner is
+/// and tensors held for them ([`index_holds`]), are freed right after them. (Every other non-persistent storage owner is
 /// freed after its last use, found when that op is emitted, or at the end.)
 fn index_recompute_frees(prepared: &PreparedGraph, s: &mut LowerScratch) {
     for k in 0..s.gapped.len() {
@@ -668,6 +720,7 @@ pub fn lower_into<S: ProgramSink>(
             || matches!(r, Residency::Host | Residency::DeviceAndHost);
     }
     index_gaps(prepared, gaps, s);
+    index_holds(prepared, s);
     index_recompute_frees(prepared, s);
     s.group_actions(n);
     emit(prepared, schedule, s, sink)

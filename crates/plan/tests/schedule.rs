@@ -335,3 +335,61 @@ fn a_resident_tensor_leaves_right_after_the_recomputation_that_reads_it() {
     bad.gaps.retain(|g| g.tensor != r2);
     assert!(lower_schedule(&g, &bad, info(), u64::MAX).is_err());
 }
+
+#[test]
+fn a_dead_input_of_a_recomputation_is_held_until_it() {
+    use outcore_graph::DType;
+    use outcore_graph::builder::{GraphBuilder, Optimizer};
+    // x -> fc -> r1 -> r2 -> head. ReLU's backward reads its output, so fc's
+    // output is dead after r1's forward. Recomputing r1 before its backward
+    // reads fc's output there: with no gap on it, the lowering holds it from
+    // its last use to that recomputation and frees it right after.
+    let mut b = GraphBuilder::new("hold", 2, DType::Float32);
+    let x = b.input("x", &[2, 8]);
+    let y = b.label("y", &[2]);
+    let fc = b.linear("fc", x, 8, true);
+    let r1 = b.relu(fc);
+    let r2 = b.relu(r1);
+    let logits = b.linear("head", r2, 2, true);
+    let loss = b.softmax_cross_entropy(logits, y);
+    let g = b.finish(loss, Optimizer::sgd_momentum()).expect("valid");
+    let mut s = Schedule::in_graph_order(&g);
+    let uses = use_positions(&g, &s.order);
+    let q = uses[r1.index()]
+        .iter()
+        .copied()
+        .find(|&u| g.op(s.order[u]).phase == outcore_graph::Phase::Backward)
+        .expect("r1 is read in backward");
+    let last_fc = *uses[fc.index()].last().expect("fc is used");
+    assert!(last_fc < q, "fc's output is dead before r1's backward");
+    let last_forward_r1 = uses[r1.index()]
+        .iter()
+        .copied()
+        .filter(|&u| u < q)
+        .max()
+        .expect("r1 is used in forward");
+    s.gaps.push(Gap {
+        tensor: r1,
+        after: Some(last_forward_r1),
+        before: Some(q),
+        how: Restore::Recompute,
+        prefetch_after: None,
+        reclaim_before: None,
+    });
+    let plan = lower_schedule(&g, &s, info(), u64::MAX).expect("lowers");
+    let v = verify(&plan, &g);
+    assert!(v.is_empty(), "{}", v[0]);
+    let steps: Vec<&Instr> = plan.streams[0].iter().map(|st| &st.instr).collect();
+    let frees: Vec<usize> = (0..steps.len())
+        .filter(|&i| *steps[i] == Instr::Free(fc))
+        .collect();
+    let r1_at = steps
+        .iter()
+        .position(|i| matches!(i, Instr::Recompute { outputs, .. } if outputs == &vec![r1]))
+        .expect("r1 recomputed");
+    assert_eq!(
+        frees,
+        vec![r1_at + 1],
+        "fc is freed once, after r1's recomputation"
+    );
+}
