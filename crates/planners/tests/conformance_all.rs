@@ -162,6 +162,7 @@ fn quick_outcore() -> outcore_planners::Joint {
         streamed_seeds: true,
         prioritised: true,
         polish_swap_timing: true,
+        held_starts: true,
     }
 }
 

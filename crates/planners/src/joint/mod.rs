@@ -93,6 +93,18 @@
 //!   neighbourhood does not retime; the polish starts it earlier, and the
 //!   plan goes from 0.8999 to 0.903 of ideal (RESULTS.md, issue-16
 //!   section, "Swap-ins' triggers polished").
+//! - **Held exchanges** ([`held`]): the fastest seed's schedule with its
+//!   chained recomputations traded for cheaper ones whose dead inputs the
+//!   lowering holds is one more start. In DenseNet-121 the seeds recompute
+//!   the batch norm and ReLU after each concatenation (two ops per byte
+//!   freed) where recomputing the concatenation from the held features is
+//!   one; the first such trade in a block is over the budget alone, so no
+//!   single move reaches it. And every move that gives up a recomputation
+//!   drops the chain links left with no reader (they were recomputed for
+//!   nothing). Together, on the suite against the build before in the same
+//!   session: DenseNet-121 at 50% from 0.894 / 0.892 to 0.901 / 0.899
+//!   (`h100-80gb` / `v100-16gb-pcie3`), 19 cases up and 3 down by more than
+//!   0.003 (RESULTS.md, issue-16 section, "Held inputs").
 //! - **HOME restarted** with a doubling swarm, 32 particles first
 //!   ([`Joint::home_restarts`]): `home` alone runs one swarm of 512.
 //! - **The layout.** Asked for `offsets` (an exact offset per allocation),
@@ -114,6 +126,7 @@
 //!   it is recorded in the plan's settings (`seed_errors`) and the seed is
 //!   skipped. The conformance suite tests every seed on its own.
 
+pub mod held;
 pub mod local;
 pub mod moves;
 pub mod program;
@@ -203,6 +216,9 @@ pub struct Joint {
     /// swap-ins' triggers are searched at the end ([`Joint::polish`]); not
     /// in the recompute-only variant, which has no swap.
     pub polish_swap_timing: bool,
+    /// Also start from the fastest seed's schedule with its chained
+    /// recomputations traded for held ones ([`held`]).
+    pub held_starts: bool,
 }
 
 impl Default for Joint {
@@ -223,6 +239,7 @@ impl Default for Joint {
             streamed_seeds: true,
             prioritised: true,
             polish_swap_timing: true,
+            held_starts: true,
         }
     }
 }
@@ -610,6 +627,18 @@ impl Joint {
                 schedule: schedule.clone(),
                 share: if out.is_empty() { 2.0 } else { 1.0 },
             });
+        }
+        if self.held_starts
+            && let Some(fastest) = out.first()
+        {
+            let ctx = Ctx::new(request.graph, request.cost, fastest.schedule.order.clone());
+            if let Some(schedule) = held::held_exchanges(&ctx, &fastest.schedule) {
+                out.push(Start {
+                    label: format!("{} + held exchanges", fastest.label),
+                    schedule,
+                    share: 1.0,
+                });
+            }
         }
         if !self.repair_starts {
             return out;

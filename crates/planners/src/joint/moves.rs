@@ -407,10 +407,12 @@ impl Neighbourhood {
 }
 
 /// Whether recomputing `t` at `at` finds its producer's inputs on the device
-/// without bringing any back: each input's owner is persistent or used at or
-/// after `at`, and no gap of it spans `at`. (A cheap filter: a recomputation
-/// that needs a chain is left to the seeds that build chains, and the
-/// lowering and verifier still judge every move.)
+/// without bringing any back: each input's owner is persistent, used at or
+/// after `at`, or held until `at` by the lowering (not persistent, and every
+/// gap of it ends before `at`: `outcore_plan::lower_schedule`'s holds), and
+/// no gap of it spans `at`. (A cheap filter: a recomputation that needs a
+/// chain is left to the seeds that build chains, and the lowering and
+/// verifier still judge every move.)
 fn inputs_resident(ctx: &Ctx<'_>, schedule: &Schedule, t: TensorId, at: usize) -> bool {
     let g = ctx.graph;
     let Some(producer) = g.tensor(t).producer else {
@@ -418,16 +420,20 @@ fn inputs_resident(ctx: &Ctx<'_>, schedule: &Schedule, t: TensorId, at: usize) -
     };
     g.op(producer).inputs.iter().all(|&input| {
         let owner = g.storage_owner(input);
-        let used_later = ctx.persistent(owner)
+        let persistent = ctx.persistent(owner);
+        let used_later = persistent
             || ctx.uses[owner.index()]
                 .last()
                 .is_some_and(|&last| last >= at);
-        let gone = schedule.gaps.iter().any(|gap| {
-            gap.tensor == owner
-                && gap.after.is_none_or(|a| a < at)
-                && gap.before.is_none_or(|b| b > at)
-        });
-        used_later && !gone
+        let mut gaps = schedule.gaps.iter().filter(|gap| gap.tensor == owner);
+        if used_later {
+            let gone = gaps
+                .any(|gap| gap.after.is_none_or(|a| a < at) && gap.before.is_none_or(|b| b > at));
+            !gone
+        } else {
+            // Held: dead before `at`, and back from every gap before it.
+            !persistent && gaps.all(|gap| gap.before.is_some_and(|b| b < at))
+        }
     })
 }
 
@@ -469,6 +475,20 @@ pub(crate) fn recompute_reads(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<Vec<usi
 /// `schedule` with `mv` applied; `ctx` is the context of `schedule.order`.
 pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move) -> Schedule {
     let mut gaps = schedule.gaps.clone();
+    // A recomputation given up may leave the chain links brought back for
+    // it with no reader: they are dropped below.
+    let recompute_changed = match mv {
+        Move::Drop { gap }
+        | Move::ToSwap { gap }
+        | Move::Exchange { gap, .. }
+        | Move::ExchangeRecompute { gap, .. }
+        | Move::ExchangeOffload { gap, .. }
+        | Move::SwapAndOffload { gap, .. } => schedule
+            .gaps
+            .get(gap)
+            .is_some_and(|g| g.how == Restore::Recompute),
+        _ => false,
+    };
     match mv {
         Move::Drop { gap } => {
             // An offloaded persistent tensor has two open-ended gaps (out
@@ -549,13 +569,16 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
             before,
         } => gaps[gap] = recompute_gap(tensor, after, before),
     }
+    if recompute_changed {
+        super::held::drop_orphan_links(ctx, &mut gaps);
+    }
     // `ctx` is built on `schedule.order` (the search's context for this
     // start), so its schedule has the same order: no second copy of it.
     ctx.schedule(gaps)
 }
 
 /// A recomputation of `tensor`: dropped after `after`, re-run before `before`.
-fn recompute_gap(tensor: TensorId, after: usize, before: usize) -> Gap {
+pub(crate) fn recompute_gap(tensor: TensorId, after: usize, before: usize) -> Gap {
     Gap {
         tensor,
         after: Some(after),
