@@ -103,8 +103,8 @@
 //!   drops the chain links left with no reader (they were recomputed for
 //!   nothing). Together, on the suite against the build before in the same
 //!   session: DenseNet-121 at 50% from 0.894 / 0.892 to 0.901 / 0.899
-//!   (`h100-80gb` / `v100-16gb-pcie3`), 19 cases up and 3 down by more than
-//!   0.003 (RESULTS.md, issue-16 section, "Held inputs").
+//!   (`h100-80gb` / `v100-16gb-pcie3`), 18 cases up and none down by more
+//!   than 0.003 (RESULTS.md, issue-16 section, "Held inputs").
 //! - **HOME restarted** with a doubling swarm, 32 particles first
 //!   ([`Joint::home_restarts`]): `home` alone runs one swarm of 512.
 //! - **The layout.** Asked for `offsets` (an exact offset per allocation),
