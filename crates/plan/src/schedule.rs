@@ -632,10 +632,10 @@ fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch) {
 /// reads. Without a hold the only ways to have them back were a swap-in or a
 /// recomputation of each (a convolution), so a plan kept the large
 /// concatenations and recomputed the batch norm and ReLU after them instead,
-/// twice the compute per byte freed. Such a schedule was invalid before (the
-/// recomputation read a freed tensor), so a hold changes no schedule that
-/// lowered before. A storage written in place after the read the
-/// recomputation needs is still refused, by `verify()`'s version check.
+/// twice the compute per byte freed. Such a schedule failed `verify()`
+/// before (the recomputation read a freed tensor), so a hold changes no
+/// schedule that verified before. A storage written in place after the read
+/// the recomputation needs is still refused, by `verify()`'s version check.
 fn index_holds(prepared: &PreparedGraph, s: &mut LowerScratch) {
     let mut k = 0;
     while k < s.chain_reads.len() {
@@ -659,7 +659,8 @@ fn index_holds(prepared: &PreparedGraph, s: &mut LowerScratch) {
             }
             g => {
                 let end = &mut s.gapped[g as usize].1;
-                if *end == NO_GAP || (*end != TO_END && *end < p) {
+                // Every indexed gap has set its end: a position or `TO_END`.
+                if *end != TO_END && *end < p {
                     *end = p;
                 }
             }
@@ -668,8 +669,9 @@ fn index_holds(prepared: &PreparedGraph, s: &mut LowerScratch) {
 }
 
 /// Tensors brought back after their last use, only to feed recomputations,
-/// and tensors held for them ([`index_holds`]), are freed right after them. (Every other non-persistent storage owner is
-/// freed after its last use, found when that op is emitted, or at the end.)
+/// and tensors held for them ([`index_holds`]), are freed right after them.
+/// (Every other non-persistent storage owner is freed after its last use,
+/// found when that op is emitted, or at the end.)
 fn index_recompute_frees(prepared: &PreparedGraph, s: &mut LowerScratch) {
     for k in 0..s.gapped.len() {
         let (t, end) = s.gapped[k];

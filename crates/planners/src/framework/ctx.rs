@@ -151,6 +151,30 @@ impl<'g> Ctx<'g> {
         self.graph.tensor(t).is_persistent()
     }
 
+    /// The compute time of `t`'s producer (what recomputing `t` costs, its
+    /// inputs at hand); `None` for a tensor no op makes.
+    pub fn producer_time_s(&self, t: TensorId) -> Option<f64> {
+        let op = self.graph.tensor(t).producer?;
+        Some(self.op_time_s[self.position(op)])
+    }
+
+    /// The storage owners `t`'s producer reads (none for a tensor no op
+    /// makes): what a recomputation of `t` needs on the device.
+    pub fn producer_inputs(&self, t: TensorId) -> impl Iterator<Item = TensorId> + '_ {
+        let g = self.graph;
+        g.tensor(t)
+            .producer
+            .into_iter()
+            .flat_map(move |op| g.op(op).inputs.iter().map(move |&i| g.storage_owner(i)))
+    }
+
+    /// Whether gap `g` ends after its tensor's last use: it brings the tensor
+    /// back only to feed the recomputations there (a chain link).
+    pub fn chain_link(&self, g: &Gap) -> bool {
+        g.before
+            .is_some_and(|b| self.uses[g.tensor.index()].last().is_none_or(|&l| l < b))
+    }
+
     /// Storage owners, in tensor order.
     pub fn owners(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.graph

@@ -249,8 +249,8 @@ impl<'s, 'g> Search<'s, 'g> {
     /// waits for is a swap-in: the rule `outcore`'s report draws its stalls
     /// by (`outcore::report::timeline::stalls`, on the trace), which this
     /// crate cannot call (`outcore` depends on it). One shared function in
-    /// `outcore_plan`, beside `TimedStep`, would serve both; not built. This lowers the schedule to a `Plan` and
-    /// simulates it with a timeline (the evaluator records none): a few
+    /// `outcore_plan`, beside `TimedStep`, would serve both; not built.
+    /// This lowers the schedule to a `Plan` and simulates it with a timeline (the evaluator records none): a few
     /// times an evaluation's cost, for a search that asks once per
     /// accepted move.
     pub fn stalled_swap_ins(&self, schedule: &Schedule) -> Vec<TensorId> {

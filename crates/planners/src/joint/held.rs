@@ -9,7 +9,7 @@
 //! (small, dead after the forward pass), so the first such recomputation in
 //! a block holds the block's features through the peak, and alone it is
 //! over the budget; every later one in the block holds nothing more. The
-//! seeds recompute the batch norm and ReLU after each concatenation
+//! plans recomputed the batch norm and ReLU after each concatenation
 //! instead (ReLU's output is saved; the batch norm's is its dead input),
 //! twice the compute per byte freed. On DenseNet-121 b64 at 50% on
 //! `v100-16gb-pcie3`, the search's best schedule (0.892 of ideal) with every
@@ -19,9 +19,8 @@
 //!
 //! What [`held_exchanges`] does, for one schedule on its own order:
 //! 1. prices each recomputation that is not only a chain link: its
-//!    producer's time plus that of the chain links its producer reads at
-//!    the same position (the tensors brought back there only for it), per
-//!    byte of the tensor;
+//!    producer's time plus that of the recomputations of its producer's
+//!    inputs at the same position (its chain), per byte of the tensor;
 //! 2. dearest first, trades it for a saved activation kept on the device
 //!    whose interval (last forward use to first backward use) covers the
 //!    gap, at least as large, cheaper per byte to recompute, the smallest
@@ -56,7 +55,7 @@ pub fn held_exchanges(ctx: &Ctx<'_>, schedule: &Schedule) -> Option<Schedule> {
         .collect();
     let added: Vec<Gap> = trades.into_iter().map(|(_, g)| g).collect();
     for new in &added {
-        for owner in producer_inputs(ctx, new.tensor) {
+        for owner in ctx.producer_inputs(new.tensor) {
             if !ctx.persistent(owner) {
                 gaps.retain(|g| g.tensor != owner);
             }
@@ -73,28 +72,29 @@ fn trades(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<(usize, Gap)> {
     let partners: Vec<(TensorId, usize, usize, f64)> = Neighbourhood::of(ctx, schedule, Kinds::All)
         .ungapped
         .iter()
-        .filter_map(|&(t, a, b)| Some((t, a, b, producer_time_s(ctx, t)? / ctx.size(t) as f64)))
+        .filter_map(|&(t, a, b)| Some((t, a, b, ctx.producer_time_s(t)? / ctx.size(t) as f64)))
         .filter(|p| p.3.is_finite())
         .collect();
     let mut dearest: Vec<(f64, usize)> = schedule
         .gaps
         .iter()
         .enumerate()
-        .filter(|(_, g)| g.how == Restore::Recompute && !chain_link(ctx, g))
+        .filter(|(_, g)| g.how == Restore::Recompute && !ctx.chain_link(g))
         .filter_map(|(i, g)| {
             let (Some(_), Some(b)) = (g.after, g.before) else {
                 return None;
             };
-            let links_s: f64 = producer_inputs(ctx, g.tensor)
+            let links_s: f64 = ctx
+                .producer_inputs(g.tensor)
                 .filter(|&o| {
                     schedule.gaps.iter().any(|l| {
                         l.tensor == o && l.before == Some(b) && l.how == Restore::Recompute
                     })
                 })
-                .filter_map(|o| producer_time_s(ctx, o))
+                .filter_map(|o| ctx.producer_time_s(o))
                 .sum();
             let per_byte =
-                (producer_time_s(ctx, g.tensor)? + links_s) / ctx.size(g.tensor).max(1) as f64;
+                (ctx.producer_time_s(g.tensor)? + links_s) / ctx.size(g.tensor).max(1) as f64;
             Some((per_byte, i))
         })
         .collect();
@@ -128,12 +128,20 @@ fn trades(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<(usize, Gap)> {
 /// orphan).
 pub(crate) fn drop_orphan_links(ctx: &Ctx<'_>, gaps: &mut Vec<Gap>) {
     loop {
+        // Most schedules have no chain link: then nothing to index (this
+        // runs on every move that gives up a recomputation).
+        if !gaps
+            .iter()
+            .any(|l| l.how == Restore::Recompute && ctx.chain_link(l))
+        {
+            return;
+        }
         // (tensor, position): read by a recomputation there, or where a gap
         // of the tensor starts.
         let mut needed: Vec<(TensorId, usize)> = Vec::new();
         for g in gaps.iter() {
             if let (Restore::Recompute, Some(b)) = (g.how, g.before) {
-                needed.extend(producer_inputs(ctx, g.tensor).map(|o| (o, b)));
+                needed.extend(ctx.producer_inputs(g.tensor).map(|o| (o, b)));
             }
             if let Some(a) = g.after {
                 needed.push((g.tensor, a));
@@ -143,7 +151,7 @@ pub(crate) fn drop_orphan_links(ctx: &Ctx<'_>, gaps: &mut Vec<Gap>) {
         let before = gaps.len();
         gaps.retain(|l| {
             let orphan = l.how == Restore::Recompute
-                && chain_link(ctx, l)
+                && ctx.chain_link(l)
                 && l.before
                     .is_some_and(|b| needed.binary_search(&(l.tensor, b)).is_err());
             !orphan
@@ -152,28 +160,6 @@ pub(crate) fn drop_orphan_links(ctx: &Ctx<'_>, gaps: &mut Vec<Gap>) {
             return;
         }
     }
-}
-
-/// Whether gap `g` ends after its tensor's last use: it brings the tensor
-/// back only to feed the recomputations there.
-fn chain_link(ctx: &Ctx<'_>, g: &Gap) -> bool {
-    g.before
-        .is_some_and(|b| ctx.uses[g.tensor.index()].last().is_none_or(|&l| l < b))
-}
-
-/// The storage owners `t`'s producer reads.
-fn producer_inputs<'c>(ctx: &'c Ctx<'_>, t: TensorId) -> impl Iterator<Item = TensorId> + 'c {
-    let g = ctx.graph;
-    g.tensor(t)
-        .producer
-        .into_iter()
-        .flat_map(move |op| g.op(op).inputs.iter().map(move |&i| g.storage_owner(i)))
-}
-
-/// The compute time of `t`'s producer under the search's cost model.
-fn producer_time_s(ctx: &Ctx<'_>, t: TensorId) -> Option<f64> {
-    let op = ctx.graph.tensor(t).producer?;
-    Some(ctx.op_time_s[ctx.position_of[op.index()]])
 }
 
 #[cfg(test)]

@@ -334,10 +334,7 @@ fn prioritise(ctx: &Ctx<'_>, schedule: &Schedule, moves: &mut [Move]) {
         if g.how != Restore::Recompute {
             return 0.0;
         }
-        ctx.graph
-            .tensor(g.tensor)
-            .producer
-            .map_or(0.0, |op| ctx.op_time_s[ctx.position(op)])
+        ctx.producer_time_s(g.tensor).unwrap_or(0.0)
     };
     let key = |m: &Move| -> f64 {
         match *m {

@@ -244,9 +244,7 @@ impl Neighbourhood {
             // feed recomputations: without the gap the lowering frees it at
             // its last use, so dropping it (alone or in an exchange) always
             // breaks the chain.
-            let chain_only = g
-                .before
-                .is_some_and(|b| ctx.uses[g.tensor.index()].last().is_none_or(|&l| l < b));
+            let chain_only = ctx.chain_link(g);
             if !chain_only {
                 out.push(Move::Drop { gap: i });
             }
@@ -462,11 +460,8 @@ pub(crate) fn recompute_reads(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<Vec<usi
         let (Restore::Recompute, Some(at)) = (gap.how, gap.before) else {
             continue;
         };
-        let Some(producer) = g.tensor(gap.tensor).producer else {
-            continue;
-        };
-        for &input in &g.op(producer).inputs {
-            reads[g.storage_owner(input).index()].push(at);
+        for input in ctx.producer_inputs(gap.tensor) {
+            reads[input.index()].push(at);
         }
     }
     reads
