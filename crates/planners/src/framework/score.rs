@@ -250,9 +250,9 @@ impl<'s, 'g> Search<'s, 'g> {
     /// by (`outcore::report::timeline::stalls`, on the trace), which this
     /// crate cannot call (`outcore` depends on it). One shared function in
     /// `outcore_plan`, beside `TimedStep`, would serve both; not built.
-    /// This lowers the schedule to a `Plan` and simulates it with a timeline (the evaluator records none): a few
-    /// times an evaluation's cost, for a search that asks once per
-    /// accepted move.
+    /// This lowers the schedule to a `Plan` and simulates it with a timeline
+    /// (the evaluator records none): a few times an evaluation's cost, for a
+    /// search that asks once per accepted move.
     pub fn stalled_swap_ins(&self, schedule: &Schedule) -> Vec<TensorId> {
         let Ok(plan) = self.lower(schedule, Value::Null) else {
             return Vec::new();

@@ -235,16 +235,15 @@ pub fn streamed_seeds(
             // No merge of the whole set fits: the same search over what the
             // link can hide, and then over the whole set with the parameters
             // also off the device until their updates.
-            let fallback = hidden_differs
-                .then(|| best_merge(request, &ctx, &hidden, set, false, until))
-                .flatten()
-                .map(|m| ("streamed link-hidden", m))
-                .or_else(|| {
-                    (set != OffloadSet::OptimizerState)
-                        .then(|| best_merge(request, &ctx, &chosen, set, true, until))
-                        .flatten()
-                        .map(|m| ("streamed", m))
-                });
+            let mut fallback = None;
+            if hidden_differs {
+                fallback = best_merge(request, &ctx, &hidden, set, false, until)
+                    .map(|m| ("streamed link-hidden", m));
+            }
+            if fallback.is_none() && set != OffloadSet::OptimizerState {
+                fallback =
+                    best_merge(request, &ctx, &chosen, set, true, until).map(|m| ("streamed", m));
+            }
             if let Some((kind, m)) = fallback {
                 let name = seed_name(kind, set, m.planner, m.variant);
                 out.push((name.clone(), prove(request, &name, m.schedule)));
