@@ -38,7 +38,7 @@ pub(crate) enum Residence {
 }
 
 /// Per-position and per-owner facts; see the module docs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct RematFacts {
     pub n: usize,
     pub residence: Vec<Residence>,

@@ -160,6 +160,7 @@ fn quick_outcore() -> outcore_planners::Joint {
         // One swarm, as `quick_home`'s, so that the run stays short.
         home_runs: 1,
         streamed_seeds: true,
+        offloaded_seeds: true,
         prioritised: true,
         polish_swap_timing: true,
         held_starts: true,

@@ -74,6 +74,13 @@
 //!   other seed swaps activations over the link; these are the only seeds
 //!   that recompute there (BERT-base and GPT-2 b8 at 25%: 0.27-0.43 of ideal
 //!   before, 0.74-0.75 with them; RESULTS.md).
+//! - **Offloaded-activation seeds** ([`offloaded`]): the feature maps
+//!   dearest to recompute per byte swapped across the turn of the pass, as
+//!   many as the link can carry in the forward and backward passes' compute
+//!   time, and DTR planned for the memory that frees. Neither the swap
+//!   seeds (which wait on the link) nor the recomputation seeds (which leave
+//!   it idle) give such a mix, and the local search turns recomputations
+//!   into swaps one accepted move at a time.
 //! - **Two phases of local search.** Half of the local search's time is
 //!   shared by the starts as above; the rest continues the fastest schedule
 //!   reached by a search the time limit cut short. With a third improved
@@ -129,6 +136,7 @@
 pub mod held;
 pub mod local;
 pub mod moves;
+pub mod offloaded;
 pub mod program;
 pub mod streamed;
 
@@ -209,6 +217,10 @@ pub struct Joint {
     /// Also seed with persistent tensors streamed and activations recomputed
     /// ([`streamed`]); not in the recompute-only variant.
     pub streamed_seeds: bool,
+    /// Also seed with the activations dearest to recompute swapped across
+    /// the turn of the pass and the rest left to DTR ([`offloaded`]); not in
+    /// the recompute-only variant.
+    pub offloaded_seeds: bool,
     /// The local search scores first the moves that end the dearest
     /// recomputations ([`local::Limits::prioritised`]).
     pub prioritised: bool,
@@ -237,6 +249,7 @@ impl Default for Joint {
             eager_seeds: true,
             home_runs: HOME_RUNS,
             streamed_seeds: true,
+            offloaded_seeds: true,
             prioritised: true,
             polish_swap_timing: true,
             held_starts: true,
@@ -250,6 +263,7 @@ impl Joint {
         Joint {
             recompute_only: true,
             streamed_seeds: false,
+            offloaded_seeds: false,
             polish_swap_timing: false,
             ..Joint::default()
         }
@@ -312,6 +326,8 @@ enum Job<'a> {
     Planner(&'a dyn Planner, Option<&'a [OpId]>),
     /// The streamed seeds ([`streamed`]) on an order.
     Streamed(Option<&'a [OpId]>),
+    /// The offloaded-activation seeds ([`offloaded`]) on an order.
+    Offloaded(Option<&'a [OpId]>),
 }
 
 impl Job<'_> {
@@ -320,6 +336,7 @@ impl Job<'_> {
         match self {
             Job::Planner(p, _) => seed_weight(p.name()),
             Job::Streamed(_) => STREAMED_WEIGHT,
+            Job::Offloaded(_) => 1.0,
         }
     }
 }
@@ -473,6 +490,12 @@ impl Joint {
                 jobs.push(Job::Streamed(Some(eager.as_slice())));
             }
         }
+        if self.offloaded_seeds {
+            jobs.push(Job::Offloaded(request.order));
+            if let Some(eager) = &eager {
+                jobs.push(Job::Offloaded(Some(eager.as_slice())));
+            }
+        }
         for planner in planners.iter().filter(|p| SEARCH_SEEDS.contains(&p.name())) {
             jobs.push(Job::Planner(planner.as_ref(), request.order));
         }
@@ -492,9 +515,13 @@ impl Joint {
             };
             let (planner, order) = match *job {
                 Job::Planner(planner, order) => (planner, order),
-                Job::Streamed(order) => {
+                Job::Streamed(order) | Job::Offloaded(order) => {
                     let share = Duration::try_from_secs_f64(share_s).unwrap_or_default();
-                    let got = streamed::streamed_seeds(request, order, Instant::now() + share);
+                    let until = Instant::now() + share;
+                    let got = match job {
+                        Job::Streamed(_) => streamed::streamed_seeds(request, order, until),
+                        _ => offloaded::offloaded_seeds(request, order, until),
+                    };
                     for (name, outcome) in got {
                         let name = format!("{name}{}", order_name(order));
                         out.record(self.name(), request, name, outcome)?;

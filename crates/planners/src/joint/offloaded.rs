@@ -1,0 +1,501 @@
+//! Offloaded-activation seeds: the feature maps that are dearest to
+//! recompute per byte swapped to the host across the turn from the forward
+//! to the backward pass, as many as the link can hide, and the rest of the
+//! activations left to DTR, planned for the memory those swaps free.
+//!
+//! Why: far below the footprint the recomputation planners' plans recompute
+//! the forward pass several times over, while the swap planners' plans wait
+//! on the link. On DenseNet-121 b64 at 12.5% of its footprint on
+//! `v100-16gb-pcie3` the fastest seed (the optimizer state streamed, DTR by
+//! position) recomputed 0.22 s of compute for a 0.218 s ideal iteration and
+//! swapped 91 MiB in; `window` ran 1.27 s. The bound's program there
+//! recomputes 38 ms and copies in 976 MiB: the link, idle in the
+//! recomputation plans, can carry what costs most to recompute. Neither
+//! kind of seed gives the local search such a mix, and at this size it
+//! scores a handful of moves in 5 s.
+//!
+//! What a seed is made of, for one order and one share `f` of the link
+//! ([`LINK_SHARES`]):
+//! 1. the candidates are the feature maps the backward pass reads
+//!    ([`Ctx::saved_activations`]), dearest to recompute per byte first (those
+//!    whose producer cannot be recomputed first of all);
+//! 2. a candidate is taken when the copies of everything taken still fit
+//!    `f` of the link's time ([`fits_link`]): every copy-out between its
+//!    tensor's last forward use and the backward pass's start, every
+//!    copy-in between that start and the tensor's first backward use;
+//! 3. DTR plans with the taken tensors held (they are not DTR's to evict)
+//!    and with a budget per position of the budget plus the bytes the swaps
+//!    take off the device there ([`crate::dtr::dtr_gaps_under`]);
+//! 4. each taken tensor's interval is cut short before the first of DTR's
+//!    recomputations that reads it ([`moves::swap_interval`]); where that
+//!    changes an interval, step 3 runs again with the bytes the cut
+//!    intervals take off (a tensor brought back early for a recomputation
+//!    is on the device where DTR was told it was not);
+//! 5. the swaps are timed as a queue on each link ([`queued_swaps`]), and
+//!    the merge is scored under the real budget; over it by `e` bytes, step
+//!    3 runs again `e` lower, bisecting where DTR finds no plan (at most
+//!    [`ROUNDS`] DTR plans in all).
+//!
+//! Measured while building this (`outcore_planners::joint::offloaded`
+//! called alone, before it was a seed): on ResNet-50 b64 at 25% of its
+//! footprint on `v100-16gb-pcie3` the seed at the whole link share runs
+//! 0.2458 s an iteration in the eager-update order (0.888 of ideal, 887 MB
+//! swapped in, 28 ms recomputed, no stall), where `outcore` gave 0.2588 s;
+//! at 150% of the link it stalled 55 ms (0.697), at 50% it recomputed more
+//! (0.829). On DenseNet-121 b64 at 12.5% it gave nothing faster than the
+//! streamed seeds: DTR there recomputes the forward pass several times
+//! over whatever the swaps free.
+//!
+//! The choice of a common deadline (the backward pass's start) for the
+//! copy-outs and a common release for the copy-ins is ours: it keeps the
+//! selection a scheduling problem with one deadline per direction, whose
+//! feasibility is a prefix test, and the memory the swaps free is wanted
+//! from the turn on, where the activations peak.
+
+use super::moves;
+use crate::framework::{Ctx, Score, Scored, Scratch, Search, graph_order};
+use crate::remat::{RematFacts, Residence};
+use outcore_cost::CostModel;
+use outcore_graph::{OpId, TensorId};
+use outcore_plan::{Gap, PlanOutcome, PlanRequest, PlannerError, Restore, Schedule};
+use serde_json::json;
+use std::time::Instant;
+
+/// Shares of the link's time (between the copies' windows) the swaps may
+/// take: all of it, or less, leaving room for the stalls the prefix test
+/// does not see (it times copies on the compute stream's ideal clock).
+pub const LINK_SHARES: [f64; 3] = [1.0, 0.75, 0.5];
+
+/// DTR plans per seed, at most: the first at the budget, again where the
+/// intervals are cut (step 4), then lower by the merge's excess.
+pub const ROUNDS: usize = 8;
+
+/// A taken tensor with its interval off the device: after its last forward
+/// use, before its first backward use.
+#[derive(Debug, Clone, Copy)]
+struct Taken {
+    tensor: TensorId,
+    after: usize,
+    before: usize,
+}
+
+/// The offloaded-activation seeds for `request` on `order` (`None`: the
+/// graph's), planned until `until`, each named after its link share.
+pub fn offloaded_seeds(
+    request: &PlanRequest<'_>,
+    order: Option<&[OpId]>,
+    until: Instant,
+) -> Vec<(String, Result<PlanOutcome, PlannerError>)> {
+    let order = order.map_or_else(|| graph_order(request.graph), <[OpId]>::to_vec);
+    let ctx = Ctx::new(request.graph, request.cost, order);
+    let facts = RematFacts::new(&ctx);
+    let mut out = Vec::new();
+    let mut last_taken: Option<usize> = None;
+    for share in LINK_SHARES {
+        if Instant::now() >= until {
+            break;
+        }
+        let taken = chosen(&ctx, &facts, request.cost, share);
+        // A smaller share that takes the same tensors gives the same seed.
+        if taken.is_empty() || last_taken == Some(taken.len()) {
+            continue;
+        }
+        last_taken = Some(taken.len());
+        if let Some(schedule) = merge_rounds(request, &ctx, &facts, &taken, until) {
+            let name = format!(
+                "offloaded activations ({:.0}% of the link) + dtr",
+                share * 100.0
+            );
+            out.push((name.clone(), prove(request, &name, schedule)));
+        }
+    }
+    out
+}
+
+/// Step 1 and 2 of the module docs: the tensors taken at link share `share`.
+fn chosen(ctx: &Ctx<'_>, facts: &RematFacts, cost: &dyn CostModel, share: f64) -> Vec<Taken> {
+    let mut candidates: Vec<(f64, Taken)> = ctx
+        .saved_activations()
+        .into_iter()
+        .filter(|&t| ctx.size(t) > 0)
+        .filter_map(|t| {
+            let (after, before) = ctx.forward_backward_gap(t)?;
+            (after < ctx.backward_start && before >= ctx.backward_start).then_some(Taken {
+                tensor: t,
+                after,
+                before,
+            })
+        })
+        .map(|c| {
+            let per_byte = if facts.is_rematerialisable(c.tensor) {
+                facts.recompute_s[c.tensor.index()] / ctx.size(c.tensor) as f64
+            } else {
+                f64::INFINITY
+            };
+            (per_byte, c)
+        })
+        .collect();
+    candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.tensor.cmp(&b.1.tensor)));
+    let mut taken: Vec<Taken> = Vec::new();
+    for (_, c) in candidates {
+        taken.push(c);
+        if !fits_link(ctx, cost, &taken, share) {
+            taken.pop();
+        }
+    }
+    taken
+}
+
+/// Whether the copies of `taken` fit `share` of the link: the copy-outs,
+/// each released when its tensor's last forward use ends, all done by the
+/// backward pass's start (one deadline: feasible iff, for every release
+/// time, the copies released from then on fit before the deadline); the
+/// copy-ins, all released at that start, each done by its first backward use
+/// (one release: feasible iff, for every deadline, the copies due by then
+/// fit after the release). Times are the order's compute prefix sums.
+fn fits_link(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken], share: f64) -> bool {
+    let turn_s = ctx.prefix_time_s[ctx.backward_start];
+    let mut outs: Vec<(f64, f64)> = taken
+        .iter()
+        .map(|t| {
+            (
+                ctx.prefix_time_s[t.after + 1],
+                cost.d2h_time_s(ctx.size(t.tensor)),
+            )
+        })
+        .collect();
+    outs.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut queued_s = 0.0;
+    for (release_s, copy_s) in outs {
+        queued_s += copy_s;
+        if queued_s > share * (turn_s - release_s).max(0.0) {
+            return false;
+        }
+    }
+    let mut ins: Vec<(f64, f64)> = taken
+        .iter()
+        .map(|t| {
+            (
+                ctx.prefix_time_s[t.before],
+                cost.h2d_time_s(ctx.size(t.tensor)),
+            )
+        })
+        .collect();
+    ins.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut queued_s = 0.0;
+    for (due_s, copy_s) in ins {
+        queued_s += copy_s;
+        if queued_s > share * (due_s - turn_s).max(0.0) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Steps 3 to 5 of the module docs: the first merge within the budget.
+fn merge_rounds(
+    request: &PlanRequest<'_>,
+    ctx: &Ctx<'_>,
+    facts: &RematFacts,
+    taken: &[Taken],
+    until: Instant,
+) -> Option<Schedule> {
+    let held = held_facts(facts, taken);
+    let all = crate::framework::live_bytes(ctx, &[]);
+    let absent_of = |intervals: &[Taken]| -> Vec<u64> {
+        let swapped =
+            crate::framework::live_bytes(ctx, &queued_swaps(ctx, request.cost, intervals));
+        all.iter()
+            .zip(&swapped)
+            .take(ctx.n)
+            .map(|(a, s)| u64::try_from(a - s).unwrap_or(0))
+            .collect()
+    };
+    let mut intervals = taken.to_vec();
+    let mut absent = absent_of(&intervals);
+    let search = Search::new(ctx, request, super::NAME);
+    let mut scratch = Scratch::default();
+    // DTR's budget: `over` the last one whose merge was over the budget,
+    // `no_plan` the last one where DTR found none (as the streamed seeds'
+    // rounds bisect).
+    let mut over = request.budget_bytes;
+    let mut no_plan = 0u64;
+    let mut next = over;
+    for _ in 0..ROUNDS {
+        if Instant::now() >= until || next <= no_plan {
+            return None;
+        }
+        let budget_at: Vec<u64> = absent.iter().map(|&a| next.saturating_add(a)).collect();
+        let Some(dtr) = crate::dtr::dtr_gaps_under(ctx, &held, &budget_at) else {
+            no_plan = next;
+            next = no_plan + (over - no_plan) / 2;
+            continue;
+        };
+        let cut = cut_intervals(ctx, &dtr, taken);
+        if cut.len() != intervals.len()
+            || cut
+                .iter()
+                .zip(&intervals)
+                .any(|(c, i)| c.before != i.before)
+        {
+            intervals = cut;
+            absent = absent_of(&intervals);
+            continue;
+        }
+        let mut gaps = dtr;
+        gaps.extend(queued_swaps(ctx, request.cost, &cut));
+        let schedule = ctx.schedule(gaps);
+        match search.score(&schedule, &mut scratch) {
+            Ok(Score::Feasible { .. }) => return Some(schedule),
+            Ok(Score::OverBudget { needed_bytes, .. }) => {
+                let excess = needed_bytes
+                    .saturating_sub(request.budget_bytes)
+                    .max(request.budget_bytes / 200);
+                over = next;
+                next = next.saturating_sub(excess);
+                if next <= no_plan {
+                    next = no_plan + (over - no_plan) / 2;
+                }
+            }
+            Ok(_) | Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// The taken tensors' intervals cut short before the first of DTR's
+/// recomputations (`dtr`'s gaps) that reads them; those left with no
+/// interval are dropped.
+fn cut_intervals(ctx: &Ctx<'_>, dtr: &[Gap], taken: &[Taken]) -> Vec<Taken> {
+    let reads = moves::recompute_reads(ctx, &ctx.schedule(dtr.to_vec()));
+    taken
+        .iter()
+        .filter_map(|t| {
+            let (after, before) = moves::swap_interval(ctx, &reads, t.tensor)?;
+            Some(Taken {
+                tensor: t.tensor,
+                after,
+                before,
+            })
+        })
+        .collect()
+}
+
+/// `facts` with the taken tensors held from their production to their last
+/// use: DTR must not evict what the seed swaps.
+fn held_facts(facts: &RematFacts, taken: &[Taken]) -> RematFacts {
+    let mut held = facts.clone();
+    for t in taken {
+        let i = t.tensor.index();
+        if held.residence[i] == Residence::Rematerialisable {
+            held.residence[i] = Residence::Pinned {
+                from: Some(held.made_at[i]),
+                to: held.last_use[i],
+            };
+        }
+    }
+    held
+}
+
+/// Swap gaps for `taken`, their copies timed as queues on each link: the
+/// copy-outs in the order their tensors' last forward uses end, each
+/// starting when that use ends or the link is free and waited for by the
+/// first op that starts after it is done; the copy-ins, latest need first,
+/// each done by its first backward use and before the next copy-in starts.
+/// Times are the order's compute prefix sums, without stalls.
+fn queued_swaps(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken]) -> Vec<Gap> {
+    let mut by_after = taken.to_vec();
+    by_after.sort_by_key(|t| (t.after, t.tensor));
+    let mut reclaim = vec![None; ctx.graph.tensors.len()];
+    let mut link_busy_until_s = 0.0f64;
+    for t in &by_after {
+        let begin_s = ctx.prefix_time_s[t.after + 1].max(link_busy_until_s);
+        let finish_s = begin_s + cost.d2h_time_s(ctx.size(t.tensor));
+        link_busy_until_s = finish_s;
+        reclaim[t.tensor.index()] = ctx
+            .first_starting_from(t.after + 1, t.before, finish_s)
+            .or(Some(t.before));
+    }
+    let mut by_before = taken.to_vec();
+    by_before.sort_by_key(|t| (std::cmp::Reverse(t.before), t.tensor));
+    let mut link_free_from_s = f64::INFINITY;
+    let mut gaps = Vec::with_capacity(taken.len());
+    for t in &by_before {
+        let finish_s = ctx.prefix_time_s[t.before].min(link_free_from_s);
+        let begin_s = finish_s - cost.h2d_time_s(ctx.size(t.tensor));
+        link_free_from_s = begin_s;
+        let reclaim_before = reclaim[t.tensor.index()];
+        let floor = reclaim_before.unwrap_or(t.after + 1).min(t.before) - 1;
+        let prefetch = ctx
+            .ending_by(t.before, begin_s)
+            .saturating_sub(1)
+            .clamp(floor.max(t.after), t.before.saturating_sub(1).max(t.after));
+        gaps.push(Gap {
+            tensor: t.tensor,
+            after: Some(t.after),
+            before: Some(t.before),
+            how: Restore::Swap,
+            prefetch_after: Some(prefetch),
+            reclaim_before,
+        });
+    }
+    gaps
+}
+
+/// The merged schedule proven as a plan under the joint planner's name.
+fn prove(
+    request: &PlanRequest<'_>,
+    name: &str,
+    schedule: Schedule,
+) -> Result<PlanOutcome, PlannerError> {
+    let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
+    let search = Search::new(&ctx, request, super::NAME);
+    let score = search.score(&schedule, &mut Scratch::default())?;
+    search.prove(
+        Scored {
+            settings: json!({ "offloaded": name }),
+            schedule: Some(schedule),
+            score,
+        },
+        &[],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::v100;
+    use outcore_graph::{Graph, footprint};
+    use outcore_plan::{eager_update_order, verify};
+    use std::time::Duration;
+
+    fn resnet50(batch: u64) -> Graph {
+        outcore_graph::zoo::build("resnet50", Some(batch), &Default::default(), None)
+            .expect("zoo model")
+    }
+
+    /// What is taken fits the link share: every copy-out between its
+    /// tensor's last forward use and the turn, every copy-in between the
+    /// turn and its first backward use, so in particular all copy-outs
+    /// within the forward pass's compute and all copy-ins within the
+    /// backward pass's. A larger share takes at least as many bytes.
+    #[test]
+    fn what_is_taken_fits_the_share_of_the_link() {
+        let g = resnet50(32);
+        let cost = v100();
+        let ctx = Ctx::new(&g, &cost, eager_update_order(&g));
+        let facts = RematFacts::new(&ctx);
+        let turn_s = ctx.prefix_time_s[ctx.backward_start];
+        let backward_s = ctx.prefix_time_s[ctx.n] - turn_s;
+        let mut last_bytes = u64::MAX;
+        for share in LINK_SHARES {
+            let taken = chosen(&ctx, &facts, &cost, share);
+            assert!(!taken.is_empty(), "share {share}");
+            assert!(fits_link(&ctx, &cost, &taken, share));
+            let out_s: f64 = taken
+                .iter()
+                .map(|t| cost.d2h_time_s(ctx.size(t.tensor)))
+                .sum();
+            let in_s: f64 = taken
+                .iter()
+                .map(|t| cost.h2d_time_s(ctx.size(t.tensor)))
+                .sum();
+            assert!(
+                out_s <= share * turn_s + 1e-12,
+                "{out_s} > {share} x {turn_s}"
+            );
+            assert!(
+                in_s <= share * backward_s + 1e-12,
+                "{in_s} > {share} x {backward_s}"
+            );
+            for t in &taken {
+                assert!(t.after < ctx.backward_start && t.before >= ctx.backward_start);
+            }
+            let bytes: u64 = taken.iter().map(|t| ctx.size(t.tensor)).sum();
+            assert!(bytes <= last_bytes, "share {share}: {bytes} > {last_bytes}");
+            last_bytes = bytes;
+        }
+    }
+
+    /// A copy-out released too close to the turn for its copy does not fit
+    /// alone, and one released early enough does: the feature map made
+    /// last before the turn against the first one made.
+    #[test]
+    fn a_copy_out_must_end_by_the_turn() {
+        let g = resnet50(32);
+        let cost = v100();
+        let ctx = Ctx::new(&g, &cost, eager_update_order(&g));
+        let taken_of = |t: TensorId| {
+            let (after, before) = ctx.forward_backward_gap(t).expect("saved");
+            Taken {
+                tensor: t,
+                after,
+                before,
+            }
+        };
+        let saved: Vec<Taken> = ctx
+            .saved_activations()
+            .into_iter()
+            .filter(|&t| ctx.size(t) > 0)
+            .map(taken_of)
+            .filter(|t| t.after < ctx.backward_start)
+            .collect();
+        let turn_s = ctx.prefix_time_s[ctx.backward_start];
+        let late = saved
+            .iter()
+            .find(|t| turn_s - ctx.prefix_time_s[t.after + 1] < cost.d2h_time_s(ctx.size(t.tensor)))
+            .expect("a feature map used up to the turn");
+        assert!(!fits_link(&ctx, &cost, &[*late], 1.0));
+        let early = saved.iter().min_by_key(|t| t.after).expect("saved");
+        assert!(
+            turn_s - ctx.prefix_time_s[early.after + 1] >= cost.d2h_time_s(ctx.size(early.tensor))
+        );
+        assert!(fits_link(&ctx, &cost, &[*early], 1.0));
+    }
+
+    /// On ResNet-50 b32 at a quarter of its footprint, the seeds are
+    /// verified plans within the budget that swap feature maps, and the
+    /// fastest is faster than DTR alone at that budget and in that order by
+    /// a twentieth at least (measured while building this: 0.139 s against
+    /// 0.154 s).
+    #[test]
+    fn resnet50_at_a_quarter_swaps_and_beats_dtr() {
+        let g = resnet50(32);
+        let cost = v100();
+        let budget = footprint(&g).0 / 4;
+        let request = PlanRequest::new(&g, &cost, budget);
+        let eager = eager_update_order(&g);
+        let seeds = offloaded_seeds(
+            &request,
+            Some(&eager),
+            Instant::now() + Duration::from_secs(600),
+        );
+        let mut fastest_s = f64::INFINITY;
+        for (name, outcome) in seeds {
+            let Ok(PlanOutcome::Feasible(plan)) = outcome else {
+                panic!("{name}: {outcome:?}");
+            };
+            assert!(verify(&plan, &g).is_empty(), "{name} fails verify");
+            assert!(plan.budget_bytes <= budget, "{name}");
+            let sim =
+                outcore_sim::simulate(&g, &plan, &cost, &Default::default()).expect("simulates");
+            assert!(sim.report.swap_in_bytes > 0, "{name} swaps nothing");
+            fastest_s = fastest_s.min(sim.report.iter_time_s);
+        }
+        let sub = PlanRequest {
+            order: Some(&eager),
+            ..request
+        };
+        let Ok(PlanOutcome::Feasible(dtr)) = crate::by_name("dtr").expect("dtr").plan(&sub) else {
+            panic!("dtr has no plan at {budget} B");
+        };
+        let dtr_s = outcore_sim::simulate(&g, &dtr, &cost, &Default::default())
+            .expect("simulates")
+            .report
+            .iter_time_s;
+        assert!(
+            fastest_s < 0.95 * dtr_s,
+            "{fastest_s} s against dtr's {dtr_s} s"
+        );
+    }
+}
