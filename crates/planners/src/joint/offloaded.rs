@@ -3,16 +3,16 @@
 //! to the backward pass, as many as the link can hide, and the rest of the
 //! activations left to DTR, planned for the memory those swaps free.
 //!
-//! Why: far below the footprint the recomputation planners' plans recompute
-//! the forward pass several times over, while the swap planners' plans wait
-//! on the link. On DenseNet-121 b64 at 12.5% of its footprint on
-//! `v100-16gb-pcie3` the fastest seed (the optimizer state streamed, DTR by
-//! position) recomputed 0.22 s of compute for a 0.218 s ideal iteration and
-//! swapped 91 MiB in; `window` ran 1.27 s. The bound's program there
-//! recomputes 38 ms and copies in 976 MiB: the link, idle in the
-//! recomputation plans, can carry what costs most to recompute. Neither
-//! kind of seed gives the local search such a mix, and at this size it
-//! scores a handful of moves in 5 s.
+//! Why: far below the footprint the seeds were of two kinds that do not
+//! mix: the recomputation seeds leave the link idle, the swap seeds wait on
+//! it. On ResNet-50 b64 at 25% of its footprint on `v100-16gb-pcie3`
+//! `outcore`'s plan ran 0.2588 s an iteration, swapping 403 MiB in and
+//! recomputing 39 ms, where the bound's cut program copies in 1.07 GiB and
+//! recomputes 21 ms. The local search turns a recomputation into a swap
+//! one accepted move at a time, and turning a recomputation plan's gaps
+//! into swaps in bulk gained nothing (RESULTS.md): that plan was made for
+//! memory the swaps do not free. Here the swaps come first and DTR plans
+//! around them.
 //!
 //! What a seed is made of, for one order and one share `f` of the link
 //! ([`LINK_SHARES`]):
@@ -44,7 +44,11 @@
 //! at 150% of the link it stalled 55 ms (0.697), at 50% it recomputed more
 //! (0.829). On DenseNet-121 b64 at 12.5% it gave nothing faster than the
 //! streamed seeds: DTR there recomputes the forward pass several times
-//! over whatever the swaps free.
+//! over whatever the swaps free. As a seed of `outcore`, on the benchmark
+//! suite at `--seconds 5`: 24 cases up and 7 down by more than 0.003 of
+//! ideal, DenseNet-121 b64 at 25% on `v100-16gb-pcie3` from 0.735 to 0.852,
+//! ResNet-50 b64 at 25% from 0.844 to 0.888 (RESULTS.md, issue-16 section,
+//! "Offloaded-activation seeds").
 //!
 //! The choice of a common deadline (the backward pass's start) for the
 //! copy-outs and a common release for the copy-ins is ours: it keeps the
