@@ -320,6 +320,80 @@ pub const HOME_RUNS: usize = 6;
 /// A restart is not begun with less than this left of HOME's share.
 const HOME_MIN_RESTART_S: f64 = 0.05;
 
+/// A seed this planner makes itself (`kind`: streamed, offloaded) proven as
+/// a plan under the joint planner's name, with its name in the settings
+/// under `kind`.
+fn prove_seed(
+    request: &PlanRequest<'_>,
+    kind: &str,
+    name: &str,
+    schedule: Schedule,
+) -> Result<PlanOutcome, PlannerError> {
+    let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
+    let search = Search::new(&ctx, request, NAME);
+    let score = search.score(&schedule, &mut Scratch::default())?;
+    search.prove(
+        Scored {
+            settings: json!({ kind: name }),
+            schedule: Some(schedule),
+            score,
+        },
+        &[],
+    )
+}
+
+/// The budget a merge's recomputation planner plans for next, as the merge
+/// rounds of [`streamed`] and [`offloaded`] lower it: over the request's
+/// budget by `e` bytes, the next is `e` lower (at least 0.5% of the budget,
+/// so that the rounds do not creep by a few bytes); where the planner has
+/// no plan, halfway between there and the last budget whose merge was over.
+#[derive(Debug, Clone, Copy)]
+struct MergeBudget {
+    /// The last budget whose merge was over the request's budget.
+    over: u64,
+    /// The last budget at which the planner had no plan.
+    no_plan: u64,
+    next: u64,
+}
+
+impl MergeBudget {
+    fn new(first_bytes: u64) -> Self {
+        MergeBudget {
+            over: first_bytes,
+            no_plan: 0,
+            next: first_bytes,
+        }
+    }
+
+    /// The budget to plan for next; `None` once the bisection has closed.
+    fn next(&self) -> Option<u64> {
+        (self.next > self.no_plan).then_some(self.next)
+    }
+
+    /// The planner had no plan at [`MergeBudget::next`].
+    fn no_plan(&mut self) {
+        self.no_plan = self.next;
+        self.halve();
+    }
+
+    /// The merge planned at [`MergeBudget::next`] needs `needed_bytes`
+    /// against the request's `budget_bytes`.
+    fn over_by(&mut self, needed_bytes: u64, budget_bytes: u64) {
+        let excess = needed_bytes
+            .saturating_sub(budget_bytes)
+            .max(budget_bytes / 200);
+        self.over = self.next;
+        self.next = self.next.saturating_sub(excess);
+        if self.next <= self.no_plan {
+            self.halve();
+        }
+    }
+
+    fn halve(&mut self) {
+        self.next = self.no_plan + (self.over - self.no_plan) / 2;
+    }
+}
+
 /// What counts as one planner when the starts are chosen
 /// ([`Joint::starts`]): the planner's name, or for the seeds this planner
 /// makes itself (streamed, offloaded) the kind, the first word of the

@@ -57,12 +57,11 @@
 //! from the turn on, where the activations peak.
 
 use super::moves;
-use crate::framework::{Ctx, Score, Scored, Scratch, Search, graph_order};
+use crate::framework::{Ctx, Score, Scratch, Search, graph_order};
 use crate::remat::{RematFacts, Residence};
 use outcore_cost::CostModel;
 use outcore_graph::{OpId, TensorId};
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, PlannerError, Restore, Schedule};
-use serde_json::json;
 use std::time::Instant;
 
 /// Shares of the link's time (between the copies' windows) the swaps may
@@ -110,7 +109,10 @@ pub fn offloaded_seeds(
                 "offloaded activations ({:.0}% of the link) + dtr",
                 share * 100.0
             );
-            out.push((name.clone(), prove(request, &name, schedule)));
+            out.push((
+                name.clone(),
+                super::prove_seed(request, "offloaded", &name, schedule),
+            ));
         }
     }
     out
@@ -219,20 +221,15 @@ fn merge_rounds(
     let mut absent = absent_of(&intervals);
     let search = Search::new(ctx, request, super::NAME);
     let mut scratch = Scratch::default();
-    // DTR's budget: `over` the last one whose merge was over the budget,
-    // `no_plan` the last one where DTR found none (as the streamed seeds'
-    // rounds bisect).
-    let mut over = request.budget_bytes;
-    let mut no_plan = 0u64;
-    let mut next = over;
+    let mut budget = super::MergeBudget::new(request.budget_bytes);
     for _ in 0..ROUNDS {
-        if Instant::now() >= until || next <= no_plan {
+        let next = budget.next()?;
+        if Instant::now() >= until {
             return None;
         }
         let budget_at: Vec<u64> = absent.iter().map(|&a| next.saturating_add(a)).collect();
         let Some(dtr) = crate::dtr::dtr_gaps_under(ctx, &held, &budget_at) else {
-            no_plan = next;
-            next = no_plan + (over - no_plan) / 2;
+            budget.no_plan();
             continue;
         };
         let cut = cut_intervals(ctx, &dtr, taken);
@@ -252,14 +249,7 @@ fn merge_rounds(
         match search.score(&schedule, &mut scratch) {
             Ok(Score::Feasible { .. }) => return Some(schedule),
             Ok(Score::OverBudget { needed_bytes, .. }) => {
-                let excess = needed_bytes
-                    .saturating_sub(request.budget_bytes)
-                    .max(request.budget_bytes / 200);
-                over = next;
-                next = next.saturating_sub(excess);
-                if next <= no_plan {
-                    next = no_plan + (over - no_plan) / 2;
-                }
+                budget.over_by(needed_bytes, request.budget_bytes);
             }
             Ok(_) | Err(_) => return None,
         }
@@ -344,25 +334,6 @@ fn queued_swaps(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken]) -> Vec<Gap
         });
     }
     gaps
-}
-
-/// The merged schedule proven as a plan under the joint planner's name.
-fn prove(
-    request: &PlanRequest<'_>,
-    name: &str,
-    schedule: Schedule,
-) -> Result<PlanOutcome, PlannerError> {
-    let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
-    let search = Search::new(&ctx, request, super::NAME);
-    let score = search.score(&schedule, &mut Scratch::default())?;
-    search.prove(
-        Scored {
-            settings: json!({ "offloaded": name }),
-            schedule: Some(schedule),
-            score,
-        },
-        &[],
-    )
 }
 
 #[cfg(test)]

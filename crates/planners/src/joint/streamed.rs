@@ -68,10 +68,9 @@
 //! the hoisted momentum product left DTR too little to evict.
 
 use super::moves;
-use crate::framework::{Ctx, Score, Scored, Scratch, Search, graph_order};
+use crate::framework::{Ctx, Score, Scratch, Search, graph_order};
 use outcore_graph::{OpId, Phase, TensorId};
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, PlannerError, Restore, Schedule};
-use serde_json::json;
 use std::time::Instant;
 
 /// The recomputation planners whose plans the offloads are merged into:
@@ -246,7 +245,10 @@ pub fn streamed_seeds(
             }
             if let Some((kind, m)) = fallback {
                 let name = seed_name(kind, set, m.planner, m.variant);
-                out.push((name.clone(), prove(request, &name, m.schedule)));
+                out.push((
+                    name.clone(),
+                    super::prove_seed(request, "streamed", &name, m.schedule),
+                ));
             }
             continue;
         };
@@ -264,13 +266,19 @@ pub fn streamed_seeds(
                     merge_rounds(request, &ctx, &hidden, best.variant, planner, until)
                 {
                     let name = seed_name("streamed link-hidden", set, planner, best.variant);
-                    out.push((name.clone(), prove(request, &name, schedule)));
+                    out.push((
+                        name.clone(),
+                        super::prove_seed(request, "streamed", &name, schedule),
+                    ));
                     break;
                 }
             }
         }
         let name = seed_name("streamed", set, best.planner, best.variant);
-        out.push((name.clone(), prove(request, &name, best.schedule)));
+        out.push((
+            name.clone(),
+            super::prove_seed(request, "streamed", &name, best.schedule),
+        ));
     }
     out
 }
@@ -352,22 +360,17 @@ fn merge_rounds(
 ) -> Option<(f64, Schedule)> {
     let base_plan = BasePlanner::new(ctx, request, chosen, variant, planner)?;
     let search = Search::new(ctx, request, super::NAME);
-    let budget = request.budget_bytes;
-    // The planner's budget: `over` the last one whose merge was over the
-    // budget, `no_plan` the last one where the planner found none.
-    let mut over = base_plan.first_budget(budget);
-    let mut no_plan = 0u64;
-    let mut next = over;
+    let mut budget = super::MergeBudget::new(base_plan.first_budget(request.budget_bytes));
     let mut scratch = Scratch::default();
     for _ in 0..ROUNDS {
-        if Instant::now() >= until || next <= no_plan {
+        let next = budget.next()?;
+        if Instant::now() >= until {
             return None;
         }
         let base = match base_plan.plan(next, until) {
             Ok(Some(base)) => base,
             Ok(None) => {
-                no_plan = next;
-                next = no_plan + (over - no_plan) / 2;
+                budget.no_plan();
                 continue;
             }
             Err(()) => return None,
@@ -376,14 +379,7 @@ fn merge_rounds(
         match search.score(&schedule, &mut scratch) {
             Ok(Score::Feasible { iter_time_s, .. }) => return Some((iter_time_s, schedule)),
             Ok(Score::OverBudget { needed_bytes, .. }) => {
-                // Lower by the excess, and at least 0.5% of the budget so that
-                // the rounds do not creep by a few bytes.
-                let excess = needed_bytes.saturating_sub(budget).max(budget / 200);
-                over = next;
-                next = next.saturating_sub(excess);
-                if next <= no_plan {
-                    next = no_plan + (over - no_plan) / 2;
-                }
+                budget.over_by(needed_bytes, request.budget_bytes);
             }
             Ok(_) | Err(_) => return None,
         }
@@ -727,25 +723,6 @@ fn queued_offloads(
         });
     }
     gaps
-}
-
-/// The merged schedule proven as a plan under the joint planner's name.
-fn prove(
-    request: &PlanRequest<'_>,
-    name: &str,
-    schedule: Schedule,
-) -> Result<PlanOutcome, PlannerError> {
-    let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
-    let search = Search::new(&ctx, request, super::NAME);
-    let score = search.score(&schedule, &mut Scratch::default())?;
-    search.prove(
-        Scored {
-            settings: json!({ "streamed": name }),
-            schedule: Some(schedule),
-            score,
-        },
-        &[],
-    )
 }
 
 #[cfg(test)]
