@@ -19,7 +19,9 @@ pub use decisions::{
     Decision, Decisions, Materialised, SwapTiming, bytes, count, flatten, materialise, swap_gap,
 };
 pub use outcore_eval::Scratch;
-pub use pressure::{Choice, Evictable, MARGINS, evict_on_demand, live_bytes, margin_budget};
+pub use pressure::{
+    Choice, Evictable, MARGINS, absent_bytes, evict_on_demand, live_bytes, margin_budget,
+};
 pub use score::{Pick, Score, Scored, Search, Shortfall, describe_peak};
 
 /// Small hand graphs and a cost model for the planners' unit tests.

@@ -51,6 +51,18 @@ pub fn recompute_scratch_bytes(ctx: &Ctx<'_>, t: TensorId) -> u64 {
         .sum()
 }
 
+/// Per position, the bytes `gaps` take off the device: [`live_bytes`] with
+/// no gaps minus with them, never below zero (a recomputation's scratch
+/// adds bytes where it runs). What the planners that count every tensor
+/// resident (DTR by position) are given on top of the budget.
+pub fn absent_bytes(ctx: &Ctx<'_>, gaps: &[Gap]) -> Vec<u64> {
+    live_bytes(ctx, &[])
+        .iter()
+        .zip(&live_bytes(ctx, gaps))
+        .map(|(all, with)| u64::try_from(all - with).unwrap_or(0))
+        .collect()
+}
+
 /// Live bytes per position under a set of gaps, with each swap gap's free
 /// ordered before the compute op named by its own `reclaim_before` (a model;
 /// verify is the judge).

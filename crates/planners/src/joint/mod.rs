@@ -616,9 +616,10 @@ impl Joint {
                 Job::Streamed(order) | Job::Offloaded(order) => {
                     let share = Duration::try_from_secs_f64(share_s).unwrap_or_default();
                     let until = Instant::now() + share;
-                    let got = match job {
-                        Job::Streamed(_) => streamed::streamed_seeds(request, order, until),
-                        _ => offloaded::offloaded_seeds(request, order, until),
+                    let got = if matches!(job, Job::Streamed(_)) {
+                        streamed::streamed_seeds(request, order, until)
+                    } else {
+                        offloaded::offloaded_seeds(request, order, until)
                     };
                     for (name, outcome) in got {
                         let name = format!("{name}{}", order_name(order));

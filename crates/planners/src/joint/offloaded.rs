@@ -99,7 +99,9 @@ pub fn offloaded_seeds(
             break;
         }
         let taken = chosen(&ctx, &facts, request.cost, share);
-        // A smaller share that takes the same tensors gives the same seed.
+        // A smaller share that takes as many tensors as the larger one is
+        // not planned again (mostly the same tensors: the same greedy pass
+        // over the same candidates, with less room).
         if taken.is_empty() || last_taken == Some(taken.len()) {
             continue;
         }
@@ -154,48 +156,35 @@ fn chosen(ctx: &Ctx<'_>, facts: &RematFacts, cost: &dyn CostModel, share: f64) -
 
 /// Whether the copies of `taken` fit `share` of the link: the copy-outs,
 /// each released when its tensor's last forward use ends, all done by the
-/// backward pass's start (one deadline: feasible iff, for every release
-/// time, the copies released from then on fit before the deadline); the
-/// copy-ins, all released at that start, each done by its first backward use
-/// (one release: feasible iff, for every deadline, the copies due by then
-/// fit after the release). Times are the order's compute prefix sums.
+/// backward pass's start (the turn); the copy-ins, all released at the turn,
+/// each done by its first backward use. Times are the order's compute
+/// prefix sums.
 fn fits_link(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken], share: f64) -> bool {
     let turn_s = ctx.prefix_time_s[ctx.backward_start];
-    let mut outs: Vec<(f64, f64)> = taken
-        .iter()
-        .map(|t| {
-            (
-                ctx.prefix_time_s[t.after + 1],
-                cost.d2h_time_s(ctx.size(t.tensor)),
-            )
-        })
-        .collect();
-    outs.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let outs = taken.iter().map(|t| {
+        let release_s = ctx.prefix_time_s[t.after + 1];
+        (turn_s - release_s, cost.d2h_time_s(ctx.size(t.tensor)))
+    });
+    let ins = taken.iter().map(|t| {
+        let due_s = ctx.prefix_time_s[t.before];
+        (due_s - turn_s, cost.h2d_time_s(ctx.size(t.tensor)))
+    });
+    fits_beside_the_turn(outs.collect(), share) && fits_beside_the_turn(ins.collect(), share)
+}
+
+/// Whether copies on one link, each `(window_s, copy_s)` with its window
+/// reaching from the turn `window_s` away (a copy-out released that long
+/// before the turn and due at it, a copy-in released at the turn and due
+/// that long after), can all be done within `share` of their windows: with
+/// one end common to all windows, that holds iff for every window the
+/// copies whose windows are no longer fit into `share` of it.
+fn fits_beside_the_turn(mut copies: Vec<(f64, f64)>, share: f64) -> bool {
+    copies.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut queued_s = 0.0;
-    for (release_s, copy_s) in outs {
+    copies.into_iter().all(|(window_s, copy_s)| {
         queued_s += copy_s;
-        if queued_s > share * (turn_s - release_s).max(0.0) {
-            return false;
-        }
-    }
-    let mut ins: Vec<(f64, f64)> = taken
-        .iter()
-        .map(|t| {
-            (
-                ctx.prefix_time_s[t.before],
-                cost.h2d_time_s(ctx.size(t.tensor)),
-            )
-        })
-        .collect();
-    ins.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut queued_s = 0.0;
-    for (due_s, copy_s) in ins {
-        queued_s += copy_s;
-        if queued_s > share * (due_s - turn_s).max(0.0) {
-            return false;
-        }
-    }
-    true
+        queued_s <= share * window_s.max(0.0)
+    })
 }
 
 /// Steps 3 to 5 of the module docs: the first merge within the budget.
@@ -207,15 +196,8 @@ fn merge_rounds(
     until: Instant,
 ) -> Option<Schedule> {
     let held = held_facts(facts, taken);
-    let all = crate::framework::live_bytes(ctx, &[]);
-    let absent_of = |intervals: &[Taken]| -> Vec<u64> {
-        let swapped =
-            crate::framework::live_bytes(ctx, &queued_swaps(ctx, request.cost, intervals));
-        all.iter()
-            .zip(&swapped)
-            .take(ctx.n)
-            .map(|(a, s)| u64::try_from(a - s).unwrap_or(0))
-            .collect()
+    let absent_of = |intervals: &[Taken]| {
+        crate::framework::absent_bytes(ctx, &queued_swaps(ctx, request.cost, intervals))
     };
     let mut intervals = taken.to_vec();
     let mut absent = absent_of(&intervals);

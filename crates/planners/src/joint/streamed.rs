@@ -423,17 +423,10 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
         // Where the offloads alone keep each tensor off the device.
         let empty = ctx.schedule(Vec::new());
         let offloads = merged_gaps(ctx, request, &empty, chosen, variant);
-        let all = crate::framework::live_bytes(ctx, &[]);
-        let streamed = crate::framework::live_bytes(ctx, &offloads);
-        let absent_bytes = all
-            .iter()
-            .zip(&streamed)
-            .map(|(a, s)| u64::try_from(a - s).unwrap_or(0))
-            .collect();
         Some(BasePlanner::DtrByPosition {
             ctx,
             facts: Box::new(crate::remat::RematFacts::new(ctx)),
-            absent_bytes,
+            absent_bytes: crate::framework::absent_bytes(ctx, &offloads),
         })
     }
 
