@@ -104,6 +104,36 @@ pub enum Move {
     },
 }
 
+impl Move {
+    /// The index of the gap the move edits, for those that edit one.
+    fn gap_mut(&mut self) -> Option<&mut usize> {
+        match self {
+            Move::Drop { gap }
+            | Move::ToSwap { gap }
+            | Move::ToRecompute { gap }
+            | Move::Retime { gap, .. }
+            | Move::Exchange { gap, .. }
+            | Move::ExchangeRecompute { gap, .. }
+            | Move::ExchangeOffload { gap, .. }
+            | Move::SwapAndOffload { gap, .. } => Some(gap),
+            Move::AddSwap { .. } | Move::AddRecompute { .. } | Move::AddOffload { .. } => None,
+        }
+    }
+
+    /// The same move made on `to` (a schedule made from `from` by other
+    /// moves): its gap found again in `to` by equality, since the moves
+    /// before it may have removed or reordered gaps. `None` where `to` no
+    /// longer has that gap (another move changed it).
+    pub fn carried_over(self, from: &Schedule, to: &Schedule) -> Option<Move> {
+        let mut mv = self;
+        if let Some(gap) = mv.gap_mut() {
+            let g = from.gaps.get(*gap)?;
+            *gap = to.gaps.iter().position(|x| x == g)?;
+        }
+        Some(mv)
+    }
+}
+
 /// At most this many exchange partners per gap (the longest intervals first:
 /// they leave the most compute to hide a copy behind).
 const EXCHANGE_PARTNERS: usize = 3;
