@@ -14,10 +14,11 @@
 //!   improves (`Step::chain`): one accepted move per batch of 32 left the
 //!   prioritised moves (below) scored again and again. Measured (`outcore
 //!   bench-suite --planners outcore --seconds 5`, 2026-11-28, 2-core VM):
-//!   5 of 96 cases up by more than 0.003 of ideal (the PyTorch ResNet-50
-//!   at 25% on `h100-80gb` 0.831 to 0.841, DenseNet-121 at 25% there 0.756
-//!   to 0.764), one down (the PyTorch VGG-16 at 50% on `v100-16gb-pcie3`,
-//!   0.912 to 0.904, a case that reads either with any build).
+//!   5 of 96 cases up by more than 0.003 of ideal (DenseNet-121 at 25% on
+//!   `h100-80gb` 0.756 to 0.764; the PyTorch ResNet-50 at 25% there 0.831
+//!   to 0.841, but two runs alone gave 0.831 with either build), one down
+//!   (the PyTorch VGG-16 at 50% on `v100-16gb-pcie3`, 0.912 to 0.904, a
+//!   case that reads either with any build).
 //! - The moves are shuffled by the seeded generator after every accepted move:
 //!   gap indices change when a gap is dropped, and a fixed order would spend
 //!   every round on the first tensors of the graph.
