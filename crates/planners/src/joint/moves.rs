@@ -664,6 +664,44 @@ fn last_covering(ctx: &Ctx<'_>, to: usize, floor: usize, copy_s: f64) -> usize {
     p
 }
 
+/// `schedule` with the swap-in of every gap of a tensor in `targets`
+/// started earlier: at the last position whose ops up to the swap-in's use
+/// take `lead` times its copy (never later than it starts now, never
+/// before its gap opens). `None` where no trigger moves.
+///
+/// Why: the polish retimes one swap-in per move, and where compute waits
+/// on many of them (a plan that streams the optimizer state, each moment
+/// swapped in just before its update while the link also carries the
+/// others) that is a move per swap-in, each scored alone. This moves them
+/// all at once, as far as the lead says, and the score decides whether the
+/// memory they then hold longer still fits.
+pub fn led_swap_ins(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    schedule: &Schedule,
+    targets: &[TensorId],
+    lead: f64,
+) -> Option<Schedule> {
+    let mut led = schedule.clone();
+    let mut moved = false;
+    for g in &mut led.gaps {
+        let (Some(before), Some(now)) = (g.before, g.prefetch_after) else {
+            continue;
+        };
+        if g.how != Restore::Swap || !targets.contains(&g.tensor) {
+            continue;
+        }
+        let first = g.after.unwrap_or(0);
+        let copy_s = lead * cost.h2d_time_s(ctx.size(g.tensor));
+        let trigger = last_covering(ctx, before, first, copy_s).max(first);
+        if trigger < now {
+            g.prefetch_after = Some(trigger);
+            moved = true;
+        }
+    }
+    moved.then_some(led)
+}
+
 /// The two gaps that keep persistent `t` on the host between iterations:
 /// swapped in so that the ops before `first` cover the h2d copy, swapped out
 /// after `last`. The first op after `last` whose predecessors cover the d2h
