@@ -113,12 +113,15 @@ impl LocalStats {
     }
 }
 
+/// [`LocalStats::accepted_by_kind`]'s index of the retimes.
+const RETIME_KIND: usize = 3;
+
 fn kind_index(m: Move) -> usize {
     match m {
         Move::Drop { .. } => 0,
         Move::ToSwap { .. } => 1,
         Move::ToRecompute { .. } => 2,
-        Move::Retime { .. } => 3,
+        Move::Retime { .. } => RETIME_KIND,
         Move::Exchange { .. }
         | Move::ExchangeOffload { .. }
         | Move::SwapAndOffload { .. }
@@ -294,10 +297,7 @@ fn climb(
                         current = led;
                         current_cost = led_cost;
                         stats.moves_accepted += 1;
-                        stats.accepted_by_kind[kind_index(Move::Retime {
-                            gap: 0,
-                            prefetch_after: 0,
-                        })] += 1;
+                        stats.accepted_by_kind[RETIME_KIND] += 1;
                         continue 'rounds;
                     }
                     None => leading = false,
@@ -413,25 +413,31 @@ impl Step<'_, '_, '_> {
                 super::moves::led_swap_ins(self.ctx, self.cost, current, stalled, lead)
             })
             .collect();
-        let scored: Vec<Option<f64>> = candidates
+        // Per candidate: `None` if reached after the deadline (not scored),
+        // else its time where feasible.
+        let scored: Vec<Option<Option<f64>>> = candidates
             .par_iter()
             .map_init(Scratch::default, |scratch, candidate| {
-                match self.search.score(candidate, scratch) {
+                if Instant::now() >= self.limits.deadline {
+                    return None;
+                }
+                Some(match self.search.score(candidate, scratch) {
                     Ok(Score::Feasible { iter_time_s, .. }) => Some(iter_time_s),
                     _ => None,
-                }
+                })
             })
             .collect();
-        stats.moves_scored += candidates.len();
+        stats.moves_scored += scored.iter().filter(|s| s.is_some()).count();
         let (i, time_s) = scored
             .iter()
             .enumerate()
-            .filter_map(|(i, t)| t.map(|t| (i, t)))
+            .filter_map(|(i, t)| t.flatten().map(|t| (i, t)))
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))?;
         let c = Cost::feasible(time_s);
-        c.beats(&current_cost)
-            .then(|| (candidates.into_iter().nth(i), c))
-            .and_then(|(s, c)| s.map(|s| (s, c)))
+        if !c.beats(&current_cost) {
+            return None;
+        }
+        candidates.into_iter().nth(i).map(|s| (s, c))
     }
 
     /// Makes the other improving moves of a batch on top of the one taken
@@ -616,16 +622,10 @@ mod tests {
     use outcore_plan::PlanRequest;
     use std::time::Duration;
 
-    /// A swap-in triggered right before its use makes compute wait for the
-    /// whole copy; the polish names it, moves its trigger earlier and ends
-    /// the stall. Without a stall nothing is offered.
-    #[test]
-    fn the_polish_starts_a_stalled_swap_in_earlier() {
-        let g = mlp_chain(12, 1024, 256);
-        let cost = v100();
-        let ctx = Ctx::in_graph_order(&g, &cost);
-        let request = PlanRequest::new(&g, &cost, u64::MAX);
-        let search = Search::new(&ctx, &request, "test");
+    /// The third saved activation swapped over its forward-to-backward
+    /// interval, its swap-in triggered by the op right before its use: the
+    /// schedule, the tensor and the interval.
+    fn late_swap_in(ctx: &Ctx<'_>) -> (Schedule, outcore_graph::TensorId, usize, usize) {
         let t = ctx.saved_activations()[2];
         let (after, before) = ctx.forward_backward_gap(t).expect("a saved activation");
         let late = ctx.schedule(vec![outcore_plan::Gap {
@@ -636,6 +636,20 @@ mod tests {
             prefetch_after: Some(before - 1),
             reclaim_before: None,
         }]);
+        (late, t, after, before)
+    }
+
+    /// A swap-in triggered right before its use makes compute wait for the
+    /// whole copy; the polish names it, moves its trigger earlier and ends
+    /// the stall. Without a stall nothing is offered.
+    #[test]
+    fn the_polish_starts_a_stalled_swap_in_earlier() {
+        let g = mlp_chain(12, 1024, 256);
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        let request = PlanRequest::new(&g, &cost, u64::MAX);
+        let search = Search::new(&ctx, &request, "test");
+        let (late, t, after, before) = late_swap_in(&ctx);
         let mut scratch = Scratch::default();
         let stall_s = search.stall_s(&late, &mut scratch).expect("feasible");
         // The copy (1 MiB at 12 GB/s, 97 us with its latency) is longer than
@@ -689,16 +703,7 @@ mod tests {
         let ctx = Ctx::in_graph_order(&g, &cost);
         let request = PlanRequest::new(&g, &cost, u64::MAX);
         let search = Search::new(&ctx, &request, "test");
-        let t = ctx.saved_activations()[2];
-        let (after, before) = ctx.forward_backward_gap(t).expect("a saved activation");
-        let late = ctx.schedule(vec![outcore_plan::Gap {
-            tensor: t,
-            after: Some(after),
-            before: Some(before),
-            how: Restore::Swap,
-            prefetch_after: Some(before - 1),
-            reclaim_before: None,
-        }]);
+        let (late, t, after, before) = late_swap_in(&ctx);
         let led = super::super::moves::led_swap_ins(&ctx, &cost, &late, &[t], 2.0)
             .expect("the trigger moves");
         let trigger = led.gaps[0].prefetch_after.expect("timed");

@@ -93,8 +93,10 @@
 //!   [`local::polish`]): when the fastest schedule makes compute wait for
 //!   swap-ins, the search climbs on over the triggers of those swap-ins
 //!   (and the two run before each on the h2d stream) alone, densely
-//!   ([`moves::Kinds::SwapTiming`]), with a tenth of the time left after
-//!   the first phase. On the PyTorch VGG-16 b32 export at 50% on
+//!   ([`moves::Kinds::SwapTiming`]), after starting them all earlier at
+//!   once while that improves ([`moves::led_swap_ins`]), with a share of
+//!   the time left after the first phase that follows the stalls (a tenth
+//!   to a half, [`polish_share`]). On the PyTorch VGG-16 b32 export at 50% on
 //!   `v100-16gb-pcie3` the search ended 1.1 ms stalled on a momentum
 //!   buffer's swap-in from the iteration's start, which the main
 //!   neighbourhood does not retime; the polish starts it earlier, and the
@@ -1012,8 +1014,9 @@ const PROGRAM_SHARE: f64 = 2.0;
 /// start (see [`Joint::improve_best`]).
 const FIRST_PHASE_SHARE: f64 = 0.5;
 
-/// Share of the time left after the first phase that [`Joint::polish`]
-/// gets, when the fastest schedule then stalls.
+/// The least share of the time left after the first phase that
+/// [`Joint::polish`] gets, when the fastest schedule then stalls
+/// ([`polish_share`]).
 const POLISH_SHARE: f64 = 0.1;
 
 /// The most of the time left after the first phase that [`Joint::polish`]
