@@ -413,31 +413,26 @@ impl Step<'_, '_, '_> {
                 super::moves::led_swap_ins(self.ctx, self.cost, current, stalled, lead)
             })
             .collect();
-        // Per candidate: `None` if reached after the deadline (not scored),
-        // else its time where feasible.
-        let scored: Vec<Option<Option<f64>>> = candidates
-            .par_iter()
+        let outcomes: Vec<Outcome> = candidates
+            .into_par_iter()
             .map_init(Scratch::default, |scratch, candidate| {
                 if Instant::now() >= self.limits.deadline {
-                    return None;
+                    return Outcome::Late;
                 }
-                Some(match self.search.score(candidate, scratch) {
-                    Ok(Score::Feasible { iter_time_s, .. }) => Some(iter_time_s),
-                    _ => None,
-                })
+                outcome_of(self.search, candidate, scratch).unwrap_or(Outcome::Invalid)
             })
             .collect();
-        stats.moves_scored += scored.iter().filter(|s| s.is_some()).count();
-        let (i, time_s) = scored
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.flatten().map(|t| (i, t)))
-            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))?;
+        stats.moves_scored += scored(&outcomes);
+        // The fastest feasible one, ties to the smaller lead.
+        let (time_s, schedule) = outcomes
+            .into_iter()
+            .filter_map(|o| match o {
+                Outcome::Feasible(t, s) => Some((t, s)),
+                _ => None,
+            })
+            .reduce(|a, b| if b.0 < a.0 { b } else { a })?;
         let c = Cost::feasible(time_s);
-        if !c.beats(&current_cost) {
-            return None;
-        }
-        candidates.into_iter().nth(i).map(|s| (s, c))
+        c.beats(&current_cost).then_some((schedule, c))
     }
 
     /// Makes the other improving moves of a batch on top of the one taken
@@ -595,23 +590,28 @@ fn score_batch(
                 return Outcome::Late;
             }
             let candidate = apply(ctx, cost, current, mv);
-            match search.score(&candidate, scratch) {
-                Ok(Score::Feasible { iter_time_s, .. }) => {
-                    Outcome::Feasible(iter_time_s, candidate)
+            outcome_of(search, candidate, scratch).unwrap_or_else(|e| {
+                if std::env::var_os("OUTCORE_DEBUG_MOVES").is_some() {
+                    eprintln!("{mv:?}: {e}");
                 }
-                Ok(Score::OverBudget { needed_bytes, .. }) => {
-                    Outcome::OverBudget(needed_bytes, candidate)
-                }
-                Ok(_) => Outcome::Infeasible,
-                Err(e) => {
-                    if std::env::var_os("OUTCORE_DEBUG_MOVES").is_some() {
-                        eprintln!("{mv:?}: {e}");
-                    }
-                    Outcome::Invalid
-                }
-            }
+                Outcome::Invalid
+            })
         })
         .collect()
+}
+
+/// What scoring `candidate` comes to; `Err` where the lowering or the
+/// verifier refused it ([`Outcome::Invalid`]).
+fn outcome_of(
+    search: &Search<'_, '_>,
+    candidate: Schedule,
+    scratch: &mut Scratch,
+) -> Result<Outcome, outcore_plan::PlannerError> {
+    Ok(match search.score(&candidate, scratch)? {
+        Score::Feasible { iter_time_s, .. } => Outcome::Feasible(iter_time_s, candidate),
+        Score::OverBudget { needed_bytes, .. } => Outcome::OverBudget(needed_bytes, candidate),
+        _ => Outcome::Infeasible,
+    })
 }
 
 #[cfg(test)]

@@ -861,11 +861,16 @@ impl Joint {
         // The polish's share is kept from the second phase when the fastest
         // schedule so far stalls (an estimate: the second phase may end
         // elsewhere; the polish looks again at what it returns).
-        let reserve = match fastest_reached(&reached) {
-            Some(r) if self.polish_swap_timing && stalls(request, &r.schedule, r.cost) => deadline
+        let stalled_share = match fastest_reached(&reached) {
+            Some(r) if self.polish_swap_timing => stall_share(request, &r.schedule, r.cost),
+            _ => 0.0,
+        };
+        let reserve = if stalled_share > local::MIN_GAIN {
+            deadline
                 .saturating_duration_since(Instant::now())
-                .mul_f64(polish_share(stall_share(request, &r.schedule, r.cost))),
-            _ => Duration::ZERO,
+                .mul_f64(polish_share(stalled_share))
+        } else {
+            Duration::ZERO
         };
         let second_until = deadline.checked_sub(reserve).unwrap_or(deadline);
         // The second phase: the fastest feasible schedule whose search was cut
