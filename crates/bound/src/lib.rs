@@ -9,7 +9,9 @@
 //! swaps, recomputations and layout) under budget `B`. Op times `t(o)` are the
 //! cost model's; copies move at most `r_in` bytes/s host-to-device and `r_out`
 //! device-to-host (the larger of each direction's one-way and duplex rates;
-//! latency is ignored, which only lowers the bound).
+//! latency is ignored, which only lowers the bound). Where a direction slows
+//! while the other copies too, the cut's program (step 5) also charges each
+//! direction a share of the other's bytes ([`link`]).
 //!
 //! 1. **Compute.** Every op runs at least once on the one compute stream:
 //!    `T >= C = sum t(o)` (the "ideal" time).
@@ -78,6 +80,7 @@
 //! `D(c)` reads.
 
 mod cut;
+pub mod link;
 pub mod lp;
 mod solve;
 
@@ -86,6 +89,7 @@ use outcore_graph::{Graph, OpId};
 use serde::Serialize;
 
 pub use cut::{CutItems, Recompute, cut_items};
+pub use link::Link;
 pub use lp::{LpChoice, LpCut, LpGraph, StorageChoice};
 pub use solve::{Relaxed, solve};
 
@@ -180,11 +184,10 @@ pub fn forward_end_program(
     let ends = forward_end_cuts(graph)?;
     let op_time_s = op_times_s(graph, cost);
     let compute_s: f64 = op_time_s.iter().sum();
-    let (in_rate, out_rate) = fastest_rates(cost);
-    let (in_rate, out_rate) = (in_rate * link_scale, out_rate * link_scale);
+    let link = Link::of(&cost.copy_rates()).scaled(link_scale);
     let programs = LpGraph::new(graph, &op_time_s, compute_s);
     ends.into_iter()
-        .filter_map(|c| programs.solve_choice(c, budget_bytes, in_rate, out_rate))
+        .filter_map(|c| programs.solve_choice(c, budget_bytes, link))
         .filter(|choice| choice.optimum.time_s > compute_s)
         .max_by(|a, b| a.optimum.time_s.total_cmp(&b.optimum.time_s))
 }
@@ -197,12 +200,8 @@ fn op_times_s(graph: &Graph, cost: &dyn CostModel) -> Vec<f64> {
 }
 
 /// The fastest either direction can ever move bytes: (in, out) in bytes/s.
-fn fastest_rates(cost: &dyn CostModel) -> (f64, f64) {
-    let rates = cost.copy_rates();
-    (
-        rates.one_way_bytes_per_s[0].max(rates.duplex_bytes_per_s[0]),
-        rates.one_way_bytes_per_s[1].max(rates.duplex_bytes_per_s[1]),
-    )
+fn fastest_rates(link: Link) -> (f64, f64) {
+    (link.in_bytes_per_s, link.out_bytes_per_s)
 }
 
 /// The lower bound for `graph` on `cost`'s device under `budget_bytes`.
@@ -216,7 +215,8 @@ pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bo
         };
     }
     let compute_s: f64 = op_time_s.iter().sum();
-    let (in_rate, out_rate) = fastest_rates(cost);
+    let link = Link::of(&cost.copy_rates());
+    let (in_rate, out_rate) = fastest_rates(link);
     let mut best = TimeBound {
         time_s: compute_s,
         compute_s,
@@ -242,7 +242,7 @@ pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bo
     }
     let programs = LpGraph::new(graph, &op_time_s, compute_s);
     for &c in &cuts {
-        let Some(optimum) = programs.solve(c, budget_bytes, in_rate, out_rate) else {
+        let Some(optimum) = programs.solve(c, budget_bytes, link) else {
             continue;
         };
         if optimum.time_s > best.time_s {
@@ -339,9 +339,9 @@ mod tests {
     use outcore_graph::footprint;
 
     /// The most any of `cuts`' programs asks.
-    fn most_of(programs: &LpGraph<'_>, cuts: &[OpId], budget: u64, rates: (f64, f64)) -> f64 {
+    fn most_of(programs: &LpGraph<'_>, cuts: &[OpId], budget: u64, link: Link) -> f64 {
         cuts.iter()
-            .filter_map(|&c| programs.solve(c, budget, rates.0, rates.1))
+            .filter_map(|&c| programs.solve(c, budget, link))
             .map(|o| o.time_s)
             .fold(0.0, f64::max)
     }
@@ -364,16 +364,16 @@ mod tests {
         let budget = fp / 4;
         let op_time_s = op_times_s(&g, &cost);
         let compute_s: f64 = op_time_s.iter().sum();
-        let rates = fastest_rates(&cost);
+        let link = Link::of(&cost.copy_rates());
         let programs = LpGraph::new(&g, &op_time_s, compute_s);
         let mut spread = spread_cuts(&g);
         spread.extend(forward_end_cuts(&g).into_iter().flatten());
-        let at_spread = most_of(&programs, &spread, budget, rates);
+        let at_spread = most_of(&programs, &spread, budget, link);
         let at_largest = most_of(
             &programs,
             &largest_working_sets(&g, WORKING_SET_CUTS),
             budget,
-            rates,
+            link,
         );
         assert!(
             at_largest > at_spread * 1.1,

@@ -42,11 +42,17 @@
 //!   copied out before the cut, since it was produced on the device and
 //!   freed before the cut), `S` all swapped bytes and `S_u` the swapped
 //!   bytes of persistent tensors that an op updates (copied out once per
-//!   iteration, as in step 3): `T >= C + R`,
-//!   `T >= max(F, S_a / r_out) + max(G + R, S / r_in)` with `F` the compute
-//!   time of `A` plus `Σ x_f t_f` and `G` that of `{c} ∪ D` plus
-//!   `Σ (1 - x_f) t_f` (the free ops no row names share one variable), and
-//!   `T >= (S_a + S_u) / r_out`.
+//!   iteration, as in step 3; `b` of them before the cut and `a` after,
+//!   as the program chooses, with `b` of those an op after the cut
+//!   updates at most `B`: see [`LpGraph::copy_out_rows`]): `T >= C + R`,
+//!   `T >= u + v` with `u >= max(F, (S_a + b) / r_out)` and
+//!   `v >= max(G + R, (S + κ_in a) / r_in, (a + κ_out S) / r_out)`, where
+//!   `F` is the compute time of `A` plus `Σ x_f t_f`, `G` that of
+//!   `{c} ∪ D` plus `Σ (1 - x_f) t_f` (the free ops no row names share one
+//!   variable) and `κ` the share of the link the other direction takes
+//!   ([`crate::link`]); and, over the whole iteration,
+//!   `T >= (S + κ_in (S_a + S_u)) / r_in` and
+//!   `T >= (S_a + S_u + κ_out S) / r_out`.
 //!
 //! Minimise `T`. Any valid plan gives a feasible point: `x_f = 1` if free
 //! `f` first runs before the start of `c`; `k_g = 1` for what is
@@ -81,6 +87,7 @@
 //! stayed at a seed's 0.854) instead of 0.907.
 
 use crate::cut::{ancestors_and_self, descendants};
+use crate::link::Link;
 use microlp::{
     ComparisonOp, OptimizationDirection, Problem, SolutionStatus, SolveOutcome, Variable,
 };
@@ -174,25 +181,13 @@ impl<'g> LpGraph<'g> {
     /// The program at the start of op `cut` under `budget_bytes`, with the
     /// fastest copy rates each way; `None` when the solver fails (then only
     /// the closed form counts).
-    pub fn solve(
-        &self,
-        cut: OpId,
-        budget_bytes: u64,
-        in_bytes_per_s: f64,
-        out_bytes_per_s: f64,
-    ) -> Option<LpCut> {
-        self.solve_choice(cut, budget_bytes, in_bytes_per_s, out_bytes_per_s)
+    pub fn solve(&self, cut: OpId, budget_bytes: u64, link: Link) -> Option<LpCut> {
+        self.solve_choice(cut, budget_bytes, link)
             .map(|choice| choice.optimum)
     }
 
     /// [`LpGraph::solve`] with the per-storage choice at the optimum.
-    pub fn solve_choice(
-        &self,
-        cut: OpId,
-        budget_bytes: u64,
-        in_bytes_per_s: f64,
-        out_bytes_per_s: f64,
-    ) -> Option<LpChoice> {
+    pub fn solve_choice(&self, cut: OpId, budget_bytes: u64, link: Link) -> Option<LpChoice> {
         let graph = self.graph;
         let c = cut.index();
         let side = sides(graph, cut);
@@ -307,8 +302,7 @@ impl<'g> LpGraph<'g> {
             budget_bytes: budget,
             before_s,
             after_s,
-            in_bytes_per_s,
-            out_bytes_per_s,
+            link,
         })?;
         Some(LpChoice {
             cut,
@@ -443,34 +437,19 @@ impl<'g> LpGraph<'g> {
             free_before.push((lp.add_var(0.0, (0.0, 1.0)), rest_s));
         }
         let free_s: f64 = free_before.iter().map(|&(_, w)| w).sum();
-        // `-s_g size_g / rate` for the storages `filter` takes.
-        let swap_terms = |filter: &dyn Fn(usize) -> bool, rate: f64| {
-            input
-                .storages
-                .iter()
-                .filter(|&&g| filter(g))
-                .map(|&g| {
-                    (
-                        s[g].expect("every storage has s"),
-                        -(self.size(g) as f64) / (rate * c_s),
-                    )
-                })
-                .collect::<Vec<_>>()
-        };
         let is_activation = |g: usize| graph.tensors[g].producer.is_some();
         let out_later = |g: usize| is_activation(g) || self.updated[g];
+        let link = input.link;
+        let (r_in, r_out) = (link.in_bytes_per_s, link.out_bytes_per_s);
         // T >= C + R.
         let mut row = vec![(t_var, 1.0)];
         row.extend(recompute.iter().map(|&(x, w)| (x, -w)));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 1.0);
-        // u >= F + Σ x_f t_f and u >= S_a / r_out.
+        // u >= F + Σ x_f t_f.
         let mut row = vec![(u, 1.0)];
         row.extend(free_before.iter().map(|&(x, w)| (x, -w)));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, input.before_s / c_s);
-        let mut row = vec![(u, 1.0)];
-        row.extend(swap_terms(&is_activation, input.out_bytes_per_s));
-        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
-        // v >= G + Σ (1 - x_f) t_f + R and v >= S / r_in.
+        // v >= G + Σ (1 - x_f) t_f + R.
         let mut row = vec![(v, 1.0)];
         row.extend(recompute.iter().map(|&(x, w)| (x, -w)));
         row.extend(free_before.iter().map(|&(x, w)| (x, w)));
@@ -479,14 +458,18 @@ impl<'g> LpGraph<'g> {
             ComparisonOp::Ge,
             input.after_s / c_s + free_s,
         );
-        let mut row = vec![(v, 1.0)];
-        row.extend(swap_terms(&|_| true, input.in_bytes_per_s));
-        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+        self.copy_out_rows(&mut lp, input, &s, (u, v));
         self.link_windows(&mut lp, input, &s, u, v);
-        // T >= u + v and T >= (S_a + S_u) / r_out.
+        // T >= u + v, and the whole iteration's copies on the shared link:
+        // T >= (S + κ_in (S_a + S_u)) / r_in and the same the other way.
         lp.add_constraint([(t_var, 1.0), (u, -1.0), (v, -1.0)], ComparisonOp::Ge, 0.0);
+        let all_in = |g: usize| 1.0 + if out_later(g) { link.out_cost_in } else { 0.0 };
         let mut row = vec![(t_var, 1.0)];
-        row.extend(swap_terms(&out_later, input.out_bytes_per_s));
+        row.extend(self.byte_terms(input.storages, &s, r_in, all_in));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+        let all_out = |g: usize| link.in_cost_out + if out_later(g) { 1.0 } else { 0.0 };
+        let mut row = vec![(t_var, 1.0)];
+        row.extend(self.byte_terms(input.storages, &s, r_out, all_out));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
 
         let solution = match lp.solve() {
@@ -547,6 +530,104 @@ impl<'g> LpGraph<'g> {
         }
     }
 
+    /// `-s_g size_g weight(g) / rate` per storage of `storages` with a
+    /// positive weight, in units of the compute time (one term per storage).
+    fn byte_terms(
+        &self,
+        storages: &[usize],
+        s: &[Option<Variable>],
+        rate: f64,
+        weight: impl Fn(usize) -> f64,
+    ) -> Vec<(Variable, f64)> {
+        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        storages
+            .iter()
+            .filter(|&&g| weight(g) > 0.0)
+            .map(|&g| {
+                let seconds = self.size(g) as f64 * weight(g) / (rate * c_s);
+                (s[g].expect("every storage has s"), -seconds)
+            })
+            .collect()
+    }
+
+    /// The copies on each side of the cut (rows added to `lp`, times in
+    /// units of the compute time; `u` bounds the time before the cut, `v`
+    /// the time after it).
+    ///
+    /// Before the cut, every swapped activation is copied out (`S_a`).
+    /// After it, every swapped storage is copied in (`S`). A swapped
+    /// persistent tensor that an op updates is copied out once in the
+    /// iteration (`S_u`), and the program chooses on which side: `b` bytes
+    /// before, `a` after. When an op after the cut updates it, a copy-out
+    /// before the cut is of the value the iteration started with, kept on
+    /// the device since the iteration before (the host's copy was stale,
+    /// or the copy-out would be the one after the update): so those bytes
+    /// were all allocated when the iteration started, `b_1 <= B`. Else
+    /// (its update before the cut, or on either side) nothing is claimed
+    /// of the side. Then, by the shared link ([`crate::link`]):
+    ///
+    /// - `u >= (S_a + b) / r_out`;
+    /// - `v >= (S + κ_in a) / r_in` and `v >= (a + κ_out S) / r_out`.
+    fn copy_out_rows(
+        &self,
+        lp: &mut Problem,
+        input: &ProgramInput<'_>,
+        s: &[Option<Variable>],
+        (u, v): (Variable, Variable),
+    ) {
+        let graph = self.graph;
+        let link = input.link;
+        let (r_in, r_out) = (link.in_bytes_per_s, link.out_bytes_per_s);
+        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        // Persistent storages some op after the cut updates.
+        let mut updated_after = vec![false; graph.tensors.len()];
+        for t in graph
+            .tensors
+            .iter()
+            .filter(|t| t.inplace_update_of.is_some())
+        {
+            if t.producer
+                .is_some_and(|p| input.side[p.index()] == Side::After)
+            {
+                updated_after[self.owner(t.id)] = true;
+            }
+        }
+        let persistent_updated = |g: usize| self.updated[g] && graph.tensors[g].producer.is_none();
+        let one = |yes: bool| if yes { 1.0 } else { 0.0 };
+        // Copy-out time of the updated swapped storages, split by side, in
+        // units of the compute time at `r_out`: (b_1, a_1) for those
+        // updated after the cut, (b_2, a_2) for the others.
+        let b1 = lp.add_var(0.0, (0.0, input.budget_bytes / (r_out * c_s)));
+        let a1 = lp.add_var(0.0, (0.0, f64::INFINITY));
+        let b2 = lp.add_var(0.0, (0.0, f64::INFINITY));
+        let a2 = lp.add_var(0.0, (0.0, f64::INFINITY));
+        for ((b, a), after) in [((b1, a1), true), ((b2, a2), false)] {
+            let mut row = vec![(b, 1.0), (a, 1.0)];
+            row.extend(self.byte_terms(input.storages, s, r_out, |g| {
+                one(persistent_updated(g) && updated_after[g] == after)
+            }));
+            lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+        }
+        // u >= (S_a + b) / r_out.
+        let mut row = vec![(u, 1.0), (b1, -1.0), (b2, -1.0)];
+        row.extend(self.byte_terms(input.storages, s, r_out, |g| {
+            one(graph.tensors[g].producer.is_some())
+        }));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+        // v >= (S + κ_in a) / r_in: `a` is in time at `r_out`.
+        let a_in = link.out_cost_in * r_out / r_in;
+        let mut row = vec![(v, 1.0)];
+        if a_in > 0.0 {
+            row.extend([(a1, -a_in), (a2, -a_in)]);
+        }
+        row.extend(self.byte_terms(input.storages, s, r_in, |_| 1.0));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+        // v >= (a + κ_out S) / r_out.
+        let mut row = vec![(v, 1.0), (a1, -1.0), (a2, -1.0)];
+        row.extend(self.byte_terms(input.storages, s, r_out, |_| link.in_cost_out));
+        lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+    }
+
     /// The copies' windows (rows added to `lp`, times in units of the
     /// compute time). A copy-out of activation `g` starts after its
     /// producer ends, no earlier than `head(p(g))`; so for a threshold `θ`,
@@ -571,11 +652,11 @@ impl<'g> LpGraph<'g> {
             lp,
             input.storages,
             s,
-            (u, input.out_bytes_per_s),
+            (u, input.link.out_bytes_per_s),
             released_s,
         );
         let due_s = |g: usize| Some(input.deadline_s[g]).filter(|&d| d > 0.0);
-        self.window_rows(lp, input.storages, s, (v, input.in_bytes_per_s), due_s);
+        self.window_rows(lp, input.storages, s, (v, input.link.in_bytes_per_s), due_s);
     }
 
     /// One side's rows: for each threshold `θ` among [`WINDOWS`] quantiles
@@ -697,8 +778,7 @@ struct ProgramInput<'a> {
     budget_bytes: f64,
     before_s: f64,
     after_s: f64,
-    in_bytes_per_s: f64,
-    out_bytes_per_s: f64,
+    link: Link,
 }
 
 #[cfg(test)]
@@ -796,6 +876,108 @@ mod tests {
         )
     }
 
+    /// `A` makes t2 (10 B) from the input t0 (5 B); `B` makes t3 (5 B)
+    /// from t2 with 100 B of workspace; `C` makes the gradient t4 (5 B)
+    /// from t3 and the parameter t1 (100 B); `U` updates t1 in place from
+    /// t4 (t5). Each op takes 1 s.
+    fn updated_parameter() -> Graph {
+        let mut param = tensor(1, 100, None);
+        param.kind = TensorKind::Parameter;
+        let mut update = tensor(5, 100, Some(3));
+        update.inplace_update_of = Some(TensorId(1));
+        let mut b = op(1, "B", &[2], &[3], 1);
+        b.workspace_bytes = 100;
+        let mut c = op(2, "C", &[3, 1], &[4], 1);
+        c.phase = Phase::Backward;
+        let mut u = op(3, "U", &[4, 1], &[5], 1);
+        u.phase = Phase::Optimizer;
+        test_graph(
+            "updated-parameter",
+            vec![
+                tensor(0, 5, None),
+                param,
+                tensor(2, 10, Some(0)),
+                tensor(3, 5, Some(1)),
+                tensor(4, 5, Some(2)),
+                update,
+            ],
+            vec![op(0, "A", &[0], &[2], 1), b, c, u],
+        )
+    }
+
+    /// The parameter's copy-out shares the link with its copy-in.
+    ///
+    /// Under 120 B, at the start of `B` its working set (t2, t3 and the
+    /// workspace: 115 B) leaves 5 B, so 95 B of t1 are swapped in after the
+    /// cut (`S = 95`) and, updated by `U`, copied out once (`S_u = 95`).
+    /// Copies move 1 B/s one way and 0.5 B/s each while both directions
+    /// copy, so `κ = (1 - 0.5) / 0.5 = 1`. A copy-out of `b` bytes before
+    /// the cut gives `u >= b`; the `a = 95 - b` after it give `v >= 95 + a`;
+    /// and t1's swap-in must end before `C` and `U` (2 s) do, so `v >= 97`:
+    /// `T = b + max(97, 190 - b) = 190` for any `b <= 93`. A real plan
+    /// copies t1 out while `A` runs, frees it, runs `B` while t1 comes back
+    /// and ends with `C` and `U`: 202 s (`window`, `odswap` and `outcore`
+    /// find 204 s). With directions that do not share
+    /// (`κ = 0`: 1 B/s each way at once) the program gives the old `1 +
+    /// 97 = 98` s.
+    #[test]
+    fn a_copy_out_after_the_cut_shares_the_link_with_the_copies_in() {
+        let g = updated_parameter();
+        let at_b = |duplex_total: f64| {
+            let cost = Flops(DeviceProfile {
+                h2d_bytes_per_s: 1.0,
+                d2h_bytes_per_s: 1.0,
+                duplex_bytes_per_s: duplex_total,
+                ..UnitCostModel::profile()
+            });
+            let times = op_times(&g, &cost);
+            LpGraph::new(&g, &times, 4.0)
+                .solve(OpId(1), 120, Link::of(&cost.copy_rates()))
+                .expect("solves")
+        };
+        let shared = at_b(1.0);
+        assert!((shared.time_s - 190.0).abs() < 1e-3, "{shared:?}");
+        assert!((shared.swapped_bytes - 95.0).abs() < 1e-6, "{shared:?}");
+        let independent = at_b(2.0);
+        assert!((independent.time_s - 98.0).abs() < 1e-3, "{independent:?}");
+        // Every plan held to the budget is slower than the bound.
+        let cost = Flops(DeviceProfile {
+            h2d_bytes_per_s: 1.0,
+            d2h_bytes_per_s: 1.0,
+            duplex_bytes_per_s: 1.0,
+            ..UnitCostModel::profile()
+        });
+        let mut plans = 0;
+        for planner in outcore_planners::all() {
+            let request = outcore_plan::PlanRequest {
+                graph: &g,
+                cost: &cost,
+                budget_bytes: 120,
+                seed: 0,
+                time_limit_s: 0.5,
+                allocator: &outcore_plan::AllocatorSpec::Perfect,
+                order: None,
+                fingerprint: None,
+            };
+            let Ok(outcore_plan::PlanOutcome::Feasible(plan)) = planner.plan(&request) else {
+                continue;
+            };
+            if plan.budget_bytes > 120 || !outcore_plan::verify(&plan, &g).is_empty() {
+                continue;
+            }
+            let sim = outcore_sim::simulate(&g, &plan, &cost, &Default::default())
+                .expect("a verified plan simulates");
+            assert!(
+                sim.report.iter_time_s >= shared.time_s,
+                "{}: {} s",
+                planner.name(),
+                sim.report.iter_time_s
+            );
+            plans += 1;
+        }
+        assert!(plans > 0, "no planner found a plan within 120 B");
+    }
+
     /// A test graph of `tensors` and `ops` (batch 1, no optimizer).
     fn test_graph(model: &str, tensors: Vec<Tensor>, ops: Vec<Op>) -> Graph {
         Graph {
@@ -821,9 +1003,11 @@ mod tests {
     /// `rate` bytes/s each way.
     fn at_start_of_e(budget_bytes: u64, rate: f64) -> LpCut {
         let g = expensive_source();
-        let times = op_times(&g, &flops_model(rate));
+        let cost = flops_model(rate);
+        let times = op_times(&g, &cost);
         let lp = LpGraph::new(&g, &times, 45.0);
-        lp.solve(OpId(3), budget_bytes, rate, rate).expect("solves")
+        lp.solve(OpId(3), budget_bytes, Link::of(&cost.copy_rates()))
+            .expect("solves")
     }
 
     /// Hand-checked, with a link too slow to matter (1e-6 B/s). At the start
@@ -841,7 +1025,7 @@ mod tests {
         let g = expensive_source();
         let cost = flops_model(1e-6);
         let times = op_times(&g, &cost);
-        let (rate, _) = crate::fastest_rates(&cost);
+        let rate = Link::of(&cost.copy_rates()).in_bytes_per_s;
         let at_e = at_start_of_e(200, rate);
         let expected = 45.0 + 205.0 / 9.0;
         assert!((at_e.time_s - expected).abs() < 1e-4, "{at_e:?}");
@@ -930,9 +1114,9 @@ mod tests {
         let g = free_clone();
         let cost = flops_model(1e-6);
         let times = op_times(&g, &cost);
-        let (rate, _) = crate::fastest_rates(&cost);
+        let link = Link::of(&cost.copy_rates());
         let lp = LpGraph::new(&g, &times, 14.0);
-        let choice = lp.solve_choice(OpId(3), 70, rate, rate).expect("solves");
+        let choice = lp.solve_choice(OpId(3), 70, link).expect("solves");
         let expected = 14.0 + 5.0 / 9.0;
         assert!(
             (choice.optimum.time_s - expected).abs() < 1e-4,
@@ -944,7 +1128,7 @@ mod tests {
         );
         assert_eq!(choice.deferred, vec![OpId(2)]);
         // With room for t1 or t3 beside the working set, nothing is dear.
-        let roomy = lp.solve_choice(OpId(3), 120, rate, rate).expect("solves");
+        let roomy = lp.solve_choice(OpId(3), 120, link).expect("solves");
         assert!((roomy.optimum.time_s - 14.0).abs() < 1e-4, "{roomy:?}");
     }
 }
