@@ -44,7 +44,7 @@
 //!   bytes of persistent tensors that an op updates (copied out once per
 //!   iteration, as in step 3; `b` of them before the cut and `a` after,
 //!   as the program chooses, with `b` of those an op after the cut
-//!   updates at most `B`: see [`LpGraph::copy_out_rows`]): `T >= C + R`,
+//!   updates at most `B`: see `LpGraph::copy_out_rows`): `T >= C + R`,
 //!   `T >= u + v` with `u >= max(F, (S_a + b) / r_out)` and
 //!   `v >= max(G + R, (S + κ_in a) / r_in, (a + κ_out S) / r_out)`, where
 //!   `F` is the compute time of `A` plus `Σ x_f t_f`, `G` that of
