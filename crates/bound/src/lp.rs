@@ -1,5 +1,5 @@
 //! The cut's linear program (step 5 of the crate's derivation): the same cut
-//! as [`crate::cut`], but a recomputation needs its inputs.
+//! as `crate::cut`, but a recomputation needs its inputs.
 //!
 //! The closed-form relaxation ([`crate::solve`]) lets any recomputable
 //! storage be restored for its producer's time alone, as if the producer's
@@ -73,7 +73,7 @@
 //! millionth of the budget take no memory and are always available; op times
 //! below a billionth of the compute time cost nothing; inputs deeper than
 //! [`DEPTH`] steps are available; at a cut with more than
-//! [`MAX_LATER_FREE_OPS`] free ops outside the forward phase, those ask for
+//! `MAX_LATER_FREE_OPS` free ops outside the forward phase, those ask for
 //! nothing and make nothing the program sees (their time still counts, on
 //! whichever side). At a backward cut they number in the hundreds or
 //! thousands (the other layers' gradient and optimizer ops): with them all,

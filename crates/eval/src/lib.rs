@@ -7,7 +7,7 @@
 //! per-call analyses. The [`Evaluator`] splits the work the way tract splits a
 //! model from its run state:
 //! - [`Evaluator`] is immutable and `Sync`: the graph's lookup tables
-//!   ([`PreparedGraph`](outcore_plan::PreparedGraph)), every op's time and the copy rates under the cost
+//!   ([`PreparedGraph`]), every op's time and the copy rates under the cost
 //!   model, the budget and the allocator. Build it once per (graph, cost model,
 //!   budget, allocator) and share it between threads.
 //! - [`Scratch`] holds every buffer one evaluation needs (the compact program,

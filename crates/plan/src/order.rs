@@ -156,7 +156,7 @@ fn splitmix64(state: &mut u64) -> u64 {
 /// order). An optimizer op that depends on no backward op, directly or
 /// through others (SGD's `momentum_buffer * momentum`, Adam's
 /// `exp_avg.mul_(beta1)` in an exported graph), then moves to just before
-/// the first op that must follow it ([`defer_gradient_free`]).
+/// the first op that must follow it (`defer_gradient_free`).
 ///
 /// Why: a graph lists the optimizer step after the whole backward pass, so
 /// every parameter's gradient is live at once at its end (as many bytes as the

@@ -106,7 +106,7 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// that a long chain holds at most the links still to be read. A tensor
 /// that a recomputation at `p` reads after its last use, with no gap of it
 /// ending at or after `p`, is held: resident from its last use to `p`, and
-/// freed there in the same way (see [`index_holds`]). Every other
+/// freed there in the same way (see `index_holds`). Every other
 /// residency period ends with a free after its last use; step outputs are
 /// freed at the end.
 pub fn lower_schedule(

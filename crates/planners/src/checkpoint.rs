@@ -6,7 +6,7 @@
 //! host copy is current, may be brought back by a free copy when a
 //! recomputation reads it).
 //!
-//! Three planners share the machinery of [`segments`]:
+//! Three planners share the machinery of `segments`:
 //! - `checkpoint-sqrt`: the paper's sqrt(n) segmentation (segments of about
 //!   sqrt(n) recompute candidates, ending at checkpoints), then the budget
 //!   decides which segments are recomputed (below).

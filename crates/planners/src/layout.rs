@@ -51,7 +51,7 @@ pub fn wants_layout(allocator: &AllocatorSpec) -> bool {
 /// the layout's excess and at least doubles while layouts stay too tall; once
 /// a cut leaves the planner with no plan, the next cut is halfway between the
 /// largest too-small one and it (a bisection). A cut grows by at least 0.2%
-/// of the budget ([`MIN_CUT_PER_BUDGET`]). The plan returned carries its
+/// of the budget (`MIN_CUT_PER_BUDGET`). The plan returned carries its
 /// layout as its allocator, the request's budget, and in its settings
 /// (`layout`) the layout's height, the plan's memory bound, the budget it was
 /// planned at, the rounds taken and the time spent pinning and laying out.

@@ -34,12 +34,12 @@
 //!   gap indices change when a gap is dropped, and a fixed order would spend
 //!   every round on the first tensors of the graph.
 //! - Within a round, the moves that end a recomputation come first, the
-//!   dearest recomputation first ([`prioritise`]; shuffled among equals,
+//!   dearest recomputation first (`prioritise`; shuffled among equals,
 //!   the others after them as shuffled): a time-limited search on a large
 //!   graph scores a few thousand moves, and at random most batches held no
 //!   improving move. Not while the schedule is over the budget, where every
 //!   such move costs memory. Measured with the swap timing of
-//!   [`super::moves::placed_swap`] (RESULTS.md, issue-16 section, "Swaps
+//!   `super::moves::placed_swap` (RESULTS.md, issue-16 section, "Swaps
 //!   placed on the idle link").
 //! - The deadline is checked before each candidate of a batch, not only
 //!   between batches: the candidates past it are not scored (nor counted),
@@ -216,7 +216,7 @@ pub struct Limits {
     /// The moves offered (and so what kind of plan the search stays within).
     pub kinds: Kinds,
     /// Score first the moves that end the dearest recomputations
-    /// ([`prioritise`]); else in the shuffled order alone.
+    /// (`prioritise`); else in the shuffled order alone.
     pub prioritised: bool,
 }
 
@@ -396,7 +396,7 @@ struct Step<'a, 's, 'r> {
     limits: &'a Limits,
 }
 
-/// The leads [`Step::lead`] tries: each stalled swap-in started where the
+/// The leads `Step::lead` tries: each stalled swap-in started where the
 /// compute before its use takes this many times its copy.
 pub const LEADS: [f64; 6] = [1.5, 2.0, 3.0, 4.0, 6.0, 8.0];
 

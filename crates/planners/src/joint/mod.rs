@@ -31,7 +31,7 @@
 //!   moves that end the dearest recomputations are scored first
 //!   ([`local`]'s `prioritise`), and a recomputation turned into a swap has
 //!   its copies placed where the link is idle between the other swaps'
-//!   ([`moves::placed_swap`]). Together they moved 23 suite cases up and 2
+//!   (`moves::placed_swap`). Together they moved 23 suite cases up and 2
 //!   down (RESULTS.md, issue-16 section, "Swaps placed on the idle link").
 //! - **Repair starts.** Besides the [`IMPROVED_SEEDS`] fastest seeds, the
 //!   search starts from schedules over the budget — every tensor kept, the
@@ -89,14 +89,14 @@
 //!   BERT-base at 50% on `h100-80gb`, with two improved seeds and one phase
 //!   the streamed seed displaced `dtr`'s and the plan fell from 0.916 to
 //!   0.894 of ideal; with three and two phases it is 0.916.
-//! - **Swap timing polished at the end** ([`Joint::polish`],
+//! - **Swap timing polished at the end** (`Joint::polish`,
 //!   [`local::polish`]): when the fastest schedule makes compute wait for
 //!   swap-ins, the search climbs on over the triggers of those swap-ins
 //!   (and the two run before each on the h2d stream) alone, densely
 //!   ([`moves::Kinds::SwapTiming`]), after starting them all earlier at
 //!   once while that improves ([`moves::led_swap_ins`]), with a share of
 //!   the time left after the first phase that follows the stalls (a tenth
-//!   to a half, [`polish_share`]). On the PyTorch VGG-16 b32 export at 50% on
+//!   to a half, `polish_share`). On the PyTorch VGG-16 b32 export at 50% on
 //!   `v100-16gb-pcie3` the search ended 1.1 ms stalled on a momentum
 //!   buffer's swap-in from the iteration's start, which the main
 //!   neighbourhood does not retime; the polish starts it earlier, and the
@@ -115,7 +115,7 @@
 //!   (`h100-80gb` / `v100-16gb-pcie3`), 18 cases up and none down by more
 //!   than 0.003 (RESULTS.md, issue-16 section, "Held inputs").
 //! - **HOME restarted** with a doubling swarm, 32 particles first
-//!   ([`Joint::home_restarts`]): `home` alone runs one swarm of 512.
+//!   (`Joint::home_restarts`): `home` alone runs one swarm of 512.
 //! - **The layout.** Asked for `offsets` (an exact offset per allocation),
 //!   the plan is made in bytes and laid out afterwards
 //!   ([`crate::layout::plan_laid_out`], for every planner alike), replanned
@@ -213,7 +213,7 @@ pub struct Joint {
     /// Also run [`EAGER_ORDER_SEEDS`] in the eager-update order (module docs).
     pub eager_seeds: bool,
     /// Runs of HOME at most, each with twice the swarm of the one before, as
-    /// long as its share of the time lasts ([`Joint::home_restarts`]); 1 runs
+    /// long as its share of the time lasts (`Joint::home_restarts`); 1 runs
     /// `home` once with `home`'s settings.
     pub home_runs: usize,
     /// Also seed with persistent tensors streamed and activations recomputed
@@ -227,7 +227,7 @@ pub struct Joint {
     /// recomputations ([`local::Limits::prioritised`]).
     pub prioritised: bool,
     /// When the fastest schedule makes compute wait for swap-ins, those
-    /// swap-ins' triggers are searched at the end ([`Joint::polish`]); not
+    /// swap-ins' triggers are searched at the end (`Joint::polish`); not
     /// in the recompute-only variant, which has no swap.
     pub polish_swap_timing: bool,
     /// Also start from the fastest seed's schedule with its chained
@@ -310,7 +310,7 @@ pub const EAGER_ORDER_SEEDS: [&str; 6] = [
 pub const SEARCH_SEEDS: [&str; 2] = ["home", "swapadvisor"];
 
 /// The first swarm's size of `home` inside `outcore` (see
-/// [`Joint::home_restarts`]).
+/// `Joint::home_restarts`).
 pub const HOME_FIRST_PARTICLES: usize = 32;
 /// The largest swarm of `home`'s restarts inside `outcore`.
 pub const HOME_MAX_PARTICLES: usize = 1024;

@@ -687,7 +687,7 @@ pub fn led_swap_ins(
 }
 
 /// [`led_swap_ins`], but each swap-in is started only as much earlier as
-/// the resident bytes ([`resident_bytes`], a model; verify judges) leave
+/// the resident bytes (`resident_bytes`, a model; verify judges) leave
 /// room for it under `budget_bytes`, the targets taken in the schedule's
 /// gap order, each one's bytes counted before the next. `None` where no
 /// trigger moves.

@@ -20,18 +20,18 @@
 //!    ([`Ctx::saved_activations`]), dearest to recompute per byte first (those
 //!    whose producer cannot be recomputed first of all);
 //! 2. a candidate is taken when the copies of everything taken still fit
-//!    `f` of the link's time ([`fits_link`]): every copy-out between its
+//!    `f` of the link's time (`fits_link`): every copy-out between its
 //!    tensor's last forward use and the backward pass's start, every
 //!    copy-in between that start and the tensor's first backward use;
 //! 3. DTR plans with the taken tensors held (they are not DTR's to evict)
 //!    and with a budget per position of the budget plus the bytes the swaps
-//!    take off the device there ([`crate::dtr::dtr_gaps_under`]);
+//!    take off the device there (`crate::dtr::dtr_gaps_under`);
 //! 4. each taken tensor's interval is cut short before the first of DTR's
-//!    recomputations that reads it ([`moves::swap_interval`]); where that
+//!    recomputations that reads it (`moves::swap_interval`); where that
 //!    changes an interval, step 3 runs again with the bytes the cut
 //!    intervals take off (a tensor brought back early for a recomputation
 //!    is on the device where DTR was told it was not);
-//! 5. the swaps are timed as a queue on each link ([`queued_swaps`]), and
+//! 5. the swaps are timed as a queue on each link (`queued_swaps`), and
 //!    the merge is scored under the real budget; over it by `e` bytes, step
 //!    3 runs again `e` lower, bisecting where DTR finds no plan (at most
 //!    [`ROUNDS`] DTR plans in all).

@@ -64,9 +64,9 @@
 //!   after the cut moved to just before its earliest successor
 //!   ([`outcore_plan::defer_ops`], as the eager-update order defers
 //!   gradient-free optimizer ops).
-//! - **Swap timing:** placed on the idle link ([`placed_swaps`]); a swapped
+//! - **Swap timing:** placed on the idle link (`placed_swaps`); a swapped
 //!   storage that a recomputation reads first stays for its own use
-//!   ([`anchor_chain_swaps`]).
+//!   (`anchor_chain_swaps`).
 
 use super::moves::placed_swap;
 use crate::framework::decisions::{Decision, Decisions, SwapTiming, materialise};

@@ -29,7 +29,7 @@
 //!    first recomputation reading it;
 //! 3. the merged schedule is scored under the real budget; over it by `e`
 //!    bytes, step 1 is planned again for `B + X - e`, bisecting where the
-//!    planner has no plan (at most [`ROUNDS`] rounds, [`merge_rounds`]):
+//!    planner has no plan (at most [`ROUNDS`] rounds, `merge_rounds`):
 //!    the offloaded tensors are present around their uses, which the
 //!    recomputation planner did not know.
 //!
@@ -37,7 +37,7 @@
 //! search then improves it like any other.
 //!
 //! Each set is also merged without the tensors whose copies the link
-//! cannot hide under compute ([`link_hidden`]; typically the state of the
+//! cannot hide under compute (`link_hidden`; typically the state of the
 //! parameters updated last, the embeddings at the end of the backward pass,
 //! whose copy-out would otherwise end the iteration), with the winning
 //! timing and planner only. It costs the recomputation planner their bytes;
@@ -46,7 +46,7 @@
 //! planner instead; where none of those fits either, the whole set again
 //! with the large parameters, then every parameter, also off the device
 //! from its last read in the backward pass to its update
-//! ([`Variant::updates`], [`UpdateGaps`], [`update_interval`]).
+//! ([`Variant::updates`], [`UpdateGaps`], `update_interval`).
 //! On the PyTorch GPT-2 export at a quarter of its footprint on
 //! `v100-16gb-pcie3` every parameter's gap gave the first streamed seed
 //! (0.370 s an iteration, where the fastest seed before, `window` in the
@@ -86,7 +86,7 @@ pub const RECOMPUTE_PLANNERS: [&str; 4] = [
     DTR_BY_POSITION,
 ];
 
-/// DTR planned with a budget per position ([`crate::dtr::dtr_gaps_under`]):
+/// DTR planned with a budget per position (`crate::dtr::dtr_gaps_under`):
 /// the request's budget plus the bytes of the offloaded tensors that are
 /// off the device at that position (DTR counts every persistent tensor as
 /// resident), rather than the budget plus all their bytes everywhere. The
@@ -95,7 +95,7 @@ pub const RECOMPUTE_PLANNERS: [&str; 4] = [
 pub const DTR_BY_POSITION: &str = "dtr by position";
 
 /// Plans per (order, variant, planner): the first for `B + X`, then lower
-/// ([`merge_rounds`]).
+/// (`merge_rounds`).
 pub const ROUNDS: usize = 6;
 
 /// Which persistent tensors a seed keeps on the host.
@@ -141,7 +141,7 @@ pub enum Timing {
     /// Each copy on its own ([`moves::offload`]): the least memory held,
     /// stalls where copies queue.
     Each,
-    /// As queues on each link ([`queued_offloads`]): fewer stalls, more memory
+    /// As queues on each link (`queued_offloads`): fewer stalls, more memory
     /// held by copies that start early.
     Queued,
 }
@@ -161,12 +161,12 @@ pub struct Variant {
     pub set: OffloadSet,
     pub timing: Timing,
     /// Which chosen parameters are also off the device from their last read
-    /// in the backward pass to their update ([`update_interval`]); only for
+    /// in the backward pass to their update (`update_interval`); only for
     /// a set none of whose merges fits without (see [`streamed_seeds`]).
     pub updates: UpdateGaps,
 }
 
-/// Which chosen parameters get an update gap ([`update_interval`]).
+/// Which chosen parameters get an update gap (`update_interval`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpdateGaps {
     /// None.

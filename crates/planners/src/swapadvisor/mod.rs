@@ -3,14 +3,14 @@
 //! each candidate given its swaps by the swap planner and scored by the
 //! simulated iteration time.
 //!
-//! - [`swap_planner`]: Sec. 4.2, the swaps of one (schedule, pool): Belady's
+//! - `swap_planner`: Sec. 4.2, the swaps of one (schedule, pool): Belady's
 //!   choice within a size class, pairs placed as early as is safe, the double
 //!   pass over the iteration.
-//! - [`schedule_ops`]: Sec. 5.2, schedule crossover (Fig. 4) and the
+//! - `schedule_ops`: Sec. 5.2, schedule crossover (Fig. 4) and the
 //!   ready-set mutation.
-//! - [`encoding`]: Sec. 5.3, the pool as `CLS` / `CNT`, crossover through the
+//! - `encoding`: Sec. 5.3, the pool as `CLS` / `CNT`, crossover through the
 //!   extended counts, repair and mutation (Fig. 5).
-//! - [`ga`]: Sec. 5.1, the population, four children per pair, softmax
+//! - `ga`: Sec. 5.1, the population, four children per pair, softmax
 //!   survival (Eq. 1), the convergence history.
 //!
 //! Fitness is the simulated iteration time of the individual's swap plan,
@@ -119,10 +119,10 @@ pub struct SwapAdvisor {
     pub population: usize,
     /// `P`: mutation probability per schedule step and per CLS / CNT entry
     /// (the paper: 10%); when it adapts, the first generation's for the
-    /// allocation (the schedule's starts at [`ga::P_MIN`]; see [`ga`]).
+    /// allocation (the schedule's starts at [`ga::P_MIN`]; see `ga`).
     pub mutation_probability: f64,
     /// Whether `P` stays fixed (the paper) or adapts per individual (the
-    /// default; see [`ga`]'s module doc for why).
+    /// default; see `ga`'s module doc for why).
     pub adaptation: Adaptation,
     pub search: SearchSpace,
     pub seeding: Seeding,

@@ -36,7 +36,7 @@ impl<'c, 'g> AccessSequence<'c, 'g> {
         self.start_s(self.ctx.n)
     }
 
-    /// Positions of a tensor's accesses, ascending (the paper's TAT[tensor]).
+    /// Positions of a tensor's accesses, ascending (the paper's `TAT[tensor]`).
     pub fn accesses(&self, t: TensorId) -> &[usize] {
         &self.ctx.uses[t.index()]
     }
