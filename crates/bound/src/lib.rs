@@ -199,11 +199,6 @@ fn op_times_s(graph: &Graph, cost: &dyn CostModel) -> Vec<f64> {
         .collect()
 }
 
-/// The fastest either direction can ever move bytes: (in, out) in bytes/s.
-fn fastest_rates(link: Link) -> (f64, f64) {
-    (link.in_bytes_per_s, link.out_bytes_per_s)
-}
-
 /// The lower bound for `graph` on `cost`'s device under `budget_bytes`.
 pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bound {
     let op_time_s = op_times_s(graph, cost);
@@ -216,7 +211,7 @@ pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bo
     }
     let compute_s: f64 = op_time_s.iter().sum();
     let link = Link::of(&cost.copy_rates());
-    let (in_rate, out_rate) = fastest_rates(link);
+    let (in_rate, out_rate) = (link.in_bytes_per_s, link.out_bytes_per_s);
     let mut best = TimeBound {
         time_s: compute_s,
         compute_s,

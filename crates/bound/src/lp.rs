@@ -154,6 +154,8 @@ pub struct LpGraph<'g> {
     tail_s: Vec<f64>,
     /// Storage owners that some op updates in place.
     updated: Vec<bool>,
+    /// Each in-place update: (the storage owner it updates, the op).
+    updates: Vec<(usize, usize)>,
 }
 
 impl<'g> LpGraph<'g> {
@@ -167,6 +169,12 @@ impl<'g> LpGraph<'g> {
             head_s,
             tail_s,
             updated: crate::cut::updated_storage(graph),
+            updates: graph
+                .tensors
+                .iter()
+                .filter(|t| t.inplace_update_of.is_some())
+                .filter_map(|t| Some((graph.storage_owner(t.id).index(), t.producer?.index())))
+                .collect(),
         }
     }
 
@@ -581,15 +589,9 @@ impl<'g> LpGraph<'g> {
         let c_s = self.compute_s.max(f64::MIN_POSITIVE);
         // Persistent storages some op after the cut updates.
         let mut updated_after = vec![false; graph.tensors.len()];
-        for t in graph
-            .tensors
-            .iter()
-            .filter(|t| t.inplace_update_of.is_some())
-        {
-            if t.producer
-                .is_some_and(|p| input.side[p.index()] == Side::After)
-            {
-                updated_after[self.owner(t.id)] = true;
+        for &(owner, op) in &self.updates {
+            if input.side[op] == Side::After {
+                updated_after[owner] = true;
             }
         }
         let persistent_updated = |g: usize| self.updated[g] && graph.tensors[g].producer.is_none();

@@ -438,7 +438,8 @@ impl Step<'_, '_, '_> {
             })
             .collect();
         stats.moves_scored += scored(&outcomes);
-        // The fastest feasible one, ties to the smaller lead.
+        // The fastest feasible one, ties to the earlier candidate (the
+        // smaller lead, its fitted one first).
         let (time_s, schedule) = outcomes
             .into_iter()
             .filter_map(|o| match o {
@@ -745,7 +746,8 @@ mod tests {
     /// is resident there; with room everywhere it is the plain lead.
     #[test]
     fn a_fitted_lead_stops_where_memory_is_full() {
-        use super::super::moves::{fitted_swap_ins, led_swap_ins, resident_bytes};
+        use super::super::moves::{fitted_swap_ins, led_swap_ins};
+        use crate::framework::pressure::resident_bytes;
         let g = mlp_chain(12, 1024, 256);
         let cost = v100();
         let ctx = Ctx::in_graph_order(&g, &cost);

@@ -30,7 +30,7 @@
 //! the lowering or the verifier, and the search counts it as invalid.
 
 use crate::framework::Ctx;
-use crate::framework::pressure::absent_range;
+use crate::framework::pressure::resident_bytes;
 use crate::tensile::link::{earliest_slot, latest_slot, merged};
 use outcore_cost::CostModel;
 use outcore_graph::TensorId;
@@ -705,43 +705,6 @@ pub fn fitted_swap_ins(
     budget_bytes: u64,
 ) -> Option<Schedule> {
     lead_within(ctx, cost, schedule, targets, lead, Some(budget_bytes))
-}
-
-/// Bytes resident per position under `gaps`: each owner over its base
-/// interval, less the part of each gap's absence inside it. Unlike
-/// `live_bytes` an absence outside the interval takes nothing away: a
-/// recomputation chain's input is recomputed for a reader that
-/// `Ctx::base_interval` does not count, and its gap runs past the
-/// interval's end (on the PyTorch GPT-2 export at 25%, 176 gaps holding
-/// 1.06 GB did, and `live_bytes` fell below zero at the LM head).
-pub(super) fn resident_bytes(ctx: &Ctx<'_>, gaps: &[Gap]) -> Vec<i128> {
-    let n = ctx.n;
-    let mut delta = vec![0i128; n + 1];
-    for t in ctx.owners() {
-        let (lo, hi) = ctx.base_interval(t);
-        delta[lo] += i128::from(ctx.size(t));
-        delta[hi + 1] -= i128::from(ctx.size(t));
-    }
-    for g in gaps {
-        let Some((lo, hi)) = absent_range(ctx, g, g.reclaim_before) else {
-            continue;
-        };
-        let (base_lo, base_hi) = ctx.base_interval(g.tensor);
-        let (lo, hi) = (lo.max(base_lo), hi.min(base_hi));
-        if lo <= hi {
-            delta[lo] -= i128::from(ctx.size(g.tensor));
-            delta[hi + 1] += i128::from(ctx.size(g.tensor));
-        }
-    }
-    let mut cur = 0i128;
-    delta
-        .iter()
-        .take(n)
-        .map(|d| {
-            cur += d;
-            cur
-        })
-        .collect()
 }
 
 /// The triggers of [`led_swap_ins`], held to `budget_bytes` of resident
