@@ -22,6 +22,12 @@ pub struct Gap {
     pub tensor: TensorId,
     /// Position in `order` of the last use before the gap; `None`: from the
     /// iteration start (a persistent tensor kept on the host between iterations).
+    /// For a persistent tensor that begins the iteration on the device, it may
+    /// also be a position before its first use: the previous iteration left
+    /// it there (an optimizer state updated late in that iteration), and it is
+    /// copied out after the op at `after` and back for its first use. Its
+    /// copy-out then runs early in the iteration, while the link is idle,
+    /// instead of after its update at the previous iteration's end.
     pub after: Option<usize>,
     /// Position in `order` of the next use after the gap; `None`: to the end of the
     /// iteration (a persistent tensor swapped out for the next iteration).
@@ -529,9 +535,18 @@ fn check_gap(
         }
         let u = scratch.uses(t);
         let after_prev_gap = prev.is_some_and(|p| p.before == Some(a));
-        if u.binary_search(&(a as u32)).is_err() && !after_prev_gap && !scratch.chain_read(t, a) {
+        // A persistent tensor's first gap may start before its first use
+        // (see `Gap::after`); one that begins on the host has a gap from the
+        // start before it, so this is its first only if it begins on the device.
+        let before_first_use =
+            persistent && prev.is_none() && u.first().is_some_and(|&f| a < f as usize);
+        if u.binary_search(&(a as u32)).is_err()
+            && !after_prev_gap
+            && !before_first_use
+            && !scratch.chain_read(t, a)
+        {
             return Err(err(format!(
-                "gap on {t} must start at a position that uses it (or where its previous gap ends, or where a recomputation reads it)"
+                "gap on {t} must start at a position that uses it (or where its previous gap ends, where a recomputation reads it, or, for a persistent tensor, before its first use)"
             )));
         }
         // The gap may end before the next use: the tensor is then back early,

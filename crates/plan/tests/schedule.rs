@@ -393,3 +393,64 @@ fn a_dead_input_of_a_recomputation_is_held_until_it() {
         "fc is freed once, after r1's recomputation"
     );
 }
+
+/// An optimizer state that the previous iteration left on the device is
+/// copied out early in the iteration, before its first use, and back for its
+/// update: the plan verifies (residency at the end equal to the start's, the
+/// state off the device in between), and its only copy-out is early.
+#[test]
+fn a_state_copied_out_before_its_first_use_verifies() {
+    use outcore_graph::DType;
+    use outcore_graph::builder::{GraphBuilder, Optimizer};
+    let mut b = GraphBuilder::new("early-out", 2, DType::Float32);
+    let x = b.input("x", &[2, 8]);
+    let y = b.label("y", &[2]);
+    let fc = b.linear("fc", x, 8, true);
+    let r = b.relu(fc);
+    let logits = b.linear("head", r, 2, true);
+    let loss = b.softmax_cross_entropy(logits, y);
+    let g = b.finish(loss, Optimizer::sgd_momentum()).expect("valid");
+    let mut s = Schedule::in_graph_order(&g);
+    let uses = use_positions(&g, &s.order);
+    let state = g
+        .tensors
+        .iter()
+        .find(|t| t.kind == outcore_graph::TensorKind::OptimizerState && t.allocates())
+        .expect("momentum")
+        .id;
+    let first = uses[state.index()][0];
+    assert!(first > 2, "the momentum is first used by its update, late");
+    s.gaps.push(Gap {
+        tensor: state,
+        after: Some(0),
+        before: Some(first),
+        how: Restore::Swap,
+        prefetch_after: Some(first - 1),
+        reclaim_before: Some(1),
+    });
+    let plan = lower_schedule(&g, &s, info(), u64::MAX).expect("lowers");
+    let v = verify(&plan, &g);
+    assert!(v.is_empty(), "{}", v[0]);
+    let d2h: Vec<&Instr> = plan.streams[Stream::D2h.index()]
+        .iter()
+        .map(|st| &st.instr)
+        .collect();
+    assert_eq!(d2h, vec![&Instr::SwapOut(state), &Instr::Free(state)]);
+    // Waiting for nothing before the copy-out's free, the compute stream
+    // would reclaim memory the copy still reads: verify refuses it.
+    let mut broken = plan.clone();
+    for step in &mut broken.streams[Stream::Compute.index()] {
+        step.waits.clear();
+    }
+    assert!(!verify(&broken, &g).is_empty(), "racing plan passes");
+    // Only a persistent tensor's first gap may start before its first use.
+    let mut bad = s.clone();
+    bad.gaps[0].tensor = r;
+    assert!(lower_schedule(&g, &bad, info(), u64::MAX).is_err());
+    // A state that begins on the host has nothing to copy out.
+    let mut bad = s.clone();
+    bad.initial_residency = vec![(state, outcore_plan::Residency::Host)];
+    let refused =
+        lower_schedule(&g, &bad, info(), u64::MAX).map_or(true, |p| !verify(&p, &g).is_empty());
+    assert!(refused, "a copy-out of a state on the host passes");
+}

@@ -164,6 +164,7 @@ fn quick_outcore() -> outcore_planners::Joint {
         prioritised: true,
         polish_swap_timing: true,
         held_starts: true,
+        early_out_seeds: true,
     }
 }
 

@@ -135,6 +135,7 @@
 //!   it is recorded in the plan's settings (`seed_errors`) and the seed is
 //!   skipped. The conformance suite tests every seed on its own.
 
+pub mod early_out;
 pub mod held;
 pub mod local;
 pub mod moves;
@@ -233,6 +234,9 @@ pub struct Joint {
     /// Also start from the fastest seed's schedule with its chained
     /// recomputations traded for held ones ([`held`]).
     pub held_starts: bool,
+    /// Also seed with the fastest seeds' offloaded optimizer states copied
+    /// out early in the next iteration ([`early_out`]).
+    pub early_out_seeds: bool,
 }
 
 impl Default for Joint {
@@ -255,6 +259,7 @@ impl Default for Joint {
             prioritised: true,
             polish_swap_timing: true,
             held_starts: true,
+            early_out_seeds: true,
         }
     }
 }
@@ -267,6 +272,7 @@ impl Joint {
             streamed_seeds: false,
             offloaded_seeds: false,
             polish_swap_timing: false,
+            early_out_seeds: false,
             ..Joint::default()
         }
     }
@@ -308,6 +314,75 @@ pub const EAGER_ORDER_SEEDS: [&str; 6] = [
 /// (ResNet-50 b64 at 75%: `home` ran 0.52 s inside `outcore` and 5 s alone,
 /// where it ended 1% faster than `outcore`).
 pub const SEARCH_SEEDS: [&str; 2] = ["home", "swapadvisor"];
+
+/// The fastest of the turned-around variants `score` makes (`None`: none
+/// feasible) for counts of states up to `n`: the powers of two below `n`
+/// and `n` itself, ascending, until [`EARLY_OUT_PATIENCE`] in a row are no
+/// faster than the fastest so far (more states hold more memory, so the
+/// time rarely falls again once it rises, and infeasible counts stay
+/// infeasible), then the midpoints on either side of the fastest of
+/// those. Measured on the PyTorch GPT-2 export (296 states): at 50% of its
+/// footprint the fastest turned 37 around and more were over the budget;
+/// at 25%, where the budget is tighter, fewer. A fixed share misses one or
+/// the other.
+fn early_out_count<T>(
+    n: usize,
+    score: &mut impl FnMut(usize) -> Option<(f64, usize, T)>,
+) -> Option<(f64, usize, T)> {
+    let mut counts: Vec<usize> = std::iter::successors(Some(1usize), |&c| Some(c * 2))
+        .take_while(|&c| c < n)
+        .chain(std::iter::once(n))
+        .collect();
+    let mut best: Option<(f64, usize, T)> = None;
+    let keep = |candidate: Option<(f64, usize, T)>, best: &mut Option<(f64, usize, T)>| {
+        if let Some(c) = candidate
+            && best.as_ref().is_none_or(|b| c.0 < b.0)
+        {
+            *best = Some(c);
+        }
+    };
+    let mut worse_in_a_row = 0;
+    let mut scored = 0;
+    for &count in &counts {
+        scored += 1;
+        let before = best.as_ref().map(|b| b.0);
+        keep(score(count), &mut best);
+        let improved = best.as_ref().map(|b| b.0) != before;
+        worse_in_a_row = if improved { 0 } else { worse_in_a_row + 1 };
+        if worse_in_a_row == EARLY_OUT_PATIENCE {
+            break;
+        }
+    }
+    counts.truncate(scored);
+    let c = best.as_ref()?.1;
+    let i = counts.iter().position(|&x| x == c).unwrap_or(0);
+    let mut around: Vec<usize> = Vec::new();
+    if i > 0 {
+        around.push((counts[i - 1] + c) / 2);
+    }
+    if i + 1 < counts.len() {
+        around.push((c + counts[i + 1]) / 2);
+    }
+    counts.sort_unstable();
+    for count in around {
+        if counts.binary_search(&count).is_err() {
+            keep(score(count), &mut best);
+        }
+    }
+    best
+}
+
+/// Seeds whose offloaded optimizer states are turned around
+/// ([`Joint::add_early_out_seeds`]), the fastest with any.
+pub const EARLY_OUT_SEEDS: usize = 3;
+/// Only seeds at most this much slower than the fastest are turned around:
+/// each count costs an evaluation of the local search's time (about 30 ms
+/// on BERT-base b32 at 12.5%, where all three seeds' sweeps took a second of
+/// a 5 s limit), and a seed far behind rarely ends fastest.
+pub const EARLY_OUT_WITHIN: f64 = 1.25;
+/// Counts of the sweep ([`early_out_count`]) in a row no faster than the
+/// fastest before it stops doubling.
+pub const EARLY_OUT_PATIENCE: usize = 2;
 
 /// The first swarm's size of `home` inside `outcore` (see
 /// `Joint::home_restarts`).
@@ -409,11 +484,22 @@ impl MergeBudget {
 fn seed_family(seed: &Seed) -> &str {
     let planner = seed.plan.planner.name.as_str();
     if planner == NAME {
-        seed.name.split_whitespace().next().unwrap_or(planner)
+        // A seed turned around ([`early_out`]) is of its origin's family, so
+        // that it takes that seed's start where it is faster and no other
+        // family's: the origin's name follows the prefix, and its first word
+        // is the origin's planner or kind.
+        let name = seed
+            .name
+            .strip_prefix(EARLY_OUT_PREFIX)
+            .unwrap_or(&seed.name);
+        name.split_whitespace().next().unwrap_or(planner)
     } else {
         planner
     }
 }
+
+/// The name of a seed turned around ([`early_out`]) is this and its origin's.
+const EARLY_OUT_PREFIX: &str = "early-out ";
 
 /// One seed job of [`Joint::run_seeds`].
 enum Job<'a> {
@@ -514,9 +600,12 @@ impl Planner for Joint {
         let total = Duration::try_from_secs_f64(request.time_limit_s.max(0.0))
             .unwrap_or(Duration::from_secs(u64::MAX / 4));
         let seeds_until = started + seeds_time(total);
-        let (mut seeds, infeasible, seed_errors) = self.run_seeds(request, seeds_until)?;
+        let (mut seeds, infeasible, mut seed_errors) = self.run_seeds(request, seeds_until)?;
         if seeds.is_empty() {
             return Ok(PlanOutcome::Infeasible(no_seed(request, infeasible)));
+        }
+        if self.early_out_seeds {
+            self.add_early_out_seeds(request, &mut seeds, &mut seed_errors)?;
         }
         seeds.sort_by(|a, b| a.iter_time_s.total_cmp(&b.iter_time_s));
         let deadline = started.checked_add(total).unwrap_or(started);
@@ -644,6 +733,63 @@ impl Joint {
             out.record(self.name(), request, name, outcome)?;
         }
         Ok((out.seeds, out.infeasible, out.errors))
+    }
+
+    /// Seeds with their offloaded optimizer states turned around
+    /// ([`early_out`]): for each of the [`EARLY_OUT_SEEDS`] fastest seeds
+    /// that offload any (and are within [`EARLY_OUT_WITHIN`] of the
+    /// fastest), the states updated latest turned around, as many as
+    /// [`early_out_count`] finds fastest, and the fastest feasible variant
+    /// kept as one more seed, of its origin's family ([`seed_family`]). Run
+    /// after the seeds' time, on the local search's: a few evaluations per
+    /// seed.
+    fn add_early_out_seeds(
+        &self,
+        request: &PlanRequest<'_>,
+        seeds: &mut Vec<Seed>,
+        errors: &mut Vec<Value>,
+    ) -> Result<(), PlannerError> {
+        seeds.sort_by(|a, b| a.iter_time_s.total_cmp(&b.iter_time_s));
+        let mut out = SeedSet::default();
+        let mut tried = 0;
+        let fastest_s = seeds.first().map_or(0.0, |s| s.iter_time_s);
+        for seed in seeds.iter() {
+            if tried == EARLY_OUT_SEEDS || seed.iter_time_s > fastest_s * EARLY_OUT_WITHIN {
+                break;
+            }
+            let Some(schedule) = seed.plan.lowered_from.as_deref() else {
+                continue;
+            };
+            let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
+            let chosen = early_out::candidates(&ctx, schedule);
+            if chosen.is_empty() {
+                continue;
+            }
+            tried += 1;
+            let search = Search::new(&ctx, request, NAME);
+            let mut scratch = Scratch::default();
+            let mut score = |count: usize| {
+                let turned =
+                    early_out::turned_around(&ctx, request.cost, schedule, &chosen, count)?;
+                match search.score(&turned, &mut scratch) {
+                    Ok(Score::Feasible { iter_time_s, .. }) => Some((iter_time_s, count, turned)),
+                    _ => None,
+                }
+            };
+            let best = early_out_count(chosen.len(), &mut score);
+            if let Some((_, count, turned)) = best {
+                let name = format!(
+                    "{EARLY_OUT_PREFIX}{} ({count} of {} states)",
+                    seed.name,
+                    chosen.len()
+                );
+                let outcome = prove_seed(request, "early_out", &name, turned);
+                out.record(self.name(), request, name, outcome)?;
+            }
+        }
+        seeds.append(&mut out.seeds);
+        errors.append(&mut out.errors);
+        Ok(())
     }
 
     /// HOME as a seed, restarted with a doubling swarm (IPOP-style) until its
@@ -1233,8 +1379,34 @@ fn no_seed(request: &PlanRequest<'_>, infeasible: Vec<Infeasible>) -> Infeasible
 
 #[cfg(test)]
 mod tests {
-    use super::seeds_time;
+    use super::{early_out_count, seeds_time};
     use std::time::Duration;
+
+    /// Powers of two up to `n`, `n`, then the midpoints beside the fastest:
+    /// with the fastest count at 44 of 296 (times falling to it, rising
+    /// after, none feasible above 100), the sweep scores 1, 2, ..., 64, 128,
+    /// stops after 64 and 128 (farther, then infeasible), and tries 24 and 48
+    /// beside 32, of which 48 is nearer 44.
+    #[test]
+    fn the_count_sweep_finds_the_fastest_power_of_two_and_refines_beside_it() {
+        let mut scored = Vec::new();
+        let mut score = |count: usize| {
+            scored.push(count);
+            (count <= 100).then(|| ((count as f64 - 44.0).abs(), count, ()))
+        };
+        let best = early_out_count(296, &mut score).expect("feasible counts");
+        assert_eq!(best.1, 48);
+        assert_eq!(scored, [1, 2, 4, 8, 16, 32, 64, 128, 24, 48]);
+        // None feasible: none kept.
+        assert!(early_out_count(5, &mut |_| None::<(f64, usize, ())>).is_none());
+        // One candidate: one count.
+        let mut one = Vec::new();
+        let best = early_out_count(1, &mut |c| {
+            one.push(c);
+            Some((1.0, c, ()))
+        });
+        assert_eq!((best.map(|b| b.1), one), (Some(1), vec![1]));
+    }
 
     /// 70% of the first 5 s, 20% of the rest: 5 s limits split as before
     /// the cap (3.5 s for the seeds), a minute gives them 3.5 + 11 s.

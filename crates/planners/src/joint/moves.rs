@@ -866,14 +866,32 @@ pub(crate) fn placed_swap(
 /// copy-out starts when its last use ends; a copy-in when its prefetch
 /// position ends, or without one when its copy-out is done (at the
 /// iteration's start for a tensor that begins on the host).
-fn link_use(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> [Vec<(f64, f64)>; 2] {
+///
+/// A swap whose tensor's host copy is still current has no copy-out (the
+/// lowering skips it, see [`host_copy_current`]): a parameter brought in
+/// from the host and not written since, or a batch input. Counting those
+/// too, the link looked busy through the forward pass of a plan that
+/// streams parameters (the PyTorch GPT-2 export at 25%), where it is mostly
+/// idle.
+pub(crate) fn link_use(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> [Vec<(f64, f64)>; 2] {
     let end_s = |p: usize| ctx.prefix_time_s[p + 1];
     let (mut out, mut inward) = (Vec::new(), Vec::new());
-    for g in gaps.iter().filter(|g| g.how == Restore::Swap) {
+    let current = host_copy_current(ctx, gaps);
+    for (g, current) in gaps
+        .iter()
+        .zip(current)
+        .filter(|(g, _)| g.how == Restore::Swap)
+    {
         let size_bytes = ctx.size(g.tensor);
-        let out_s = cost.d2h_time_s(size_bytes);
+        let out_s = if current {
+            0.0
+        } else {
+            cost.d2h_time_s(size_bytes)
+        };
         let out_end_s = g.after.map(|a| {
-            out.push((end_s(a), end_s(a) + out_s));
+            if !current {
+                out.push((end_s(a), end_s(a) + out_s));
+            }
             end_s(a) + out_s
         });
         if g.before.is_some() {
@@ -882,6 +900,48 @@ fn link_use(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> [Vec<(f64, f64
         }
     }
     [merged(out), merged(inward)]
+}
+
+/// Per gap of `gaps`: whether its tensor's host copy is current where the
+/// gap starts, so that the lowering frees it without a copy-out (as
+/// `outcore_plan`'s lowering decides: a batch input's always is; a
+/// persistent tensor's is from the iteration's start where it begins on the
+/// host; any tensor's is after a swap gap starts; an in-place write makes it
+/// stale). A gap from the iteration's start has no copy-out and answers
+/// `false`.
+pub(crate) fn host_copy_current(ctx: &Ctx<'_>, gaps: &[Gap]) -> Vec<bool> {
+    let mut by_start: Vec<usize> = (0..gaps.len()).collect();
+    by_start.sort_by_key(|&i| (gaps[i].tensor, gaps[i].after.map_or(0, |a| a + 1)));
+    let mut out = vec![false; gaps.len()];
+    // Per tensor in turn: the position after which the host copy is
+    // current (`Some(None)`: since the iteration's start).
+    let mut tensor = None;
+    let mut current_since: Option<Option<usize>> = None;
+    for i in by_start {
+        let g = &gaps[i];
+        if tensor != Some(g.tensor) {
+            tensor = Some(g.tensor);
+            let t = ctx.graph.tensor(g.tensor);
+            let on_host = gaps
+                .iter()
+                .any(|x| x.tensor == g.tensor && x.after.is_none());
+            let batch_input = t.producer.is_none() && !t.is_persistent();
+            current_since = (batch_input || on_host).then_some(None);
+        }
+        let Some(a) = g.after else {
+            continue;
+        };
+        let writes = &ctx.writes[g.tensor.index()];
+        out[i] = current_since.is_some_and(|since| {
+            !writes
+                .iter()
+                .any(|&w| w <= a && since.is_none_or(|s| w > s))
+        });
+        if g.how == Restore::Swap {
+            current_since = Some(Some(a));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
