@@ -5,6 +5,7 @@ use outcore_graph::Graph;
 use outcore_plan::{Plan, verify};
 use std::collections::BTreeMap;
 
+#[allow(dead_code)]
 pub fn model(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
     let knobs: BTreeMap<String, u64> = knobs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     outcore_graph::zoo::build(name, Some(batch), &knobs, None).expect("zoo model builds")

@@ -114,6 +114,28 @@
 //!   session: DenseNet-121 at 50% from 0.894 / 0.892 to 0.901 / 0.899
 //!   (`h100-80gb` / `v100-16gb-pcie3`), 18 cases up and none down by more
 //!   than 0.003 (RESULTS.md, issue-16 section, "Held inputs").
+//! - **Optimizer states copied out early** ([`early_out`]): an offloaded
+//!   optimizer state is copied in before its update and out after it, both
+//!   in the backward pass, and the last updates' copy-outs run after the
+//!   last op, the iteration waiting for them. Turned around, a state stays
+//!   on the device from its update to the iteration's end and is copied out
+//!   early in the next one, where the forward pass leaves the link idle.
+//!   The fastest seeds (within [`EARLY_OUT_WITHIN`] of the fastest) that
+//!   offload states get one more seed each, with as many of the latest
+//!   updated turned around as a sweep over counts finds fastest (more hold
+//!   more memory at the iteration's turn). On the PyTorch GPT-2 export at
+//!   50% on `v100-16gb-pcie3` the seed `streamed optimizer state + dtr`
+//!   went from 0.148 s to 0.124 s with its two latest-updated states (the
+//!   tied embedding's Adam moments, 154 MB each) turned around; on the
+//!   suite, against the build before in the same session, 11 cases rose by
+//!   more than 0.003 of ideal (that export at 50% from 0.896 / 0.880 to
+//!   0.908 / 0.917 on `v100-16gb-pcie3` / `h100-80gb`, BERT-base at 25% by
+//!   0.026, GPT-2 b8 at 25% by 0.024 / 0.034) and one fell, by the noise of
+//!   ViT-B/16 at 12.5% (RESULTS.md, issue-16 section, "Optimizer states
+//!   copied out early"). The first version (the three fastest seeds
+//!   whatever their times, every power of two, the variants a family of
+//!   their own) spent a second of a 5 s limit on BERT-base at 12.5% and
+//!   moved 8 cases up and 10 down.
 //! - **HOME restarted** with a doubling swarm, 32 particles first
 //!   (`Joint::home_restarts`): `home` alone runs one swarm of 512.
 //! - **The layout.** Asked for `offsets` (an exact offset per allocation),
