@@ -35,6 +35,11 @@ pub(crate) mod testing {
     /// A chain of `layers` linear + relu layers of width `width` on batch `batch`,
     /// trained without an optimizer (so only activations and gradients move).
     pub fn mlp_chain(layers: usize, width: u64, batch: u64) -> Graph {
+        mlp_chain_with(layers, width, batch, Optimizer::None)
+    }
+
+    /// [`mlp_chain`] trained with `optimizer`.
+    pub fn mlp_chain_with(layers: usize, width: u64, batch: u64, optimizer: Optimizer) -> Graph {
         let mut b = GraphBuilder::new("hand-mlp", batch, DType::Float32);
         let mut x = b.input("x", &[batch, width]);
         for i in 0..layers {
@@ -43,7 +48,7 @@ pub(crate) mod testing {
         }
         let labels = b.label("labels", &[batch]);
         let loss = b.softmax_cross_entropy(x, labels);
-        match b.finish(loss, Optimizer::None) {
+        match b.finish(loss, optimizer) {
             Ok(g) => g,
             Err(e) => panic!("hand graph: {e}"),
         }

@@ -20,6 +20,10 @@
 //! pays the most, so [`turned_around`] turns around the states updated
 //! latest first, as many as asked; [`super::Joint`] scores a few counts and
 //! keeps the fastest as a seed.
+//!
+//! What is turned around is any persistent tensor offloaded this way whose
+//! first use is in the backward pass or later ([`candidates`]): in practice
+//! optimizer states, since a parameter's first use is in the forward pass.
 
 use super::moves::link_use;
 use crate::framework::Ctx;
@@ -86,7 +90,9 @@ pub fn candidates(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<Offloaded> {
 /// turned around: each one's two offload gaps replaced by one gap from early
 /// in the iteration to its first use, its copies placed where the other
 /// swaps leave the link idle ([`placed_early`]), the earliest-needed placed
-/// first. `None` when one of them finds no room on the link.
+/// first; one that finds no room on the link keeps its offload. `None` when
+/// none finds room, or where the d2h stream would finish a copy-out after
+/// its tensor's first use begins.
 pub fn turned_around(
     ctx: &Ctx<'_>,
     cost: &dyn CostModel,
@@ -103,25 +109,49 @@ pub fn turned_around(
         .cloned()
         .collect();
     let others = gaps.len();
+    let mut kept: Vec<Gap> = Vec::new();
     for o in &turned {
-        let mut gap = placed_early(ctx, cost, &gaps, o.tensor, o.first)?;
+        let own = || {
+            schedule
+                .gaps
+                .iter()
+                .filter(|g| g.tensor == o.tensor)
+                .cloned()
+        };
+        // A state the link has no room for keeps its offload.
+        let Some(mut gap) = placed_early(ctx, cost, &gaps, o.tensor, o.first) else {
+            kept.extend(own());
+            continue;
+        };
         // The copy-in keeps the seed's trigger (timed by the seed among its
-        // other swap-ins) where that is after the reclaim.
-        let seed_trigger = schedule
-            .gaps
-            .iter()
-            .find(|g| g.tensor == o.tensor && g.after.is_none())
+        // other swap-ins), moved to the reclaim point where it is before it.
+        let seed_trigger = own()
+            .find(|g| g.after.is_none())
             .and_then(|g| g.prefetch_after);
         if let (Some(q), Some(r)) = (seed_trigger, gap.reclaim_before) {
-            gap.prefetch_after = Some(q.max(r));
+            gap.prefetch_after = Some(q.max(r).min(o.first - 1));
         }
         gaps.push(gap);
     }
+    if gaps.len() == others {
+        return None;
+    }
     let [busy_out, _] = link_use(ctx, cost, &gaps[..others]);
     reclaimed_in_stream_order(ctx, cost, &busy_out, &mut gaps[others..])?;
-    let mut out = ctx.schedule(gaps);
-    out.order.clone_from(&schedule.order);
-    Some(out)
+    let now_on_device: Vec<TensorId> = gaps[others..].iter().map(|g| g.tensor).collect();
+    gaps.extend(kept);
+    Some(Schedule {
+        order: schedule.order.clone(),
+        gaps,
+        // As the seed's, less the tensors that now begin on the device (a
+        // seed may list tensors with no gap as on the host).
+        initial_residency: schedule
+            .initial_residency
+            .iter()
+            .filter(|(t, _)| !now_on_device.contains(t))
+            .copied()
+            .collect(),
+    })
 }
 
 /// The gap that copies persistent `t` (on the device at the iteration's
@@ -133,7 +163,8 @@ pub fn turned_around(
 /// ahead of them all), the memory reclaimed by the first op that starts after
 /// it is done; the copy-in in the latest stretch that ends by `first`'s
 /// start, started after the last op that ends by then and not before the
-/// reclaim. `None` when the link has no such stretch before `first`.
+/// reclaim (just before `first` where the reclaim is `first` itself).
+/// `None` when the link has no such stretch before `first`.
 pub(crate) fn placed_early(
     ctx: &Ctx<'_>,
     cost: &dyn CostModel,
@@ -149,10 +180,13 @@ pub(crate) fn placed_early(
     let out_begin_s = earliest_slot(&busy_out, ctx.prefix_time_s[1], start_s(first), out_s)?;
     // Op 0 ends by the slot's start: at least one op does.
     let after = ctx.ending_by(first, out_begin_s).checked_sub(1)?;
-    let reclaim = ctx.first_starting_from(after + 1, first, out_begin_s + out_s)?;
+    // The reclaim may be the first use itself (its swap-in then waits for
+    // the copy-out, and the use for the swap-in).
+    let reclaim = ctx.first_starting_from(after + 1, first + 1, out_begin_s + out_s)?;
     let prefetch = latest_slot(&busy_in, 0.0, start_s(first), in_s)
         .map_or(reclaim, |s| ctx.ending_by(first, s).saturating_sub(1))
-        .clamp(reclaim, first - 1);
+        .max(reclaim)
+        .min(first - 1);
     Some(Gap {
         tensor: t,
         after: Some(after),
@@ -188,9 +222,9 @@ fn reclaimed_in_stream_order(
         let ready_s = ctx.prefix_time_s[after + 1].max(clock_s);
         let begin_s = earliest_slot(busy_out, ready_s, f64::INFINITY, out_s)?;
         clock_s = begin_s + out_s;
-        let reclaim = ctx.first_starting_from(after + 1, first, clock_s)?;
+        let reclaim = ctx.first_starting_from(after + 1, first + 1, clock_s)?;
         g.reclaim_before = Some(reclaim);
-        g.prefetch_after = g.prefetch_after.map(|q| q.max(reclaim));
+        g.prefetch_after = g.prefetch_after.map(|q| q.max(reclaim).min(first - 1));
     }
     Some(())
 }
@@ -198,23 +232,9 @@ fn reclaimed_in_stream_order(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::testing::v100;
-    use outcore_graph::builder::{GraphBuilder, Optimizer};
-    use outcore_graph::{DType, Graph, TensorKind};
-
-    /// `layers` linear layers with ReLU, trained with AdamW (two states per
-    /// weight).
-    fn adamw_chain(layers: usize, width: u64, batch: u64) -> Graph {
-        let mut b = GraphBuilder::new("adamw-mlp", batch, DType::Float32);
-        let mut x = b.input("x", &[batch, width]);
-        for i in 0..layers {
-            let y = b.linear(&format!("fc{i}"), x, width, false);
-            x = b.relu(y);
-        }
-        let labels = b.label("labels", &[batch]);
-        let loss = b.softmax_cross_entropy(x, labels);
-        b.finish(loss, Optimizer::adamw()).expect("valid graph")
-    }
+    use crate::framework::testing::{mlp_chain_with, v100};
+    use outcore_graph::TensorKind;
+    use outcore_graph::builder::Optimizer;
 
     /// Every optimizer state offloaded (copied in before its update, out
     /// after it).
@@ -234,7 +254,8 @@ mod tests {
 
     #[test]
     fn turned_around_states_leave_early_and_repeat_across_iterations() {
-        let g = adamw_chain(8, 512, 8192);
+        // Two AdamW states per weight.
+        let g = mlp_chain_with(8, 512, 8192, Optimizer::adamw());
         let cost = v100();
         let ctx = Ctx::in_graph_order(&g, &cost);
         let offloaded = states_offloaded(&ctx);

@@ -922,9 +922,9 @@ pub(crate) fn host_copy_current(ctx: &Ctx<'_>, gaps: &[Gap]) -> Vec<bool> {
         if tensor != Some(g.tensor) {
             tensor = Some(g.tensor);
             let t = ctx.graph.tensor(g.tensor);
-            let on_host = gaps
-                .iter()
-                .any(|x| x.tensor == g.tensor && x.after.is_none());
+            // Sorted by start, a gap from the iteration's start is its
+            // tensor's first.
+            let on_host = g.after.is_none();
             let batch_input = t.producer.is_none() && !t.is_persistent();
             current_since = (batch_input || on_host).then_some(None);
         }
