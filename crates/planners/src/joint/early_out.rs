@@ -1,7 +1,7 @@
 //! Offloaded persistent tensors copied out early in the next iteration
 //! instead of right after their update.
 //!
-//! An offload ([`moves::offload`]) keeps a persistent tensor on the host
+//! An offload ([`super::moves::offload`]) keeps a persistent tensor on the host
 //! between iterations: copied in before its first use and out after its last.
 //! For an optimizer state both uses are its update, late in the iteration, so
 //! both copies load the link in the backward pass, where the swap-ins of the
@@ -89,7 +89,7 @@ pub fn candidates(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<Offloaded> {
 /// `schedule` with the first `count` of `chosen` (see [`candidates`])
 /// turned around: each one's two offload gaps replaced by one gap from early
 /// in the iteration to its first use, its copies placed where the other
-/// swaps leave the link idle ([`placed_early`]), the earliest-needed placed
+/// swaps leave the link idle (`placed_early`), the earliest-needed placed
 /// first; one that finds no room on the link keeps its offload. `None` when
 /// none finds room, or where the d2h stream would finish a copy-out after
 /// its tensor's first use begins.

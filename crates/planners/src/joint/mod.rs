@@ -421,14 +421,14 @@ fn early_out_count<T>(
 }
 
 /// Seeds whose offloaded optimizer states are turned around
-/// ([`Joint::add_early_out_seeds`]), the fastest with any.
+/// (`Joint::add_early_out_seeds`), the fastest with any.
 pub const EARLY_OUT_SEEDS: usize = 3;
 /// Only seeds at most this much slower than the fastest are turned around:
 /// each count costs an evaluation of the local search's time (about 30 ms
 /// on BERT-base b32 at 12.5%, where all three seeds' sweeps took a second of
 /// a 5 s limit), and a seed far behind rarely ends fastest.
 pub const EARLY_OUT_WITHIN: f64 = 1.25;
-/// Counts of the sweep ([`early_out_count`]) in a row no faster than the
+/// Counts of the sweep (`early_out_count`) in a row no faster than the
 /// fastest before it stops doubling.
 pub const EARLY_OUT_PATIENCE: usize = 2;
 
