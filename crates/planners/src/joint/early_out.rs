@@ -49,37 +49,25 @@ pub struct Offloaded {
 /// alone: copied out early in the iteration it would have to come back at
 /// once.
 pub fn candidates(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<Offloaded> {
-    let mut gaps_of: Vec<(TensorId, Option<usize>, bool, usize)> = Vec::new();
-    // Per tensor: its first use from the start gap, whether it has the
-    // copy-out for the next iteration, and how many gaps it has.
-    for g in &schedule.gaps {
-        let i = match gaps_of.iter().position(|e| e.0 == g.tensor) {
-            Some(i) => i,
-            None => {
-                gaps_of.push((g.tensor, None, false, 0));
-                gaps_of.len() - 1
-            }
-        };
-        let e = &mut gaps_of[i];
-        e.3 += 1;
-        if g.how != Restore::Swap {
-            continue;
-        }
-        match (g.after, g.before) {
-            (None, Some(b)) => e.1 = Some(b),
-            (Some(_), None) => e.2 = true,
-            _ => {}
-        }
-    }
-    let mut out: Vec<Offloaded> = gaps_of
-        .into_iter()
-        .filter(|&(t, first, to_next, count)| {
-            count == 2 && to_next && ctx.persistent(t) && first.is_some()
-        })
-        .filter_map(|(t, first, _, _)| {
-            let first = first?;
-            (first >= ctx.backward_start && ctx.uses[t.index()].first() == Some(&first))
-                .then_some(Offloaded { tensor: t, first })
+    let mut by_tensor: Vec<&Gap> = schedule.gaps.iter().collect();
+    by_tensor.sort_by_key(|g| g.tensor);
+    let mut out: Vec<Offloaded> = by_tensor
+        .chunk_by(|a, b| a.tensor == b.tensor)
+        .filter_map(|gaps| {
+            let swap = |after: bool, before: bool| {
+                gaps.iter().find(|g| {
+                    g.how == Restore::Swap
+                        && g.after.is_some() == after
+                        && g.before.is_some() == before
+                })
+            };
+            let (t, first) = (gaps[0].tensor, swap(false, true)?.before?);
+            swap(true, false)?;
+            (gaps.len() == 2
+                && ctx.persistent(t)
+                && first >= ctx.backward_start
+                && ctx.uses[t.index()].first() == Some(&first))
+            .then_some(Offloaded { tensor: t, first })
         })
         .collect();
     out.sort_by_key(|o| (std::cmp::Reverse(o.first), o.tensor));
