@@ -205,8 +205,10 @@ pub struct RunArgs {
     pub iters: u32,
     /// Device-arena allocator: perfect, best-fit, size-class, virtual-chunks,
     /// or offsets (the plan laid out at exact offsets, valid for every timing)
-    /// (default: the plan's own, `perfect` for plans made here). Also used by
-    /// the simulator's prediction.
+    /// (default: the plan's own, `perfect` for plans made here; a `perfect`
+    /// plan then runs laid out at exact offsets where that fits its budget,
+    /// and on a best-fit list otherwise or when `perfect` is named here).
+    /// Also used by the simulator's prediction.
     #[arg(long)]
     pub allocator: Option<String>,
     /// Physical chunk size of `--allocator virtual-chunks`, KiB (default 2048;

@@ -1024,6 +1024,9 @@ fn cmd_run(a: RunArgs, stop: &StopFlag) -> Result<()> {
         synthetic_kernels: a.synthetic,
         synthetic_flops_per_s: a.synthetic_flops_per_s,
         trace: a.trace.is_some(),
+        // A plan for the `perfect` allocator is laid out unless the user
+        // named an allocator (`--allocator perfect` runs the best-fit list).
+        lay_out_perfect: a.allocator.is_none(),
         on_iteration: Some(progress::iteration_hook(
             progress::bar("iterations", u64::from(a.iters)),
             stop.clone(),

@@ -43,7 +43,7 @@ pub enum ExecErrorKind {
     /// A tensor's device allocation did not fit, even after draining every
     /// in-flight free.
     #[error(
-        "out of device memory allocating {bytes} bytes for tensor `{tensor}` ({free_bytes} bytes free, largest free block {largest_free_block} bytes); raise the plan's budget or re-plan with more swapping"
+        "out of device memory allocating {bytes} bytes for tensor `{tensor}` ({free_bytes} bytes free, largest free block {largest_free_block} bytes); where the free bytes would hold it, the arena is fragmented: run the plan laid out at exact offsets (`outcore run --allocator offsets`); otherwise raise the plan's budget or re-plan with more swapping"
     )]
     OutOfDeviceMemory {
         tensor: String,

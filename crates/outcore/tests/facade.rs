@@ -314,3 +314,42 @@ fn laying_out_a_plan_that_needs_more_than_its_budget_is_an_error() {
     assert!(msg.contains("outcore plan --allocator offsets"), "{msg}");
     assert!(plan.allocator == outcore_plan::AllocatorSpec::Perfect);
 }
+
+/// A plan made for the `perfect` allocator runs laid out at exact offsets
+/// (the executor's best-fit list can fragment where the plan's bytes fit;
+/// `outcore::run`'s doc), still bit-identical to training without a plan;
+/// with `lay_out_perfect` off it runs on the best-fit list as before.
+#[test]
+fn a_perfect_plan_runs_laid_out_unless_asked_not_to() {
+    let graph = outcore::load_graph(&GraphSource::Zoo {
+        model: "tiny-cnn".into(),
+        batch: Some(16),
+        knobs: [("depth".to_string(), 8), ("width".to_string(), 8)].into(),
+        optimizer: None,
+    })
+    .unwrap();
+    let run_options = RunOptions {
+        iters: 2,
+        check: true,
+        reference: true,
+        ..RunOptions::default()
+    };
+    let budget_bytes = outcore::parse_budget("40%", graph.footprint_bytes()).unwrap();
+    let target = outcore::cpu_target(&graph, budget_bytes, Default::default(), &run_options)
+        .expect("cpu target");
+    let made = outcore::plan(&graph, "window", &target, &PlanOptions::default()).expect("plans");
+    assert_eq!(made.plan.allocator.name(), "perfect");
+    assert!(made.report.swap_in_bytes > 0, "the plan moves something");
+    let laid = outcore::run(&graph.graph, made.plan.clone(), &run_options).expect("runs");
+    assert_eq!(laid.allocator, "offsets");
+    assert!(laid.arena_high_water_bytes <= budget_bytes);
+    assert_eq!(laid.checks_passed, Some(true));
+    assert_eq!(laid.matches_reference, Some(true));
+    let listed = RunOptions {
+        lay_out_perfect: false,
+        ..run_options
+    };
+    let ran = outcore::run(&graph.graph, made.plan, &listed).expect("runs");
+    assert_eq!(ran.allocator, "perfect");
+    assert_eq!(ran.matches_reference, Some(true));
+}
