@@ -19,6 +19,17 @@ fn zoo(model: &str, batch: u64) -> LoadedGraph {
     .expect("zoo model builds")
 }
 
+/// The executor tests' setting: this tiny-cnn runs at 40% under `window`.
+fn tiny_cnn() -> LoadedGraph {
+    outcore::load_graph(&GraphSource::Zoo {
+        model: "tiny-cnn".into(),
+        batch: Some(16),
+        knobs: [("depth".to_string(), 8), ("width".to_string(), 8)].into(),
+        optimizer: None,
+    })
+    .unwrap()
+}
+
 /// `window`'s plan for `graph` at 60% of its footprint on `a100-40gb` under
 /// `allocator` (2 s at most).
 fn window_at_60(graph: &LoadedGraph, allocator: &str) -> outcore::PlanResult {
@@ -199,14 +210,7 @@ fn a_plan_edited_onto_a_fragmenting_allocator_is_reported_not_runnable() {
 
 #[test]
 fn the_executors_latency_table_feeds_plan_compare_and_simulate() {
-    // The executor tests' setting: this tiny-cnn runs at 40% under window.
-    let graph = outcore::load_graph(&GraphSource::Zoo {
-        model: "tiny-cnn".into(),
-        batch: Some(16),
-        knobs: [("depth".to_string(), 8), ("width".to_string(), 8)].into(),
-        optimizer: None,
-    })
-    .unwrap();
+    let graph = tiny_cnn();
     let run_options = RunOptions {
         iters: 2,
         // A slow link, so that copies take measurable time.
@@ -321,13 +325,7 @@ fn laying_out_a_plan_that_needs_more_than_its_budget_is_an_error() {
 /// with `lay_out_perfect` off it runs on the best-fit list as before.
 #[test]
 fn a_perfect_plan_runs_laid_out_unless_asked_not_to() {
-    let graph = outcore::load_graph(&GraphSource::Zoo {
-        model: "tiny-cnn".into(),
-        batch: Some(16),
-        knobs: [("depth".to_string(), 8), ("width".to_string(), 8)].into(),
-        optimizer: None,
-    })
-    .unwrap();
+    let graph = tiny_cnn();
     let run_options = RunOptions {
         iters: 2,
         check: true,

@@ -79,11 +79,12 @@ use std::time::Instant;
 /// The recomputation planners whose plans the offloads are merged into:
 /// the fast ones (milliseconds on the suite's graphs), and DTR run against
 /// the memory the offloads leave at each position ([`DTR_BY_POSITION`]).
-pub const RECOMPUTE_PLANNERS: [&str; 4] = [
+pub const RECOMPUTE_PLANNERS: [&str; 5] = [
     "checkpoint-greedy",
     "checkpoint-sqrt",
     "dtr",
     DTR_BY_POSITION,
+    DTR_KEPT_BY_POSITION,
 ];
 
 /// DTR planned with a budget per position (`crate::dtr::dtr_gaps_under`):
@@ -93,6 +94,10 @@ pub const RECOMPUTE_PLANNERS: [&str; 4] = [
 /// others see room for activations where the streamed tensors are in fact
 /// on the device, and the merge goes over the budget there.
 pub const DTR_BY_POSITION: &str = "dtr by position";
+
+/// [`DTR_BY_POSITION`] keeping the dead storages it rematerialises for
+/// recomputations (`crate::dtr::Remade::Kept`; see [`super::kept`]).
+pub const DTR_KEPT_BY_POSITION: &str = "dtr by position, chain links kept";
 
 /// Plans per (order, variant, planner): the first for `B + X`, then lower
 /// (`merge_rounds`).
@@ -426,6 +431,7 @@ enum BasePlanner<'c, 'r> {
         ctx: &'c Ctx<'r>,
         facts: Box<crate::remat::RematFacts>,
         absent_bytes: Vec<u64>,
+        remade: crate::dtr::Remade,
     },
 }
 
@@ -437,14 +443,18 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
         variant: Variant,
         planner: &str,
     ) -> Option<Self> {
-        if planner != DTR_BY_POSITION {
-            return Some(BasePlanner::Named {
-                planner: crate::by_name(planner).ok()?,
-                request,
-                order: &ctx.order,
-                offloaded_bytes: chosen.iter().map(|&(t, _, _)| ctx.size(t)).sum(),
-            });
-        }
+        let remade = match planner {
+            DTR_BY_POSITION => crate::dtr::Remade::Evicted,
+            DTR_KEPT_BY_POSITION => crate::dtr::Remade::Kept,
+            _ => {
+                return Some(BasePlanner::Named {
+                    planner: crate::by_name(planner).ok()?,
+                    request,
+                    order: &ctx.order,
+                    offloaded_bytes: chosen.iter().map(|&(t, _, _)| ctx.size(t)).sum(),
+                });
+            }
+        };
         // Where the offloads alone keep each tensor off the device.
         let empty = ctx.schedule(Vec::new());
         let offloads = merged_gaps(ctx, request, &empty, chosen, variant);
@@ -452,6 +462,7 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
             ctx,
             facts: Box::new(crate::remat::RematFacts::new(ctx)),
             absent_bytes: crate::framework::absent_bytes(ctx, &offloads),
+            remade,
         })
     }
 
@@ -501,12 +512,16 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
                 ctx,
                 facts,
                 absent_bytes,
+                remade,
             } => {
                 let budget_at: Vec<u64> = absent_bytes
                     .iter()
                     .map(|&a| budget_bytes.saturating_add(a))
                     .collect();
-                Ok(crate::dtr::dtr_gaps_under(ctx, facts, &budget_at).map(|g| ctx.schedule(g)))
+                Ok(
+                    crate::dtr::dtr_gaps_under_remade(ctx, facts, &budget_at, *remade)
+                        .map(|g| ctx.schedule(g)),
+                )
             }
         }
     }
@@ -800,7 +815,7 @@ mod tests {
         let request = PlanRequest::new(&g, &cost, budget);
         for name in RECOMPUTE_PLANNERS
             .into_iter()
-            .filter(|&p| p != DTR_BY_POSITION)
+            .filter(|&p| p != DTR_BY_POSITION && p != DTR_KEPT_BY_POSITION)
         {
             let outcome = crate::by_name(name).expect("planner").plan(&request);
             assert!(
