@@ -16,7 +16,7 @@
 //! pinning the dearest feature maps left DTR no plan or a slower one;
 //! RESULTS.md, issue-16 section, "What did not help".)
 //!
-//! A seed, for one order: `crate::dtr` with [`Remade::Kept`] under the
+//! A seed, for one order: `crate::dtr` with `Remade::Kept` under the
 //! budget, lowered by what the proven schedule is over it (at most
 //! [`ROUNDS`] DTR plans).
 
