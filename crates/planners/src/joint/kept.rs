@@ -20,9 +20,9 @@
 //! budget, lowered by what the proven schedule is over it (at most
 //! [`ROUNDS`] DTR plans).
 
-use super::MergeBudget;
+use super::{MergeBudget, Verdict};
 use crate::dtr::Remade;
-use crate::framework::{Ctx, Score, Scratch, Search, graph_order};
+use crate::framework::{Ctx, Scratch, Search, graph_order};
 use crate::remat::RematFacts;
 use outcore_graph::OpId;
 use outcore_plan::{PlanOutcome, PlanRequest, PlannerError, Schedule};
@@ -68,12 +68,10 @@ fn plan_rounds(
             continue;
         };
         let schedule = ctx.schedule(gaps);
-        match search.score(&schedule, &mut scratch) {
-            Ok(Score::Feasible { .. }) => return Some(schedule),
-            Ok(Score::OverBudget { needed_bytes, .. }) => {
-                budget.over_by(needed_bytes, request.budget_bytes);
-            }
-            Ok(_) | Err(_) => return None,
+        match budget.judge(search.score(&schedule, &mut scratch), request.budget_bytes) {
+            Verdict::Fits { .. } => return Some(schedule),
+            Verdict::Lower => {}
+            Verdict::Stop => return None,
         }
     }
     None

@@ -529,6 +529,37 @@ impl MergeBudget {
     fn halve(&mut self) {
         self.next = self.no_plan + (self.over - self.no_plan) / 2;
     }
+
+    /// Judges the score of the merge planned at [`MergeBudget::next`]
+    /// against the request's `budget_bytes`: within it, the merge is the
+    /// one; over it, the next budget is lowered by the excess
+    /// ([`MergeBudget::over_by`]) and the rounds go on; anything else (no
+    /// plan the evaluator accepts) ends them.
+    fn judge(
+        &mut self,
+        score: Result<Score, outcore_plan::PlannerError>,
+        budget_bytes: u64,
+    ) -> Verdict {
+        match score {
+            Ok(Score::Feasible { iter_time_s, .. }) => Verdict::Fits { iter_time_s },
+            Ok(Score::OverBudget { needed_bytes, .. }) => {
+                self.over_by(needed_bytes, budget_bytes);
+                Verdict::Lower
+            }
+            Ok(_) | Err(_) => Verdict::Stop,
+        }
+    }
+}
+
+/// What [`MergeBudget::judge`] says of one merge round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Verdict {
+    /// The merge fits the request's budget and simulates in `iter_time_s`.
+    Fits { iter_time_s: f64 },
+    /// The merge was over the budget; plan again at the lowered budget.
+    Lower,
+    /// No merge of these rounds will do.
+    Stop,
 }
 
 /// What counts as one planner when the starts are chosen
@@ -1473,8 +1504,49 @@ fn no_seed(request: &PlanRequest<'_>, infeasible: Vec<Infeasible>) -> Infeasible
 
 #[cfg(test)]
 mod tests {
-    use super::{early_out_count, seeds_time};
+    use super::{MergeBudget, Score, Verdict, early_out_count, seeds_time};
     use std::time::Duration;
+
+    /// A request of 1000 bytes: a merge needing 1300 lowers the next budget
+    /// by the 300 over (1000 -> 700); one needing 1001 by the 0.5% floor
+    /// (700 -> 695); no plan at 695 halves towards the last over budget
+    /// (695 + (700 - 695) / 2 = 697); a fit is the one; anything else stops;
+    /// and the bisection ends once the next budget reaches one without a
+    /// plan.
+    #[test]
+    fn merge_rounds_lower_the_budget_by_the_excess_and_bisect_after_no_plan() {
+        let over = |needed_bytes| {
+            Ok(Score::OverBudget {
+                needed_bytes,
+                at_step: None,
+            })
+        };
+        let mut budget = MergeBudget::new(1000);
+        assert_eq!(budget.next(), Some(1000));
+        assert_eq!(budget.judge(over(1300), 1000), Verdict::Lower);
+        assert_eq!(budget.next(), Some(700));
+        assert_eq!(budget.judge(over(1001), 1000), Verdict::Lower);
+        assert_eq!(budget.next(), Some(695));
+        budget.no_plan();
+        assert_eq!(budget.next(), Some(697));
+        assert_eq!(budget.judge(Ok(Score::Skipped), 1000), Verdict::Stop);
+        let fits = Score::Feasible {
+            iter_time_s: 0.5,
+            throughput_vs_ideal: 0.8,
+            peak_bytes: 990,
+            allocator: outcore_plan::AllocatorSpec::Perfect,
+        };
+        assert_eq!(
+            budget.judge(Ok(fits), 1000),
+            Verdict::Fits { iter_time_s: 0.5 }
+        );
+        // 697 over by 5 -> 692 <= 695 (no plan): halve to 695 + 1 = 696,
+        // then again: 696 over -> 691, halve to 695 + 0 = 695 = no plan: done.
+        assert_eq!(budget.judge(over(1005), 1000), Verdict::Lower);
+        assert_eq!(budget.next(), Some(696));
+        budget.judge(over(1005), 1000);
+        assert_eq!(budget.next(), None);
+    }
 
     /// Powers of two up to `n`, `n`, then the midpoints beside the fastest:
     /// with the fastest count at 44 of 296 (times falling to it, rising

@@ -56,8 +56,8 @@
 //! feasibility is a prefix test, and the memory the swaps free is wanted
 //! from the turn on, where the activations peak.
 
-use super::moves;
-use crate::framework::{Ctx, Score, Scratch, Search, graph_order};
+use super::{Verdict, moves};
+use crate::framework::{Ctx, Scratch, Search, graph_order};
 use crate::remat::{RematFacts, Residence};
 use outcore_cost::CostModel;
 use outcore_graph::{OpId, TensorId};
@@ -228,12 +228,10 @@ fn merge_rounds(
         let mut gaps = dtr;
         gaps.extend(queued_swaps(ctx, request.cost, &cut));
         let schedule = ctx.schedule(gaps);
-        match search.score(&schedule, &mut scratch) {
-            Ok(Score::Feasible { .. }) => return Some(schedule),
-            Ok(Score::OverBudget { needed_bytes, .. }) => {
-                budget.over_by(needed_bytes, request.budget_bytes);
-            }
-            Ok(_) | Err(_) => return None,
+        match budget.judge(search.score(&schedule, &mut scratch), request.budget_bytes) {
+            Verdict::Fits { .. } => return Some(schedule),
+            Verdict::Lower => {}
+            Verdict::Stop => return None,
         }
     }
     None

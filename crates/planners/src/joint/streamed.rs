@@ -70,8 +70,8 @@
 //! changed no plan at 36007aa: in their VGG-16 export (out-of-place ReLUs)
 //! the hoisted momentum product left DTR too little to evict.
 
-use super::moves;
-use crate::framework::{Ctx, Score, Scratch, Search, graph_order};
+use super::{Verdict, moves};
+use crate::framework::{Ctx, Scratch, Search, graph_order};
 use outcore_graph::{OpId, Phase, TensorId};
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, PlannerError, Restore, Schedule};
 use std::time::Instant;
@@ -406,12 +406,10 @@ fn merge_rounds(
             Err(()) => return None,
         };
         let schedule = ctx.schedule(merged_gaps(ctx, request, &base, chosen, variant));
-        match search.score(&schedule, &mut scratch) {
-            Ok(Score::Feasible { iter_time_s, .. }) => return Some((iter_time_s, schedule)),
-            Ok(Score::OverBudget { needed_bytes, .. }) => {
-                budget.over_by(needed_bytes, request.budget_bytes);
-            }
-            Ok(_) | Err(_) => return None,
+        match budget.judge(search.score(&schedule, &mut scratch), request.budget_bytes) {
+            Verdict::Fits { iter_time_s } => return Some((iter_time_s, schedule)),
+            Verdict::Lower => {}
+            Verdict::Stop => return None,
         }
     }
     None
