@@ -198,22 +198,7 @@ fn an_updated_parameter_leaves_after_its_update_and_returns_next_iteration() {
     // The schedule starts the iteration with it on the host, and it verifies.
     let schedule = ctx.schedule(gaps);
     assert!(schedule.initial_residency.iter().any(|&(x, _)| x == t));
-    let plan = outcore_plan::lower_schedule(
-        &g,
-        &schedule,
-        outcore_plan::PlannerInfo {
-            name: "tensile".into(),
-            seed: None,
-            settings: serde_json::Value::Null,
-        },
-        u64::MAX,
-    )
-    .expect("lowers");
-    assert!(
-        verify(&plan, &g).is_empty(),
-        "{:?}",
-        verify(&plan, &g).first()
-    );
+    assert_lowers_and_verifies(&g, &schedule);
 }
 
 #[test]
@@ -265,18 +250,18 @@ fn a_state_with_no_room_after_its_update_leaves_at_the_next_iteration_start() {
     // it), and the plan verifies.
     let schedule = ctx.schedule(gaps);
     assert!(!schedule.initial_residency.iter().any(|&(x, _)| x == t));
-    let plan = outcore_plan::lower_schedule(
-        &g,
-        &schedule,
-        outcore_plan::PlannerInfo {
-            name: "tensile".into(),
-            seed: None,
-            settings: serde_json::Value::Null,
-        },
-        u64::MAX,
-    )
-    .expect("lowers");
-    let v = verify(&plan, &g);
+    assert_lowers_and_verifies(&g, &schedule);
+}
+
+/// `schedule` lowers to a plan (no budget) that `verify` accepts.
+fn assert_lowers_and_verifies(g: &Graph, schedule: &outcore_plan::Schedule) {
+    let info = outcore_plan::PlannerInfo {
+        name: "tensile".into(),
+        seed: None,
+        settings: serde_json::Value::Null,
+    };
+    let plan = outcore_plan::lower_schedule(g, schedule, info, u64::MAX).expect("lowers");
+    let v = verify(&plan, g);
     assert!(v.is_empty(), "{}", v[0]);
 }
 
