@@ -20,9 +20,9 @@
 //! budget, lowered by what the proven schedule is over it (at most
 //! [`ROUNDS`] DTR plans).
 
-use super::{MergeBudget, Verdict};
+use super::Round;
 use crate::dtr::Remade;
-use crate::framework::{Ctx, Scratch, Search, graph_order};
+use crate::framework::{Ctx, graph_order};
 use crate::remat::RematFacts;
 use outcore_graph::OpId;
 use outcore_plan::{PlanOutcome, PlanRequest, PlannerError, Schedule};
@@ -55,26 +55,16 @@ fn plan_rounds(
     facts: &RematFacts,
     until: Instant,
 ) -> Option<Schedule> {
-    let search = Search::new(ctx, request, super::NAME);
-    let mut scratch = Scratch::default();
-    let mut budget = MergeBudget::new(request.budget_bytes);
-    for _ in 0..ROUNDS {
-        let next = budget.next()?;
-        if Instant::now() >= until {
-            return None;
-        }
-        let Some(gaps) = crate::dtr::dtr_gaps_remade(ctx, facts, next, Remade::Kept) else {
-            budget.no_plan();
-            continue;
-        };
-        let schedule = ctx.schedule(gaps);
-        match budget.judge(search.score(&schedule, &mut scratch), request.budget_bytes) {
-            Verdict::Fits { .. } => return Some(schedule),
-            Verdict::Lower => {}
-            Verdict::Stop => return None,
-        }
-    }
-    None
+    let round = |next| {
+        Some(
+            match crate::dtr::dtr_gaps_remade(ctx, facts, next, Remade::Kept) {
+                Some(gaps) => Round::Merged(ctx.schedule(gaps)),
+                None => Round::NoPlan,
+            },
+        )
+    };
+    super::run_merge_rounds(request, ctx, request.budget_bytes, ROUNDS, until, round)
+        .map(|(_, schedule)| schedule)
 }
 
 #[cfg(test)]

@@ -551,6 +551,52 @@ impl MergeBudget {
     }
 }
 
+/// What a merge round made at the budget [`run_merge_rounds`] gave it.
+enum Round {
+    /// The recomputation planner had no plan at that budget.
+    NoPlan,
+    /// Plan again at the same budget (the round changed what it plans around).
+    Again,
+    /// The merge, to be scored against the request's budget.
+    Merged(Schedule),
+}
+
+/// The merge rounds of [`kept`], [`offloaded`] and [`streamed`]: at most
+/// `rounds` calls of `round` at the budgets [`MergeBudget`] gives (from
+/// `first_bytes`), until `until`; `round` returning `None` ends them. The
+/// first merge within the request's budget and its time.
+fn run_merge_rounds(
+    request: &PlanRequest<'_>,
+    ctx: &Ctx<'_>,
+    first_bytes: u64,
+    rounds: usize,
+    until: Instant,
+    mut round: impl FnMut(u64) -> Option<Round>,
+) -> Option<(f64, Schedule)> {
+    let search = Search::new(ctx, request, NAME);
+    let mut scratch = Scratch::default();
+    let mut budget = MergeBudget::new(first_bytes);
+    for _ in 0..rounds {
+        let next = budget.next()?;
+        if Instant::now() >= until {
+            return None;
+        }
+        match round(next)? {
+            Round::NoPlan => budget.no_plan(),
+            Round::Again => {}
+            Round::Merged(schedule) => {
+                let score = search.score(&schedule, &mut scratch);
+                match budget.judge(score, request.budget_bytes) {
+                    Verdict::Fits { iter_time_s } => return Some((iter_time_s, schedule)),
+                    Verdict::Lower => {}
+                    Verdict::Stop => return None,
+                }
+            }
+        }
+    }
+    None
+}
+
 /// What [`MergeBudget::judge`] says of one merge round.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Verdict {

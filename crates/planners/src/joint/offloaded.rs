@@ -56,8 +56,8 @@
 //! feasibility is a prefix test, and the memory the swaps free is wanted
 //! from the turn on, where the activations peak.
 
-use super::{Verdict, moves};
-use crate::framework::{Ctx, Scratch, Search, graph_order};
+use super::{Round, moves};
+use crate::framework::{Ctx, graph_order};
 use crate::remat::{RematFacts, Residence};
 use outcore_cost::CostModel;
 use outcore_graph::{OpId, TensorId};
@@ -201,18 +201,10 @@ fn merge_rounds(
     };
     let mut intervals = taken.to_vec();
     let mut absent = absent_of(&intervals);
-    let search = Search::new(ctx, request, super::NAME);
-    let mut scratch = Scratch::default();
-    let mut budget = super::MergeBudget::new(request.budget_bytes);
-    for _ in 0..ROUNDS {
-        let next = budget.next()?;
-        if Instant::now() >= until {
-            return None;
-        }
+    let round = |next: u64| {
         let budget_at: Vec<u64> = absent.iter().map(|&a| next.saturating_add(a)).collect();
         let Some(dtr) = crate::dtr::dtr_gaps_under(ctx, &held, &budget_at) else {
-            budget.no_plan();
-            continue;
+            return Some(Round::NoPlan);
         };
         let cut = cut_intervals(ctx, &dtr, taken);
         if cut.len() != intervals.len()
@@ -223,18 +215,14 @@ fn merge_rounds(
         {
             intervals = cut;
             absent = absent_of(&intervals);
-            continue;
+            return Some(Round::Again);
         }
         let mut gaps = dtr;
         gaps.extend(queued_swaps(ctx, request.cost, &cut));
-        let schedule = ctx.schedule(gaps);
-        match budget.judge(search.score(&schedule, &mut scratch), request.budget_bytes) {
-            Verdict::Fits { .. } => return Some(schedule),
-            Verdict::Lower => {}
-            Verdict::Stop => return None,
-        }
-    }
-    None
+        Some(Round::Merged(ctx.schedule(gaps)))
+    };
+    super::run_merge_rounds(request, ctx, request.budget_bytes, ROUNDS, until, round)
+        .map(|(_, schedule)| schedule)
 }
 
 /// The taken tensors' intervals cut short before the first of DTR's

@@ -70,8 +70,8 @@
 //! changed no plan at 36007aa: in their VGG-16 export (out-of-place ReLUs)
 //! the hoisted momentum product left DTR too little to evict.
 
-use super::{Verdict, moves};
-use crate::framework::{Ctx, Scratch, Search, graph_order};
+use super::{Round, moves};
+use crate::framework::{Ctx, graph_order};
 use outcore_graph::{OpId, Phase, TensorId};
 use outcore_plan::{Gap, PlanOutcome, PlanRequest, PlannerError, Restore, Schedule};
 use std::time::Instant;
@@ -389,30 +389,16 @@ fn merge_rounds(
     until: Instant,
 ) -> Option<(f64, Schedule)> {
     let base_plan = BasePlanner::new(ctx, request, chosen, variant, planner)?;
-    let search = Search::new(ctx, request, super::NAME);
-    let mut budget = super::MergeBudget::new(base_plan.first_budget(request.budget_bytes));
-    let mut scratch = Scratch::default();
-    for _ in 0..ROUNDS {
-        let next = budget.next()?;
-        if Instant::now() >= until {
-            return None;
-        }
-        let base = match base_plan.plan(next, until) {
-            Ok(Some(base)) => base,
-            Ok(None) => {
-                budget.no_plan();
-                continue;
+    let round = |next| {
+        Some(match base_plan.plan(next, until).ok()? {
+            Some(base) => {
+                Round::Merged(ctx.schedule(merged_gaps(ctx, request, &base, chosen, variant)))
             }
-            Err(()) => return None,
-        };
-        let schedule = ctx.schedule(merged_gaps(ctx, request, &base, chosen, variant));
-        match budget.judge(search.score(&schedule, &mut scratch), request.budget_bytes) {
-            Verdict::Fits { iter_time_s } => return Some((iter_time_s, schedule)),
-            Verdict::Lower => {}
-            Verdict::Stop => return None,
-        }
-    }
-    None
+            None => Round::NoPlan,
+        })
+    };
+    let first_bytes = base_plan.first_budget(request.budget_bytes);
+    super::run_merge_rounds(request, ctx, first_bytes, ROUNDS, until, round)
 }
 
 /// The recomputation plan a merge starts from, at a budget the rounds lower.
