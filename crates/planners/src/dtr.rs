@@ -139,10 +139,7 @@ impl Planner for Dtr {
 /// DTR's recompute gaps for the context's order under `budget_bytes`, or
 /// `None` when DTR runs out of memory (for the exact reference's warm start).
 pub(crate) fn dtr_gaps(ctx: &Ctx<'_>, facts: &RematFacts, budget_bytes: u64) -> Option<Vec<Gap>> {
-    let horizon = remat_horizons(facts);
-    run_dtr(ctx, facts, &horizon, Budget::Uniform(budget_bytes))
-        .ok()
-        .map(|run| run.gaps)
+    dtr_gaps_remade(ctx, facts, budget_bytes, Remade::Evicted)
 }
 
 /// DTR's recompute gaps for the context's order when the memory it may use
