@@ -105,6 +105,7 @@ pub fn mixed_schedule(graph: &Graph, order: Vec<OpId>, decisions: &[u8]) -> Sche
                         how: Restore::Swap,
                         prefetch_after: Some(a + (b - a - 1) * (d as usize % 4) / 4),
                         reclaim_before: if d.is_multiple_of(2) { Some(b) } else { None },
+                        copy_out_after: None,
                     });
                     gapped[t.index()] = true;
                 }
@@ -141,6 +142,7 @@ pub fn mixed_schedule(graph: &Graph, order: Vec<OpId>, decisions: &[u8]) -> Sche
                             how: Restore::Recompute,
                             prefetch_after: None,
                             reclaim_before: None,
+                            copy_out_after: None,
                         });
                         gapped[t.index()] = true;
                     }

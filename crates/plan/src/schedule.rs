@@ -39,6 +39,25 @@ pub struct Gap {
     /// Swap only: the compute op at this position waits until the swap-out has
     /// completed and the memory is freed. `None`: no compute op waits.
     pub reclaim_before: Option<usize>,
+    /// Swap only: the copy-out starts once the compute op at this position
+    /// (before `after`) has finished, while the tensor is still resident and
+    /// read up to `after`; the free then runs on the compute stream, waiting
+    /// for the copy, after the op before `reclaim_before` (or after
+    /// `prefetch_after` if that is earlier, or after `after` if there is no
+    /// reclaim point): the copy may run past `after`, and compute waits for
+    /// it only where a reclaim point says it may. The
+    /// tensor must be resident there (used or produced at or before it,
+    /// back from its previous gap, or a persistent tensor with no gap
+    /// before) and written by no op after it up to `after`, so the copy holds
+    /// its value at the gap. `None`: the copy-out starts after `after`.
+    ///
+    /// Why: a copy-out that starts only where the gap starts loads the d2h
+    /// link where tensors leave together (the features of a dense block at
+    /// its last concatenation; a parameter that leaves the device at its
+    /// last read in the backward pass just as the largest activations of
+    /// the iteration are alive, the memory it frees needed at once), where
+    /// the copy could have run any time since the tensor last changed.
+    pub copy_out_after: Option<usize>,
 }
 
 /// A planner's decisions, before lowering.
@@ -93,7 +112,8 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 
 /// Lowers a schedule to a plan. Swap gaps: a swap-out on d2h after the compute step
 /// at `after` (skipped when the host copy is still current: a redundant transfer)
-/// and a free after it; a swap-in on h2d once `prefetch_after` has run and the
+/// and a free after it (with [`Gap::copy_out_after`], the swap-out after that
+/// earlier step instead and the free on the compute stream, waiting for it); a swap-in on h2d once `prefetch_after` has run and the
 /// free is done; the first step at position `before` (a recomputation or the op)
 /// waits for the swap-in. Recompute gaps: a free on compute after `after`, and
 /// `Recompute` of the producer just before the op at `before` (several at one
@@ -199,6 +219,9 @@ pub struct LowerScratch {
     host_current: Vec<bool>,
     free_step: Vec<Option<StepRef>>,
     swap_in_step: Vec<Option<StepRef>>,
+    /// Per gap: its early copy-out's step ([`Gap::copy_out_after`]), once
+    /// written (none where the host copy was current).
+    copy_out_step: Vec<Option<StepRef>>,
     waits: Vec<StepRef>,
     frees: Vec<TensorId>,
     /// Outputs of the recomputation step being written.
@@ -247,6 +270,9 @@ enum Phase {
     /// Free tensors after their last use (not an action: found from the op's
     /// operands when it is emitted).
     FinalFree,
+    /// Start a gap's early copy-out (value: gap rank; see
+    /// [`Gap::copy_out_after`]).
+    CopyOut,
     /// Start a gap: swap out or drop (value: gap rank).
     GapStart,
     /// Start a gap's swap-in (key: where it is needed, value: gap rank).
@@ -590,6 +616,46 @@ fn check_gap(
     Ok(())
 }
 
+/// Checks gap `g`'s early copy-out after position `c` ([`Gap::copy_out_after`]):
+/// a swap gap that starts after `c`, the tensor resident at `c` (`prev`: its
+/// gap before `g`, if any) and not written after `c` up to the gap's start.
+fn check_copy_out(
+    prepared: &PreparedGraph,
+    scratch: &LowerScratch,
+    order: &[OpId],
+    g: &Gap,
+    prev: Option<&Gap>,
+    c: usize,
+) -> Result<(), ScheduleError> {
+    let t = g.tensor;
+    let Some(a) = g.after.filter(|&a| g.how == Restore::Swap && c < a) else {
+        return Err(err(format!(
+            "gap on {t}: a copy-out after position {c} needs a swap gap that starts after it"
+        )));
+    };
+    let u = scratch.uses(t);
+    let resident = match prev {
+        Some(p) => p.before.is_some_and(|b| b <= c),
+        None => prepared.persistent[t.index()] || u.first().is_some_and(|&f| f as usize <= c),
+    };
+    if !resident {
+        return Err(err(format!(
+            "gap on {t}: its copy-out after position {c} starts where it is not resident"
+        )));
+    }
+    let from = u.partition_point(|&p| p as usize <= c);
+    if let Some(&p) = u[from..]
+        .iter()
+        .take_while(|&&p| p as usize <= a)
+        .find(|&&p| prepared.op_written(order[p as usize]).contains(&t))
+    {
+        return Err(err(format!(
+            "gap on {t}: written at position {p}, after its copy-out starts ({c}) and before its gap ({a})"
+        )));
+    }
+    Ok(())
+}
+
 /// Lists what each gap does and where (see [`Phase`]), in rank order.
 fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch) {
     s.actions.clear();
@@ -599,8 +665,11 @@ fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch) {
         let g = &gaps[gi as usize];
         let rank = rank as u32;
         match g.after {
-            Some(a) => s.act(a, Phase::GapStart, 0, rank),
+            Some(a) => s.act(freed_after(g, a), Phase::GapStart, 0, rank),
             None => s.from_start.push(gi),
+        }
+        if let Some(c) = g.copy_out_after {
+            s.act(c, Phase::CopyOut, 0, rank);
         }
         if let Some(b) = g.before {
             match g.how {
@@ -631,6 +700,24 @@ fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch) {
             prev => prev.max(end),
         };
     }
+}
+
+/// Where gap `g` (starting after position `a`) frees its tensor: after the
+/// op at `a`, or, for an early copy-out ([`Gap::copy_out_after`]), on the
+/// compute stream once the copy is done, after the op before the reclaim
+/// point (or the swap-in's trigger, if earlier; `a` if neither), so that
+/// compute waits for the copy only where the gap says it may.
+fn freed_after(g: &Gap, a: usize) -> usize {
+    if g.copy_out_after.is_none() {
+        return a;
+    }
+    let reclaim = g.reclaim_before.map(|r| r - 1);
+    match (reclaim, g.prefetch_after) {
+        (Some(r), Some(q)) => r.min(q),
+        (Some(r), None) => r,
+        _ => a,
+    }
+    .max(a)
 }
 
 /// Holds: a storage owner that a recomputation at position `p` reads after
@@ -720,6 +807,13 @@ pub fn lower_into<S: ProgramSink>(
     scratch.index_chain_reads(prepared, gaps, n);
     for i in 0..gaps.len() {
         check_gap(prepared, scratch, gaps, i, n)?;
+        let g = &gaps[scratch.sorted[i] as usize];
+        if let Some(c) = g.copy_out_after {
+            let prev = (i > 0)
+                .then(|| &gaps[scratch.sorted[i - 1] as usize])
+                .filter(|p| p.tensor == g.tensor);
+            check_copy_out(prepared, scratch, &schedule.order, g, prev, c)?;
+        }
     }
 
     // Initial residency; a host copy is current for batch inputs and for
@@ -755,6 +849,8 @@ fn emit<S: ProgramSink>(
     s.free_step.resize(gaps.len(), None);
     s.swap_in_step.clear();
     s.swap_in_step.resize(gaps.len(), None);
+    s.copy_out_step.clear();
+    s.copy_out_step.resize(gaps.len(), None);
 
     // Swap-ins of tensors resident on the host at the start.
     for &gi in &s.from_start {
@@ -844,6 +940,15 @@ fn emit<S: ProgramSink>(
         }
         for a in &s.grouped[k..end] {
             match a.phase {
+                Phase::CopyOut => {
+                    let gi = s.sorted[a.value as usize] as usize;
+                    let t = gaps[gi].tensor;
+                    if !s.host_current[t.index()] {
+                        let copy = sink.push_step(Stream::D2h, StepInstr::SwapOut(t), &[at]);
+                        s.copy_out_step[gi] = Some(copy);
+                        s.host_current[t.index()] = true;
+                    }
+                }
                 Phase::GapStart => {
                     let gi = s.sorted[a.value as usize] as usize;
                     if s.free_step[gi].is_some() {
@@ -851,7 +956,14 @@ fn emit<S: ProgramSink>(
                         continue;
                     }
                     let g = &gaps[gi];
-                    let free = start_gap(g, at, &mut s.host_current, sink);
+                    let free = match s.copy_out_step[gi] {
+                        // Copied out early: the compute stream frees it once
+                        // the copy is done.
+                        Some(copy) => {
+                            sink.push_step(Stream::Compute, StepInstr::Free(g.tensor), &[copy])
+                        }
+                        None => start_gap(g, at, &mut s.host_current, sink),
+                    };
                     s.free_step[gi] = Some(free);
                 }
                 _ => {

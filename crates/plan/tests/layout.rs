@@ -170,6 +170,7 @@ fn a_parameter_that_leaves_and_returns_ends_where_it_started() {
         how: Restore::Swap,
         prefetch_after: Some(b - 1),
         reclaim_before: Some(a + 1),
+        copy_out_after: None,
     });
     // 1% above the footprint: the layout rounds each of mlp's few buffers
     // up to 512 bytes.

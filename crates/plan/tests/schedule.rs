@@ -59,6 +59,7 @@ fn recompute_gaps_of_relu_outputs_verify() {
                     how: Restore::Recompute,
                     prefetch_after: None,
                     reclaim_before: None,
+                    copy_out_after: None,
                 });
                 n += 1;
             }
@@ -86,6 +87,7 @@ fn bad_gaps_are_errors_not_panics() {
         how: Restore::Swap,
         prefetch_after: None,
         reclaim_before: None,
+        copy_out_after: None,
     });
     let e = lower_schedule(&g, &s, info(), u64::MAX).expect_err("empty gap");
     assert!(e.to_string().contains("empty or out of range"), "{e}");
@@ -163,6 +165,7 @@ fn a_recomputation_chain_through_a_dead_tensor_verifies() {
             how: Restore::Recompute,
             prefetch_after: None,
             reclaim_before: None,
+            copy_out_after: None,
         });
     }
     let plan = lower_schedule(&g, &s, info(), u64::MAX).expect("lowers");
@@ -241,6 +244,7 @@ fn a_live_link_brought_back_only_for_a_chain_leaves_right_after_its_reader() {
         how: Restore::Recompute,
         prefetch_after: None,
         reclaim_before: None,
+        copy_out_after: None,
     };
     // fc's output is dead after r1's forward: it comes back for each
     // recomputation of r1.
@@ -317,6 +321,7 @@ fn a_resident_tensor_leaves_right_after_the_recomputation_that_reads_it() {
         how: Restore::Recompute,
         prefetch_after: None,
         reclaim_before: None,
+        copy_out_after: None,
     };
     s.gaps.push(gap(r2, last_use_before(r2, p), p));
     s.gaps.push(gap(r1, p, q));
@@ -375,6 +380,7 @@ fn a_dead_input_of_a_recomputation_is_held_until_it() {
         how: Restore::Recompute,
         prefetch_after: None,
         reclaim_before: None,
+        copy_out_after: None,
     });
     let plan = lower_schedule(&g, &s, info(), u64::MAX).expect("lowers");
     let v = verify(&plan, &g);
@@ -427,6 +433,7 @@ fn a_state_copied_out_before_its_first_use_verifies() {
         how: Restore::Swap,
         prefetch_after: Some(first - 1),
         reclaim_before: Some(1),
+        copy_out_after: None,
     });
     let plan = lower_schedule(&g, &s, info(), u64::MAX).expect("lowers");
     let v = verify(&plan, &g);

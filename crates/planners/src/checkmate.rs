@@ -787,6 +787,7 @@ impl<'a> Model<'a> {
                         how: Restore::Recompute,
                         prefetch_after: None,
                         reclaim_before: None,
+                        copy_out_after: None,
                     });
                     anchor = k;
                 } else if uses.binary_search(&k).is_ok()

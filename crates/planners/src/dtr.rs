@@ -569,6 +569,7 @@ impl<'a> DtrSim<'a> {
             how: Restore::Recompute,
             prefetch_after: None,
             reclaim_before: None,
+            copy_out_after: None,
         });
         self.anchor[i] = k;
         self.resident[i] = true;

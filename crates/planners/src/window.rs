@@ -218,6 +218,7 @@ pub(crate) fn window_rule(ctx: &Ctx<'_>, window_bytes: u64) -> Vec<Gap> {
                 how: Restore::Swap,
                 prefetch_after: Some(k.saturating_sub(1).clamp(a, b - 1)),
                 reclaim_before: None,
+                copy_out_after: None,
             });
         }
         if ctx.persistent(t) {
@@ -237,6 +238,7 @@ pub(crate) fn window_rule(ctx: &Ctx<'_>, window_bytes: u64) -> Vec<Gap> {
                 how: Restore::Swap,
                 prefetch_after: None,
                 reclaim_before: None,
+                copy_out_after: None,
             });
             gaps.push(Gap {
                 tensor: t,
@@ -245,6 +247,7 @@ pub(crate) fn window_rule(ctx: &Ctx<'_>, window_bytes: u64) -> Vec<Gap> {
                 how: Restore::Swap,
                 prefetch_after: Some((k - n - 1).min(first - 1)),
                 reclaim_before: None,
+                copy_out_after: None,
             });
         }
     }

@@ -33,6 +33,7 @@ fn bench(c: &mut Criterion) {
                     how: Restore::Swap,
                     prefetch_after: Some(w[1] - 4),
                     reclaim_before: Some(w[0] + 2),
+                    copy_out_after: None,
                 });
             }
         }

@@ -30,6 +30,7 @@ pub fn swap_everything(g: &Graph, min_distance: usize) -> Schedule {
                     how: Restore::Swap,
                     prefetch_after: Some(b - 1),
                     reclaim_before: Some(a + 1),
+                    copy_out_after: None,
                 });
             }
         }

@@ -56,6 +56,7 @@ pub fn swap_gap(
         how: Restore::Swap,
         prefetch_after: Some(trigger),
         reclaim_before: Some(reclaim),
+        copy_out_after: None,
     }
 }
 
@@ -288,6 +289,7 @@ fn materialise_once(
                         how,
                         prefetch_after: None,
                         reclaim_before: None,
+                        copy_out_after: None,
                     });
                     regen[ui].push(before);
                     m.recompute_steps += 1;

@@ -271,6 +271,7 @@ pub fn evict_on_demand(
                         how: Restore::Recompute,
                         prefetch_after: None,
                         reclaim_before: None,
+                        copy_out_after: None,
                     });
                 }
                 (Choice::Swap { lead_s }, false) => {
@@ -283,6 +284,7 @@ pub fn evict_on_demand(
                         how: Restore::Swap,
                         prefetch_after: Some(p),
                         reclaim_before: Some(q),
+                        copy_out_after: None,
                     });
                 }
                 (_, true) if reopens(c, q, &reopenable) => {
@@ -313,6 +315,7 @@ pub fn evict_on_demand(
                         how: Restore::Swap,
                         prefetch_after: None,
                         reclaim_before: after_last.then_some(q),
+                        copy_out_after: None,
                     });
                     gaps.push(Gap {
                         tensor: c.tensor,
@@ -321,6 +324,7 @@ pub fn evict_on_demand(
                         how: Restore::Swap,
                         prefetch_after: Some(p),
                         reclaim_before: None,
+                        copy_out_after: None,
                     });
                 }
             }

@@ -182,6 +182,7 @@ pub(crate) fn placed_early(
         how: Restore::Swap,
         prefetch_after: Some(prefetch),
         reclaim_before: Some(reclaim),
+        copy_out_after: None,
     })
 }
 

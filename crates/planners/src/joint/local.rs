@@ -651,6 +651,7 @@ mod tests {
             how: Restore::Swap,
             prefetch_after: Some(before - 1),
             reclaim_before: None,
+            copy_out_after: None,
         }]);
         (late, t, after, before)
     }
@@ -806,6 +807,7 @@ mod tests {
                     how: Restore::Recompute,
                     prefetch_after: None,
                     reclaim_before: None,
+                    copy_out_after: None,
                 })
             })
             .collect();

@@ -612,6 +612,7 @@ pub(crate) fn recompute_gap(tensor: TensorId, after: usize, before: usize) -> Ga
         how: Restore::Recompute,
         prefetch_after: None,
         reclaim_before: None,
+        copy_out_after: None,
     }
 }
 
@@ -640,6 +641,7 @@ pub fn hidden_swap(
         how: Restore::Swap,
         prefetch_after: Some(prefetch.max(after)),
         reclaim_before: Some(reclaim.min(before)),
+        copy_out_after: None,
     }
 }
 
@@ -785,6 +787,7 @@ fn out_for_next(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, last: usize) -
         how: Restore::Swap,
         prefetch_after: None,
         reclaim_before: (reclaim < ctx.n).then_some(reclaim),
+        copy_out_after: None,
     }
 }
 
@@ -799,6 +802,7 @@ fn in_from_host(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, first: usize) 
         how: Restore::Swap,
         prefetch_after: Some(prefetch),
         reclaim_before: None,
+        copy_out_after: None,
     }
 }
 
@@ -858,6 +862,7 @@ pub(crate) fn placed_swap(
         how: Restore::Swap,
         prefetch_after: Some(prefetch),
         reclaim_before: Some(reclaim),
+        copy_out_after: None,
     })
 }
 
@@ -1009,6 +1014,7 @@ mod tests {
                 how: Restore::Swap,
                 prefetch_after: Some(a),
                 reclaim_before: Some(a + 1),
+                copy_out_after: None,
             },
             Gap {
                 tensor: recomputed,
@@ -1017,6 +1023,7 @@ mod tests {
                 how: Restore::Recompute,
                 prefetch_after: None,
                 reclaim_before: None,
+                copy_out_after: None,
             },
         ];
         let schedule = ctx.schedule(gaps);
@@ -1095,6 +1102,7 @@ mod tests {
                 how: Restore::Swap,
                 prefetch_after: Some(middle),
                 reclaim_before: Some(a + 1),
+                copy_out_after: None,
             },
             recompute_gap(recomputed, ra, rb),
         ];

@@ -299,6 +299,7 @@ fn queued_swaps(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken]) -> Vec<Gap
             how: Restore::Swap,
             prefetch_after: Some(prefetch),
             reclaim_before,
+            copy_out_after: None,
         });
     }
     gaps

@@ -727,6 +727,7 @@ fn queued_offloads(
             how: Restore::Swap,
             prefetch_after: Some(prefetch),
             reclaim_before: None,
+            copy_out_after: None,
         });
     }
     // Swap-outs, forwards from the first.
@@ -745,6 +746,7 @@ fn queued_offloads(
             prefetch_after: None,
             // The first position after `last` that starts once the copy is done.
             reclaim_before: ctx.first_starting_from(last + 1, ctx.n, finish_s),
+            copy_out_after: None,
         });
     }
     gaps

@@ -530,6 +530,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
                 how: Restore::Swap,
                 prefetch_after: prefetch,
                 reclaim_before: None,
+                copy_out_after: None,
             });
             free_since
         } else {
@@ -658,6 +659,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             how: Restore::Swap,
             prefetch_after: None,
             reclaim_before: Some(reclaim),
+            copy_out_after: None,
         });
         if before.is_some() {
             self.t[t.index()].open_gap = (self.gaps.len() - 1) as u32;
@@ -720,6 +722,7 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
                 how: Restore::Swap,
                 prefetch_after: None,
                 reclaim_before: None,
+                copy_out_after: None,
             });
             if st.init_buf != NONE {
                 scanned.buffers[st.init_buf as usize].swap_in_gap = (scanned.gaps.len() - 1) as u32;
@@ -732,6 +735,7 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
                 how: Restore::Swap,
                 prefetch_after: None,
                 reclaim_before: None,
+                copy_out_after: None,
             });
         }
     }

@@ -123,5 +123,6 @@ pub fn gap(c: &Candidate) -> Gap {
         how: Restore::Recompute,
         prefetch_after: None,
         reclaim_before: None,
+        copy_out_after: None,
     }
 }

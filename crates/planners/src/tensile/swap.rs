@@ -181,6 +181,7 @@ pub fn in_iteration(
         how: Restore::Swap,
         prefetch_after: Some(trigger),
         reclaim_before: Some(reclaim),
+        copy_out_after: None,
     })
 }
 
@@ -299,6 +300,7 @@ fn after_the_update(
             prefetch_after: None,
             // No op waits when the copy ends with the iteration.
             reclaim_before: (reclaim < ctx.n).then_some(reclaim),
+            copy_out_after: None,
         },
         Gap {
             tensor: t,
@@ -307,6 +309,7 @@ fn after_the_update(
             how: Restore::Swap,
             prefetch_after: Some(trigger),
             reclaim_before: None,
+            copy_out_after: None,
         },
     ]
 }

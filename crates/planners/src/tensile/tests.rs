@@ -107,6 +107,7 @@ fn peak_analysis_finds_the_largest_live_point_and_its_idle_tensors() {
         how: Restore::Swap,
         prefetch_after: Some(peak.position),
         reclaim_before: Some(a + 1),
+        copy_out_after: None,
     };
     let after = live_bytes(&ctx, std::slice::from_ref(&gap));
     assert_eq!(after[peak.position], max - ctx.size(t) as i128);
@@ -438,6 +439,7 @@ fn the_replay_copies_a_parameter_out_once_while_its_host_copy_is_current() {
         how: Restore::Swap,
         prefetch_after: Some(b - 1),
         reclaim_before: None,
+        copy_out_after: None,
     };
     let (u0, u1, u2) = (uses[0], uses[1], uses[2]);
     assert!(!ctx.writes[w.index()].iter().any(|&p| p <= u1), "{uses:?}");
@@ -452,6 +454,7 @@ fn the_replay_copies_a_parameter_out_once_while_its_host_copy_is_current() {
         how: Restore::Swap,
         prefetch_after: None,
         reclaim_before: None,
+        copy_out_after: None,
     };
     let gaps = [gap(u0, u1), across];
     assert_eq!(replay::copied_out(&tas, &gaps), vec![true, true]);
