@@ -218,6 +218,281 @@ fn reclaimed_in_stream_order(
     Some(())
 }
 
+/// Persistent tensors that [`kept_across`] can keep on the device across
+/// the iteration's turn, largest first: those whose only open-ended gaps
+/// are an offload's two (in from the iteration's start before their first
+/// use, out after their last for the next iteration) and that leave the
+/// device in between too (at least one gap with both ends). The middle gap
+/// is what makes the offload's two copies avoidable: the tensor leaves the
+/// device there anyway, and copied out there instead of after its update,
+/// it is on the device from its update across the turn to its first use.
+/// A tensor with no such gap, kept across, would be kept throughout (a
+/// plain [`super::moves::Move::Drop`]); an optimizer state is only used by
+/// its update, so it has none.
+pub fn boundary_candidates(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<TensorId> {
+    let mut by_tensor: Vec<&Gap> = schedule.gaps.iter().collect();
+    by_tensor.sort_by_key(|g| g.tensor);
+    let mut out: Vec<TensorId> = by_tensor
+        .chunk_by(|a, b| a.tensor == b.tensor)
+        .filter(|gaps| {
+            let count = |after: bool, before: bool| {
+                gaps.iter()
+                    .filter(|g| g.after.is_some() == after && g.before.is_some() == before)
+                    .count()
+            };
+            ctx.persistent(gaps[0].tensor)
+                && gaps.iter().all(|g| g.how == Restore::Swap)
+                && count(false, true) == 1
+                && count(true, false) == 1
+                && count(true, true) >= 1
+        })
+        .map(|gaps| gaps[0].tensor)
+        .collect();
+    out.sort_by_key(|&t| (std::cmp::Reverse(ctx.size(t)), t));
+    out
+}
+
+/// `schedule` with `t`'s offload (its two open-ended gaps) removed: on the
+/// device from its last use across the iteration's turn to its first use,
+/// which saves the offload's copy in at the start and copy out after the
+/// update. Its other gaps stay; the first of them now copies the tensor out
+/// (updated in the iteration before, its host copy is stale), where the
+/// offload's copy-in ran before, and that copy starts early
+/// ([`Gap::copy_out_after`]): in the earliest stretch where the other swaps
+/// leave the d2h link idle between the tensor's last write before the gap
+/// (the iteration's start if none) and the gap's start. What it costs is
+/// memory at the turn (its bytes from its last use to the end and from the
+/// start to its first use) and a copy-out in the middle, so
+/// [`super::early_out_variant`] keeps it only where the score says it is
+/// faster.
+///
+/// Why: on the PyTorch GPT-2 export at a quarter of its footprint on
+/// `v100-16gb-pcie3` the tied token embedding (147 MiB) is updated last,
+/// read by the first op, and off the device through the backward pass. Its
+/// offload's copy-in stalled the iteration's first 13 ms and its copy-out
+/// was the iteration's last 13 ms of d2h. Kept across the turn with its
+/// copy-out where its backward gap starts, every merge was over the budget:
+/// the gap starts at the LM head's backward, beside the logits' gradients,
+/// and the 13 ms copy held it there. Copied out from the LM head's forward
+/// instead, where the d2h link is idle (by hand, on a plan `outcore plan`
+/// wrote), the iteration went from 0.3127 s to 0.2995 s.
+pub fn kept_across(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    schedule: &Schedule,
+    t: TensorId,
+) -> Schedule {
+    let mut gaps: Vec<Gap> = schedule
+        .gaps
+        .iter()
+        .filter(|g| g.tensor != t || (g.after.is_some() && g.before.is_some()))
+        .cloned()
+        .collect();
+    let first = gaps
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.tensor == t)
+        .min_by_key(|(_, g)| g.after)
+        .map(|(i, _)| i);
+    if let Some(i) = first
+        && let Some(copy) = early_copy_out(ctx, cost, &gaps, i)
+    {
+        copy.apply(&mut gaps[i]);
+    }
+    Schedule {
+        order: schedule.order.clone(),
+        gaps,
+        initial_residency: schedule
+            .initial_residency
+            .iter()
+            .filter(|&&(x, _)| x != t)
+            .copied()
+            .collect(),
+    }
+}
+
+/// Where swap gap `gaps[i]` can start its copy-out early
+/// ([`Gap::copy_out_after`]): after the last op that ends by the earliest
+/// stretch of the d2h link that the other gaps' copy-outs leave idle for the
+/// copy, if that stretch starts before the gap does; not before the tensor
+/// is resident with its value at the gap ([`resident_from`]); with the
+/// reclaim point where the copy is done. `None` where there is no such
+/// stretch or it starts after the gap's own position.
+fn early_copy_out(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    gaps: &[Gap],
+    i: usize,
+) -> Option<EarlyCopy> {
+    let others: Vec<Gap> = gaps
+        .iter()
+        .enumerate()
+        .filter(|&(j, _)| j != i)
+        .map(|(_, g)| g.clone())
+        .collect();
+    let [busy_out, _] = link_use(ctx, cost, &others);
+    placed_copy_out(ctx, cost, &busy_out, gaps, i)
+}
+
+/// [`early_copy_out`] against `busy_out`, the other copy-outs' (start, end)
+/// seconds sorted by start (they may overlap).
+fn placed_copy_out(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    busy_out: &[(f64, f64)],
+    gaps: &[Gap],
+    i: usize,
+) -> Option<EarlyCopy> {
+    let g = &gaps[i];
+    let a = g.after?;
+    let floor = resident_from(ctx, gaps, i)?;
+    let out_s = cost.d2h_time_s(ctx.size(g.tensor));
+    let end_s = |p: usize| ctx.prefix_time_s[p + 1];
+    // `earliest_slot` steps past each interval that overlaps the candidate,
+    // so intervals sorted by start need not be merged.
+    let begin_s = earliest_slot(busy_out, end_s(floor), f64::INFINITY, out_s)?;
+    let c = ctx.ending_by(a, begin_s).checked_sub(1)?.max(floor);
+    if c >= a {
+        return None;
+    }
+    // Reclaimed by the first op that starts once the copy is done (the op
+    // at the gap's end at the latest): the free waits for the copy there.
+    let limit = g.before.map_or(ctx.n, |b| b + 1);
+    let reclaim = ctx
+        .first_starting_from(a + 1, limit, begin_s + out_s)
+        .or(limit.checked_sub(1))
+        .filter(|&r| r > a);
+    Some(EarlyCopy {
+        after: c,
+        reclaim_before: reclaim,
+    })
+}
+
+/// An early copy-out's start and the reclaim point that waits for it.
+#[derive(Debug, Clone, Copy)]
+struct EarlyCopy {
+    after: usize,
+    reclaim_before: Option<usize>,
+}
+
+impl EarlyCopy {
+    fn apply(self, g: &mut Gap) {
+        g.copy_out_after = Some(self.after);
+        g.reclaim_before = self.reclaim_before;
+    }
+}
+
+/// The first position from which the tensor of gap `gaps[i]` is on the
+/// device with the value it has at the gap ([`resident_since`]).
+fn resident_from(ctx: &Ctx<'_>, gaps: &[Gap], i: usize) -> Option<usize> {
+    let g = &gaps[i];
+    resident_since(ctx, gaps, g.tensor, g.after?)
+}
+
+/// The first position from which `t` is on the device with the value it has
+/// after position `a`, given its gaps among `gaps`: its production (the
+/// iteration's start for a persistent tensor), the end of its last gap
+/// before `a`, its last in-place write up to `a`, whichever is latest.
+pub(crate) fn resident_since(ctx: &Ctx<'_>, gaps: &[Gap], t: TensorId, a: usize) -> Option<usize> {
+    let made = if ctx.persistent(t) {
+        0
+    } else {
+        *ctx.uses[t.index()].first()?
+    };
+    let back = gaps
+        .iter()
+        .filter(|x| x.tensor == t)
+        .filter_map(|x| x.before)
+        .filter(|&b| b <= a)
+        .max();
+    let written = ctx.writes[t.index()]
+        .iter()
+        .copied()
+        .filter(|&w| w <= a)
+        .max();
+    [Some(made), back, written].into_iter().flatten().max()
+}
+
+/// A schedule whose swaps' copy-outs start early ([`copied_out_early`]), and
+/// how many do.
+#[derive(Debug)]
+pub struct CopiedOutEarly {
+    pub schedule: Schedule,
+    pub copies: usize,
+}
+
+/// `schedule` with the copy-out of every swap gap that copies (its host
+/// copy is stale) started early where the d2h link has room
+/// ([`early_copy_out`]), the earliest gaps first, each placed around the
+/// copies placed before it; `None` where none moved.
+///
+/// Why: a swap's copy-out otherwise starts where its gap starts, after the
+/// tensor's last use before it, and tensors that die together load the link
+/// together (a dense block's features at its last concatenation, the
+/// parameters and activations freed around the LM head of a transformer),
+/// while it was idle since they were made. Started early, the copy is done
+/// or nearly so when the gap starts, and the gap's memory is free by its
+/// reclaim point, where the link model times it. It holds the tensor no
+/// longer than before, so it costs only link time, which the model places
+/// where it is idle; [`super::early_out_variant`] keeps it where the score
+/// says it is faster. Measured on the suite's graphs when built: the
+/// PyTorch GPT-2 export at a quarter of its footprint on
+/// `v100-16gb-pcie3`, a seed from 0.3239 s to 0.3228 s; MobileNet v2 at
+/// half its footprint (link saturated in the forward pass), no change;
+/// DenseNet-121 at an eighth (its plan recomputes, and swaps almost
+/// nothing), none to move.
+pub fn copied_out_early(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    schedule: &Schedule,
+) -> Option<CopiedOutEarly> {
+    let current = super::moves::host_copy_current(ctx, &schedule.gaps);
+    let mut gaps = schedule.gaps.clone();
+    let end_s = |p: usize| ctx.prefix_time_s[p + 1];
+    // Every copy-out's (start, end, gap) on the link model, sorted by start
+    // (as `link_use` times them, unmerged): each gap moved takes its own out
+    // and puts it back where it is placed.
+    let copy_out = |g: &Gap| {
+        let start_s = end_s(g.copy_out_after.or(g.after)?);
+        Some((start_s, start_s + cost.d2h_time_s(ctx.size(g.tensor))))
+    };
+    let copies_out = |i: usize, g: &Gap| g.how == Restore::Swap && g.after.is_some() && !current[i];
+    let mut busy: Vec<(f64, f64, usize)> = gaps
+        .iter()
+        .enumerate()
+        .filter(|&(i, g)| copies_out(i, g))
+        .filter_map(|(i, g)| copy_out(g).map(|(s, e)| (s, e, i)))
+        .collect();
+    busy.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.2.cmp(&y.2)));
+    let mut idx: Vec<usize> = (0..gaps.len())
+        .filter(|&i| copies_out(i, &gaps[i]) && gaps[i].copy_out_after.is_none())
+        .collect();
+    idx.sort_by_key(|&i| (gaps[i].after, gaps[i].tensor));
+    let mut copies = 0;
+    let mut others: Vec<(f64, f64)> = Vec::with_capacity(busy.len());
+    for i in idx {
+        let own = busy.iter().position(|b| b.2 == i).expect("listed");
+        others.clear();
+        others.extend(busy.iter().filter(|b| b.2 != i).map(|b| (b.0, b.1)));
+        let Some(copy) = placed_copy_out(ctx, cost, &others, &gaps, i) else {
+            continue;
+        };
+        copy.apply(&mut gaps[i]);
+        copies += 1;
+        busy.remove(own);
+        let (s, e) = copy_out(&gaps[i]).expect("a copy-out");
+        let at = busy.partition_point(|b| b.0 < s || (b.0 == s && b.2 < i));
+        busy.insert(at, (s, e, i));
+    }
+    (copies > 0).then(|| CopiedOutEarly {
+        schedule: Schedule {
+            gaps,
+            ..schedule.clone()
+        },
+        copies,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +584,128 @@ mod tests {
             turned_s <= offloaded_s - last_out_s,
             "{turned_s} vs {offloaded_s}"
         );
+    }
+
+    /// Every parameter not read by the first op offloaded (in from the
+    /// start, out after its update) and off the device between its forward
+    /// and backward reads too.
+    fn parameters_streamed(ctx: &Ctx<'_>) -> Schedule {
+        let cost = v100();
+        let reads = vec![Vec::new(); ctx.graph.tensors.len()];
+        let mut gaps = Vec::new();
+        for t in ctx
+            .graph
+            .tensors
+            .iter()
+            .filter(|t| t.kind == TensorKind::Parameter && t.allocates())
+        {
+            let u = &ctx.uses[t.id.index()];
+            if u[0] == 0 {
+                // Read by the first op: nothing to copy in behind.
+                continue;
+            }
+            gaps.extend(super::super::moves::offload(
+                ctx,
+                &cost,
+                t.id,
+                u[0],
+                *u.last().expect("used"),
+            ));
+            if let Some((a, b)) = super::super::moves::swap_interval(ctx, &reads, t.id) {
+                gaps.push(super::super::moves::hidden_swap(ctx, &cost, t.id, a, b));
+            }
+        }
+        ctx.schedule(gaps)
+    }
+
+    #[test]
+    fn a_parameter_kept_across_the_turn_is_copied_out_early_and_verifies() {
+        let g = mlp_chain_with(4, 512, 8192, Optimizer::adamw());
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        let streamed = parameters_streamed(&ctx);
+        let chosen = boundary_candidates(&ctx, &streamed);
+        let weights = g
+            .tensors
+            .iter()
+            .filter(|t| t.kind == TensorKind::Parameter && t.allocates())
+            .filter(|t| ctx.uses[t.id.index()][0] > 0 && swap_interval_of(&ctx, t.id).is_some())
+            .count();
+        assert_eq!(chosen.len(), weights, "each parameter with a middle gap");
+        assert!(chosen.windows(2).all(|w| ctx.size(w[0]) >= ctx.size(w[1])));
+        // The largest not read by the first op (whose gap starts there, with
+        // no op before it to copy after).
+        let t = chosen
+            .iter()
+            .copied()
+            .find(|&t| ctx.uses[t.index()][0] > 0)
+            .expect("a later layer's weight");
+        let kept = kept_across(&ctx, &cost, &streamed, t);
+        let own: Vec<&Gap> = kept.gaps.iter().filter(|g| g.tensor == t).collect();
+        let [middle] = own[..] else {
+            panic!("only the middle gap stays: {own:?}");
+        };
+        // Nothing else copies out before it: from the first op.
+        assert_eq!(middle.copy_out_after, Some(0), "{middle:?}");
+        assert!(middle.after.expect("middle") > 0);
+        assert!(kept.initial_residency.iter().all(|&(x, _)| x != t));
+        assert_eq!(kept.gaps.len(), streamed.gaps.len() - 2);
+        let plan = outcore_plan::lower_schedule(&g, &kept, info(), u64::MAX).expect("lowers");
+        let v = outcore_plan::verify(&plan, &g);
+        assert!(v.is_empty(), "{}", v[0]);
+        // Two copies fewer per iteration: its offload's in and out; the
+        // middle gap now copies out, where its host copy was current.
+        let copies = |p: &outcore_plan::Plan, s: outcore_plan::Stream| {
+            p.streams[s.index()]
+                .iter()
+                .filter(|st| matches!(st.instr, outcore_plan::Instr::SwapIn(x) | outcore_plan::Instr::SwapOut(x) if x == t))
+                .count()
+        };
+        let before = outcore_plan::lower_schedule(&g, &streamed, info(), u64::MAX).expect("lowers");
+        use outcore_plan::Stream::{D2h, H2d};
+        assert_eq!((copies(&before, H2d), copies(&before, D2h)), (2, 1));
+        assert_eq!((copies(&plan, H2d), copies(&plan, D2h)), (1, 1));
+    }
+
+    fn swap_interval_of(ctx: &Ctx<'_>, t: TensorId) -> Option<(usize, usize)> {
+        let reads = vec![Vec::new(); ctx.graph.tensors.len()];
+        super::super::moves::swap_interval(ctx, &reads, t)
+    }
+
+    #[test]
+    fn swaps_copied_out_early_start_before_their_gaps_on_an_idle_link() {
+        let g = mlp_chain_with(4, 512, 8192, Optimizer::adamw());
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        // The saved activations swapped from their last forward use to their
+        // first backward use, copies timed as if the link were idle.
+        let mut gaps = Vec::new();
+        for t in ctx.saved_activations() {
+            if let Some((a, b)) = ctx.forward_backward_gap(t) {
+                gaps.push(super::super::moves::hidden_swap(&ctx, &cost, t, a, b));
+            }
+        }
+        let swapped = ctx.schedule(gaps);
+        let early = copied_out_early(&ctx, &cost, &swapped).expect("some move");
+        assert!(early.copies > 0);
+        let moved: Vec<&Gap> = early
+            .schedule
+            .gaps
+            .iter()
+            .filter(|g| g.copy_out_after.is_some())
+            .collect();
+        assert_eq!(moved.len(), early.copies);
+        for g in &moved {
+            let (c, a) = (g.copy_out_after.expect("moved"), g.after.expect("swap"));
+            // After the tensor is made, before its gap.
+            assert!(ctx.uses[g.tensor.index()][0] <= c && c < a, "{g:?}");
+        }
+        let plan =
+            outcore_plan::lower_schedule(&g, &early.schedule, info(), u64::MAX).expect("lowers");
+        let v = outcore_plan::verify(&plan, &g);
+        assert!(v.is_empty(), "{}", v[0]);
+        // Asked again, nothing is left to move.
+        assert!(copied_out_early(&ctx, &cost, &early.schedule).is_none());
     }
 
     fn info() -> outcore_plan::PlannerInfo {

@@ -145,6 +145,22 @@
 //!   whatever their times, every power of two, the variants a family of
 //!   their own) spent a second of a 5 s limit on BERT-base at 12.5% and
 //!   moved 8 cases up and 10 down.
+//! - **Parameters kept across the turn, copies out early**
+//!   ([`early_out::kept_across`], [`early_out::copied_out_early`]): the
+//!   same sweep then tries keeping each large offloaded parameter
+//!   (at least [`KEPT_ACROSS_SHARE`] of the budget, [`KEPT_ACROSS_TRIES`]
+//!   of them) on the device from its update across the iteration's turn to
+//!   its first use, where it also leaves the device in between: that gap
+//!   copies it out early, on the d2h link's idle time
+//!   ([`outcore_plan::Gap::copy_out_after`]), instead of the offload's copy
+//!   in at the start and out at the end. Then every swap's copy-out is
+//!   started early where the link model has room. Each is kept where the
+//!   score says it is faster. Before the states' sweep and after it, since
+//!   both hold memory at the turn. Measured when built on the PyTorch GPT-2
+//!   export at a quarter of its footprint on `v100-16gb-pcie3` (`outcore
+//!   plan ... --seconds 5`): its token embedding (147 MiB), kept across
+//!   with 1 state turned around, made a seed of 0.3189 s against 0.3278 s
+//!   (32 states, nothing kept) and the plan 0.2975 s against 0.3127 s.
 //! - **HOME restarted** with a doubling swarm, 32 particles first
 //!   (`Joint::home_restarts`): `home` alone runs one swarm of 512.
 //! - **The layout.** Asked for `offsets` (an exact offset per allocation),
@@ -352,28 +368,167 @@ pub const EAGER_ORDER_SEEDS: [&str; 6] = [
 pub const SEARCH_SEEDS: [&str; 2] = ["home", "swapadvisor"];
 
 /// The fastest variant of `schedule` with its offloaded states turned
-/// around ([`early_out`]), as (time, count, schedule), beside how many states
-/// it offloads (`(0, None)`: none; `None` beside a count: no variant feasible).
-fn early_out_variant(
-    request: &PlanRequest<'_>,
-    schedule: &Schedule,
-) -> (usize, Option<(f64, usize, Schedule)>) {
+/// around ([`early_out`]), its large offloaded parameters kept across the
+/// iteration's turn where that is faster ([`kept_across_pass`]) and then its
+/// swaps' copy-outs started early where that is faster
+/// ([`early_out::copied_out_early`]), beside how many states it offloads.
+/// `None`: no variant feasible, or none that changes anything but the
+/// states' count faster than `schedule`.
+fn early_out_variant(request: &PlanRequest<'_>, schedule: &Schedule) -> (usize, Option<EarlyOut>) {
     let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
     let chosen = early_out::candidates(&ctx, schedule);
-    if chosen.is_empty() {
-        return (0, None);
-    }
     let search = Search::new(&ctx, request, NAME);
     let mut scratch = Scratch::default();
-    let mut score = |count: usize| {
-        let turned = early_out::turned_around(&ctx, request.cost, schedule, &chosen, count)?;
-        match search.score(&turned, &mut scratch) {
-            Ok(Score::Feasible { iter_time_s, .. }) => Some((iter_time_s, count, turned)),
-            _ => None,
-        }
+    let mut score = |s: &Schedule| match search.score(s, &mut scratch) {
+        Ok(Score::Feasible { iter_time_s, .. }) => Some(iter_time_s),
+        _ => None,
     };
-    (chosen.len(), early_out_count(chosen.len(), &mut score))
+    // States turned around first, then parameters kept across the turn in
+    // the memory left; and parameters kept first, then states turned around
+    // in what is left: the states held at the turn and a large parameter
+    // kept there compete for the same memory (on the PyTorch GPT-2 export
+    // at a quarter of its footprint, the token embedding kept across did
+    // not fit beside the 32 states its seed's sweep turned around).
+    // Only large parameters: each try costs an evaluation (20 ms and more on
+    // the suite's largest graphs, three seeds each), and a small one's two
+    // copies are short.
+    let min_bytes = (request.budget_bytes as f64 * KEPT_ACROSS_SHARE) as u64;
+    let turn = |s: &Schedule, score: &mut dyn FnMut(&Schedule) -> Option<f64>| {
+        if chosen.is_empty() {
+            return None;
+        }
+        early_out_count(chosen.len(), &mut |count: usize| {
+            let turned = early_out::turned_around(&ctx, request.cost, s, &chosen, count)?;
+            Some((score(&turned)?, count, turned))
+        })
+    };
+    let mut variants: Vec<EarlyOut> = Vec::new();
+    if let Some((time_s, count, turned)) = turn(schedule, &mut score) {
+        let (time_s, kept, schedule) =
+            kept_across_pass(&ctx, request.cost, min_bytes, &mut score, (time_s, turned));
+        variants.push(EarlyOut {
+            time_s,
+            count,
+            kept,
+            early_copies: 0,
+            schedule,
+        });
+    }
+    if early_out::boundary_candidates(&ctx, schedule)
+        .first()
+        .is_some_and(|&t| ctx.size(t) >= min_bytes)
+        && let Some(time_s) = score(schedule)
+    {
+        let (time_s, kept, kept_schedule) = kept_across_pass(
+            &ctx,
+            request.cost,
+            min_bytes,
+            &mut score,
+            (time_s, schedule.clone()),
+        );
+        if kept > 0 {
+            let (time_s, count, schedule) = turn(&kept_schedule, &mut score)
+                .filter(|t| t.0 < time_s)
+                .unwrap_or((time_s, 0, kept_schedule));
+            variants.push(EarlyOut {
+                time_s,
+                count,
+                kept,
+                early_copies: 0,
+                schedule,
+            });
+        }
+    }
+    let mut fastest = variants
+        .into_iter()
+        .min_by(|a, b| a.time_s.total_cmp(&b.time_s));
+    // Last, the swaps' copy-outs started early where the d2h link has room
+    // (`early_out::copied_out_early`), kept where faster.
+    let base = fastest.as_ref().map_or(schedule, |v| &v.schedule);
+    if let Some(early) = early_out::copied_out_early(&ctx, request.cost, base) {
+        let base_s = match &fastest {
+            Some(v) => Some(v.time_s),
+            None => score(schedule),
+        };
+        if let (Some(early_s), Some(base_s)) = (score(&early.schedule), base_s)
+            && early_s < base_s
+        {
+            let v = fastest.get_or_insert_with(|| EarlyOut {
+                time_s: base_s,
+                count: 0,
+                kept: 0,
+                early_copies: 0,
+                schedule: Schedule::default(),
+            });
+            v.time_s = early_s;
+            v.early_copies = early.copies;
+            v.schedule = early.schedule;
+        }
+    }
+    (chosen.len(), fastest)
 }
+
+/// A variant of [`early_out_variant`]: its time, how many states it turned
+/// around and how many parameters it keeps across the turn.
+struct EarlyOut {
+    time_s: f64,
+    count: usize,
+    kept: usize,
+    /// Swaps whose copy-outs start early ([`early_out::copied_out_early`]).
+    early_copies: usize,
+    schedule: Schedule,
+}
+
+impl EarlyOut {
+    /// What it changed, for a seed's or a run's label.
+    fn label(&self, candidates: usize) -> String {
+        let mut label = format!("{} of {candidates} states", self.count);
+        if self.kept > 0 {
+            label.push_str(&format!(", {} kept across iterations", self.kept));
+        }
+        if self.early_copies > 0 {
+            label.push_str(&format!(", {} copied out early", self.early_copies));
+        }
+        label
+    }
+}
+
+/// Offloaded parameters kept on the device across the iteration's turn
+/// ([`early_out::kept_across`]), the largest of
+/// [`early_out::boundary_candidates`] first, at most [`KEPT_ACROSS_TRIES`]
+/// tried, each kept where `score` finds the schedule faster; `start` is the
+/// schedule with its time, and the result how many were kept.
+fn kept_across_pass(
+    ctx: &Ctx<'_>,
+    cost: &dyn outcore_cost::CostModel,
+    min_bytes: u64,
+    score: &mut impl FnMut(&Schedule) -> Option<f64>,
+    start: (f64, Schedule),
+) -> (f64, usize, Schedule) {
+    let (mut time_s, mut schedule) = start;
+    let mut kept = 0;
+    for t in early_out::boundary_candidates(ctx, &schedule)
+        .into_iter()
+        .take_while(|&t| ctx.size(t) >= min_bytes)
+        .take(KEPT_ACROSS_TRIES)
+    {
+        let candidate = early_out::kept_across(ctx, cost, &schedule, t);
+        if let Some(s) = score(&candidate)
+            && s < time_s
+        {
+            (time_s, schedule) = (s, candidate);
+            kept += 1;
+        }
+    }
+    (time_s, kept, schedule)
+}
+
+/// Parameters [`kept_across_pass`] tries, the largest first: each costs an
+/// evaluation, and one only pays where its two copies are long.
+pub const KEPT_ACROSS_TRIES: usize = 4;
+/// The share of the budget from which [`kept_across_pass`] tries a parameter
+/// (the streamed seeds' `streamed::LARGE_SHARE`).
+pub const KEPT_ACROSS_SHARE: f64 = streamed::LARGE_SHARE;
 
 /// The fastest of the turned-around variants `score` makes (`None`: none
 /// feasible) for counts of states up to `n`: the powers of two below `n`
@@ -885,9 +1040,10 @@ impl Joint {
 
     /// Seeds with their offloaded optimizer states turned around
     /// ([`early_out`]): for each of the [`EARLY_OUT_SEEDS`] fastest seeds
-    /// that offload any (and are within [`EARLY_OUT_WITHIN`] of the
-    /// fastest), the states updated latest turned around, as many as
-    /// [`early_out_count`] finds fastest, and the fastest feasible variant
+    /// (within [`EARLY_OUT_WITHIN`] of the fastest), the states updated
+    /// latest turned around, as many as [`early_out_count`] finds fastest,
+    /// large parameters kept across the turn and copy-outs started early
+    /// where faster ([`early_out_variant`]), and the fastest feasible variant
     /// kept as one more seed, of its origin's family ([`seed_family`]). Run
     /// after the seeds' time, on the local search's: a few evaluations per
     /// seed.
@@ -909,16 +1065,17 @@ impl Joint {
                 continue;
             };
             let (candidates, best) = early_out_variant(request, schedule);
-            if candidates == 0 {
+            if candidates == 0 && best.is_none() {
                 continue;
             }
             tried += 1;
-            if let Some((_, count, turned)) = best {
+            if let Some(variant) = best {
                 let name = format!(
-                    "{EARLY_OUT_PREFIX}{} ({count} of {candidates} states)",
-                    seed.name
+                    "{EARLY_OUT_PREFIX}{} ({})",
+                    seed.name,
+                    variant.label(candidates)
                 );
-                let outcome = prove_seed(request, "early_out", &name, turned);
+                let outcome = prove_seed(request, "early_out", &name, variant.schedule);
                 out.record(self.name(), request, name, outcome)?;
             }
         }
@@ -1269,17 +1426,22 @@ impl Joint {
         }
         let best = fastest_reached(reached)?;
         let (candidates, variant) = early_out_variant(request, &best.schedule);
-        let (time_s, count, schedule) = variant?;
+        let variant = variant?;
+        let (time_s, count) = (variant.time_s, variant.count);
+        let (kept, early_copies) = (variant.kept, variant.early_copies);
         if time_s >= best.cost.time_s {
             return None;
         }
-        let label = format!("{} (early-out {count} of {candidates} states)", best.label);
+        let label = format!("{} (early-out {})", best.label, variant.label(candidates));
+        let schedule = variant.schedule;
         Some(Run {
             summary: json!({
                 "start": best.label,
                 "start_iter_time_s": best.cost.time_s,
                 "iter_time_s": time_s,
                 "early_out_states": count,
+                "kept_across_iterations": kept,
+                "copied_out_early": early_copies,
             }),
             reached: Reached {
                 label,

@@ -541,6 +541,7 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
             g.how = Restore::Recompute;
             g.prefetch_after = None;
             g.reclaim_before = None;
+            g.copy_out_after = None;
         }
         Move::Retime {
             gap,
@@ -868,7 +869,8 @@ pub(crate) fn placed_swap(
 
 /// When the swaps of `gaps` keep each link busy, as sorted, disjoint
 /// (start, end) seconds on the order's compute times: [d2h, h2d]. A
-/// copy-out starts when its last use ends; a copy-in when its prefetch
+/// copy-out starts when its last use ends (or its early start,
+/// `Gap::copy_out_after`, ends); a copy-in when its prefetch
 /// position ends, or without one when its copy-out is done (at the
 /// iteration's start for a tensor that begins on the host).
 ///
@@ -893,11 +895,13 @@ pub(crate) fn link_use(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> [Ve
         } else {
             cost.d2h_time_s(size_bytes)
         };
+        // An early copy-out starts where it says (`Gap::copy_out_after`).
         let out_end_s = g.after.map(|a| {
+            let from_s = end_s(g.copy_out_after.unwrap_or(a));
             if !current {
-                out.push((end_s(a), end_s(a) + out_s));
+                out.push((from_s, from_s + out_s));
             }
-            end_s(a) + out_s
+            (from_s + out_s).max(end_s(a))
         });
         if g.before.is_some() {
             let begin_s = g.prefetch_after.map(end_s).or(out_end_s).unwrap_or(0.0);
