@@ -814,7 +814,11 @@ fn in_from_host(ctx: &Ctx<'_>, cost: &dyn CostModel, t: TensorId, first: usize) 
 ///   `after` ends that overlaps none of their copy-outs, and the memory is
 ///   reclaimed by the first op that starts then. That is late on purpose:
 ///   the in-order d2h stream may run it before a copy that starts later,
-///   but the op that waits for it then never stalls;
+///   but the op that waits for it then never stalls. Where such a stretch
+///   fits wholly between the tensor's production (or its last write, or
+///   its previous gap's end) and `after`, the copy starts there instead
+///   ([`Gap::copy_out_after`]) and the memory is reclaimed right after the
+///   gap starts;
 /// - the copy-in is timed into the latest stretch that ends by the start
 ///   of `before` and overlaps none of their copy-ins, started after the
 ///   last op that ends by that stretch's start (so it may overlap an
@@ -847,7 +851,18 @@ pub(crate) fn placed_swap(
     let out_s = cost.d2h_time_s(size_bytes);
     let in_s = cost.h2d_time_s(size_bytes);
     let [busy_out, busy_in] = link_use(ctx, cost, others);
-    let out_begin_s = earliest_slot(&busy_out, end_s(after), f64::INFINITY, out_s)?;
+    // The copy-out may start before the gap, from where the tensor is made
+    // (`Gap::copy_out_after`), where the link is idle there.
+    let floor = super::early_out::resident_since(ctx, others, t, after).unwrap_or(after);
+    let early_s = earliest_slot(&busy_out, end_s(floor), end_s(after), out_s);
+    let copy_out_after = early_s
+        .and_then(|s| ctx.ending_by(after, s).checked_sub(1))
+        .map(|c| c.max(floor))
+        .filter(|&c| c < after);
+    let out_begin_s = match copy_out_after {
+        Some(c) => early_s.unwrap_or(ctx.prefix_time_s[c + 1]),
+        None => earliest_slot(&busy_out, end_s(after), f64::INFINITY, out_s)?,
+    };
     let reclaim = ctx.first_starting_from(after + 1, before, out_begin_s + out_s)?;
     let in_begin_s = latest_slot(&busy_in, 0.0, start_s(before), in_s)?;
     // The copy-in starts when its prefetch position ends: the last that
@@ -863,7 +878,7 @@ pub(crate) fn placed_swap(
         how: Restore::Swap,
         prefetch_after: Some(prefetch),
         reclaim_before: Some(reclaim),
-        copy_out_after: None,
+        copy_out_after,
     })
 }
 
@@ -1262,6 +1277,47 @@ mod tests {
         assert!(overlaps, "{out_other:?} {out_alone:?}");
         let done_s = out_other[0].1 + cost.d2h_time_s(ctx.size(t));
         assert!(ctx.prefix_time_s[r] >= done_s - 1e-12);
+    }
+
+    /// A residual block's input is read by the block's first op and again
+    /// by its addition: on an idle link, the placed swap over its forward-
+    /// backward gap copies it out from where it is made, done before the
+    /// addition, and the memory comes back right after the gap starts.
+    #[test]
+    fn a_placed_swap_starts_its_copy_out_before_the_gap_where_the_link_is_idle() {
+        let g =
+            outcore_graph::zoo::build("resnet18", Some(2), &Default::default(), None).expect("zoo");
+        let cost = v100();
+        let ctx = Ctx::in_graph_order(&g, &cost);
+        let end_s = |p: usize| ctx.prefix_time_s[p + 1];
+        let (t, after, before, made) = ctx
+            .saved_activations()
+            .into_iter()
+            .filter_map(|t| {
+                let (a, b) = ctx.forward_backward_gap(t)?;
+                let made = ctx.uses[t.index()][0];
+                // Long enough before the gap for the whole copy.
+                (end_s(a) - end_s(made) > 2.0 * cost.d2h_time_s(ctx.size(t)))
+                    .then_some((t, a, b, made))
+            })
+            .next()
+            .expect("a residual input");
+        let placed = placed_swap(&ctx, &cost, &[], t, after, before).expect("an idle link");
+        let c = placed.copy_out_after.expect("copied out early");
+        assert!(made <= c && c < after, "{made} {c} {after}");
+        assert_eq!(placed.reclaim_before, Some(after + 1));
+        let schedule = ctx.schedule(vec![placed]);
+        let plan = outcore_plan::lower_schedule(&g, &schedule, info(), u64::MAX).expect("lowers");
+        let v = outcore_plan::verify(&plan, &g);
+        assert!(v.is_empty(), "{}", v[0]);
+    }
+
+    fn info() -> outcore_plan::PlannerInfo {
+        outcore_plan::PlannerInfo {
+            name: "test".into(),
+            seed: None,
+            settings: serde_json::Value::Null,
+        }
     }
 
     #[test]
