@@ -17,6 +17,36 @@ fn adamw_mlp() -> Graph {
         .expect("zoo model builds")
 }
 
+/// `schedule` lowered, fitted to a budget and run for 3 iterations with
+/// every host copy checked: its parameters at the end must equal those of
+/// the run with every tensor resident. Its report.
+fn trains_as_if_resident(graph: &Graph, schedule: &Schedule) -> outcore_exec::RunReport {
+    let info = PlannerInfo {
+        name: "early-copy".into(),
+        seed: None,
+        settings: serde_json::Value::Null,
+    };
+    let mut plan = lower_schedule(graph, schedule, info, 0).expect("lowers");
+    // Slack for the arena's fragmentation (verify counts bytes, the
+    // executor places them).
+    test_plans::fit_budget(&mut plan, graph, 1.0).expect("verifies");
+    let reference = common::in_order(graph);
+    let opts = ExecOptions {
+        iters: 3,
+        check: true,
+        ..Default::default()
+    };
+    let backend = || CpuBackend::new(CpuBackendOptions::default());
+    let ours = execute(graph, &plan, &backend(), &opts).expect("runs");
+    let theirs = execute(graph, &reference, &backend(), &opts).expect("runs");
+    assert_eq!(ours.checks_passed, Some(true));
+    assert!(
+        ours.final_state() == theirs.final_state(),
+        "parameters differ from the run with every tensor resident"
+    );
+    ours
+}
+
 #[test]
 fn states_copied_out_before_their_update_train_bit_identically() {
     let graph = adamw_mlp();
@@ -40,29 +70,7 @@ fn states_copied_out_before_their_update_train_bit_identically() {
         });
     }
     assert!(schedule.gaps.len() >= 4, "two states per weight");
-    let info = PlannerInfo {
-        name: "early-out".into(),
-        seed: None,
-        settings: serde_json::Value::Null,
-    };
-    let mut plan = lower_schedule(&graph, &schedule, info, 0).expect("lowers");
-    // Slack for the arena's fragmentation (verify counts bytes, the
-    // executor places them).
-    test_plans::fit_budget(&mut plan, &graph, 1.0).expect("verifies");
-    let reference = common::in_order(&graph);
-    let opts = ExecOptions {
-        iters: 3,
-        check: true,
-        ..Default::default()
-    };
-    let backend = || CpuBackend::new(CpuBackendOptions::default());
-    let ours = execute(&graph, &plan, &backend(), &opts).expect("runs");
-    let theirs = execute(&graph, &reference, &backend(), &opts).expect("runs");
-    assert_eq!(ours.checks_passed, Some(true));
-    assert!(
-        ours.final_state() == theirs.final_state(),
-        "parameters differ from the run with every tensor resident"
-    );
+    let ours = trains_as_if_resident(&graph, &schedule);
     // The states did cross the link each iteration, both ways.
     let state_bytes: u64 = schedule
         .gaps
@@ -125,27 +133,7 @@ fn tensors_copied_out_before_their_gaps_train_bit_identically() {
     };
     assert!(kinds(TensorKind::Activation) >= 3, "{:?}", schedule.gaps);
     assert!(kinds(TensorKind::Parameter) >= 3, "{:?}", schedule.gaps);
-    let info = PlannerInfo {
-        name: "early-copy".into(),
-        seed: None,
-        settings: serde_json::Value::Null,
-    };
-    let mut plan = lower_schedule(&graph, &schedule, info, 0).expect("lowers");
-    test_plans::fit_budget(&mut plan, &graph, 1.0).expect("verifies");
-    let reference = common::in_order(&graph);
-    let opts = ExecOptions {
-        iters: 3,
-        check: true,
-        ..Default::default()
-    };
-    let backend = || CpuBackend::new(CpuBackendOptions::default());
-    let ours = execute(&graph, &plan, &backend(), &opts).expect("runs");
-    let theirs = execute(&graph, &reference, &backend(), &opts).expect("runs");
-    assert_eq!(ours.checks_passed, Some(true));
-    assert!(
-        ours.final_state() == theirs.final_state(),
-        "parameters differ from the run with every tensor resident"
-    );
+    let ours = trains_as_if_resident(&graph, &schedule);
     assert_eq!(
         (ours.swap_out_bytes, ours.swap_in_bytes),
         (moved_bytes, moved_bytes)

@@ -406,13 +406,7 @@ fn early_out_variant(request: &PlanRequest<'_>, schedule: &Schedule) -> (usize, 
     if let Some((time_s, count, turned)) = turn(schedule, &mut score) {
         let (time_s, kept, schedule) =
             kept_across_pass(&ctx, request.cost, min_bytes, &mut score, (time_s, turned));
-        variants.push(EarlyOut {
-            time_s,
-            count,
-            kept,
-            early_copies: 0,
-            schedule,
-        });
+        variants.push(EarlyOut::new(time_s, count, kept, schedule));
     }
     if early_out::boundary_candidates(&ctx, schedule)
         .first()
@@ -430,13 +424,7 @@ fn early_out_variant(request: &PlanRequest<'_>, schedule: &Schedule) -> (usize, 
             let (time_s, count, schedule) = turn(&kept_schedule, &mut score)
                 .filter(|t| t.0 < time_s)
                 .unwrap_or((time_s, 0, kept_schedule));
-            variants.push(EarlyOut {
-                time_s,
-                count,
-                kept,
-                early_copies: 0,
-                schedule,
-            });
+            variants.push(EarlyOut::new(time_s, count, kept, schedule));
         }
     }
     let mut fastest = variants
@@ -453,13 +441,7 @@ fn early_out_variant(request: &PlanRequest<'_>, schedule: &Schedule) -> (usize, 
         if let (Some(early_s), Some(base_s)) = (score(&early.schedule), base_s)
             && early_s < base_s
         {
-            let v = fastest.get_or_insert_with(|| EarlyOut {
-                time_s: base_s,
-                count: 0,
-                kept: 0,
-                early_copies: 0,
-                schedule: Schedule::default(),
-            });
+            let v = fastest.get_or_insert_with(|| EarlyOut::new(base_s, 0, 0, Schedule::default()));
             v.time_s = early_s;
             v.early_copies = early.copies;
             v.schedule = early.schedule;
@@ -480,6 +462,17 @@ struct EarlyOut {
 }
 
 impl EarlyOut {
+    /// A variant with no copy-out started early.
+    fn new(time_s: f64, count: usize, kept: usize, schedule: Schedule) -> EarlyOut {
+        EarlyOut {
+            time_s,
+            count,
+            kept,
+            early_copies: 0,
+            schedule,
+        }
+    }
+
     /// What it changed, for a seed's or a run's label.
     fn label(&self, candidates: usize) -> String {
         let mut label = format!("{} of {candidates} states", self.count);
