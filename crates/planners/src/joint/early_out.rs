@@ -263,7 +263,7 @@ pub fn boundary_candidates(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<TensorId> 
 /// (the iteration's start if none) and the gap's start. What it costs is
 /// memory at the turn (its bytes from its last use to the end and from the
 /// start to its first use) and a copy-out in the middle, so
-/// [`super::early_out_variant`] keeps it only where the score says it is
+/// `joint::early_out_variant` keeps it only where the score says it is
 /// faster.
 ///
 /// Why: on the PyTorch GPT-2 export at a quarter of its footprint on
@@ -423,7 +423,7 @@ pub struct CopiedOutEarly {
 
 /// `schedule` with the copy-out of every swap gap that copies (its host
 /// copy is stale) started early where the d2h link has room
-/// ([`early_copy_out`]), the earliest gaps first, each placed around the
+/// (`early_copy_out`), the earliest gaps first, each placed around the
 /// copies placed before it; `None` where none moved.
 ///
 /// Why: a swap's copy-out otherwise starts where its gap starts, after the
@@ -434,7 +434,7 @@ pub struct CopiedOutEarly {
 /// or nearly so when the gap starts, and the gap's memory is free by its
 /// reclaim point, where the link model times it. It holds the tensor no
 /// longer than before, so it costs only link time, which the model places
-/// where it is idle; [`super::early_out_variant`] keeps it where the score
+/// where it is idle; `joint::early_out_variant` keeps it where the score
 /// says it is faster. Measured on the suite's graphs when built: the
 /// PyTorch GPT-2 export at a quarter of its footprint on
 /// `v100-16gb-pcie3`, a seed from 0.3239 s to 0.3228 s; MobileNet v2 at

@@ -516,10 +516,10 @@ fn kept_across_pass(
     (time_s, kept, schedule)
 }
 
-/// Parameters [`kept_across_pass`] tries, the largest first: each costs an
+/// Parameters `kept_across_pass` tries, the largest first: each costs an
 /// evaluation, and one only pays where its two copies are long.
 pub const KEPT_ACROSS_TRIES: usize = 4;
-/// The share of the budget from which [`kept_across_pass`] tries a parameter
+/// The share of the budget from which `kept_across_pass` tries a parameter
 /// (the streamed seeds' `streamed::LARGE_SHARE`).
 pub const KEPT_ACROSS_SHARE: f64 = streamed::LARGE_SHARE;
 
