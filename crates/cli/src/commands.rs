@@ -771,6 +771,12 @@ fn cmd_bench_suite(
     };
     let result = outcore::run_suite(&suite, &options)?;
     if json_out {
+        // In the JSON too (`skipped`), but a graph left out of the table
+        // should not go unnoticed: e.g. the PyTorch exports, read relative
+        // to the repository's root, from another directory.
+        for (label, why) in &result.skipped {
+            eprintln!("warning: skipped {label}: {why}");
+        }
         return print_json(&serde_json::to_value(&result)?);
     }
     say!("allocator: {}", result.allocator);
