@@ -258,9 +258,11 @@ pub fn boundary_candidates(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<TensorId> 
 /// update. Its other gaps stay; the first of them now copies the tensor out
 /// (updated in the iteration before, its host copy is stale), where the
 /// offload's copy-in ran before, and that copy starts early
-/// ([`Gap::copy_out_after`]): in the earliest stretch where the other swaps
-/// leave the d2h link idle between the tensor's last write before the gap
-/// (the iteration's start if none) and the gap's start. What it costs is
+/// ([`Gap::copy_out_after`]): after the last op that ends by the earliest
+/// stretch, from the tensor's last write before the gap (the iteration's
+/// start if none), where the other swaps leave the d2h link idle, if that
+/// op is before the gap's start; reclaimed where the modelled copy is done
+/// (`early_copy_out`). What it costs is
 /// memory at the turn (its bytes from its last use to the end and from the
 /// start to its first use) and a copy-out in the middle, so
 /// `joint::early_out_variant` keeps it only where the score says it is
@@ -271,7 +273,7 @@ pub fn boundary_candidates(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<TensorId> 
 /// read by the first op, and off the device through the backward pass. Its
 /// offload's copy-in stalled the iteration's first 13 ms and its copy-out
 /// was the iteration's last 13 ms of d2h. Kept across the turn with its
-/// copy-out where its backward gap starts, every merge was over the budget:
+/// copy-out where its backward gap starts, every variant was over the budget:
 /// the gap starts at the LM head's backward, beside the logits' gradients,
 /// and the 13 ms copy held it there. Copied out from the LM head's forward
 /// instead, where the d2h link is idle (by hand, on a plan `outcore plan`
@@ -432,15 +434,17 @@ pub struct CopiedOutEarly {
 /// parameters and activations freed around the LM head of a transformer),
 /// while it was idle since they were made. Started early, the copy is done
 /// or nearly so when the gap starts, and the gap's memory is free by its
-/// reclaim point, where the link model times it. It holds the tensor no
-/// longer than before, so it costs only link time, which the model places
-/// where it is idle; `joint::early_out_variant` keeps it where the score
-/// says it is faster. Measured on the suite's graphs when built: the
-/// PyTorch GPT-2 export at a quarter of its footprint on
-/// `v100-16gb-pcie3`, a seed from 0.3239 s to 0.3228 s; MobileNet v2 at
-/// half its footprint (link saturated in the forward pass), no change;
-/// DenseNet-121 at an eighth (its plan recomputes, and swaps almost
-/// nothing), none to move.
+/// reclaim point, where the link model times it. Where the link has no
+/// idle stretch until after the gap starts, the reclaim point can come
+/// later than before (it follows the modelled copy), so this is not free:
+/// `joint::early_out_variant` keeps it only where the score says it is
+/// faster. Measured with a first version (the free at the reclaim point
+/// the gap already had, not at the copy's modelled end): the PyTorch GPT-2
+/// export at a quarter of its footprint on `v100-16gb-pcie3`, a seed from
+/// 0.3239 s to 0.3228 s; MobileNet v2 at half its footprint (link
+/// saturated in the forward pass), no change; DenseNet-121 at an eighth
+/// (its plan recomputes, and swaps almost nothing), none to move. Not
+/// measured on its own since.
 pub fn copied_out_early(
     ctx: &Ctx<'_>,
     cost: &dyn CostModel,
