@@ -54,6 +54,15 @@ pub(crate) mod testing {
         }
     }
 
+    /// The planner info of a plan a test lowers by hand.
+    pub fn info() -> outcore_plan::PlannerInfo {
+        outcore_plan::PlannerInfo {
+            name: "test".into(),
+            seed: None,
+            settings: serde_json::Value::Null,
+        }
+    }
+
     pub fn v100() -> RooflineModel {
         match DeviceProfile::builtin("v100-16gb-pcie3") {
             Ok(d) => RooflineModel::new(d),

@@ -500,7 +500,7 @@ pub fn copied_out_early(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::testing::{mlp_chain_with, v100};
+    use crate::framework::testing::{info, mlp_chain_with, v100};
     use outcore_graph::TensorKind;
     use outcore_graph::builder::Optimizer;
 
@@ -710,13 +710,5 @@ mod tests {
         assert!(v.is_empty(), "{}", v[0]);
         // Asked again, nothing is left to move.
         assert!(copied_out_early(&ctx, &cost, &early.schedule).is_none());
-    }
-
-    fn info() -> outcore_plan::PlannerInfo {
-        outcore_plan::PlannerInfo {
-            name: "test".into(),
-            seed: None,
-            settings: serde_json::Value::Null,
-        }
     }
 }

@@ -854,14 +854,16 @@ pub(crate) fn placed_swap(
     // The copy-out may start before the gap, from where the tensor is made
     // (`Gap::copy_out_after`), where the link is idle there.
     let floor = super::early_out::resident_since(ctx, others, t, after).unwrap_or(after);
-    let early_s = earliest_slot(&busy_out, end_s(floor), end_s(after), out_s);
-    let copy_out_after = early_s
-        .and_then(|s| ctx.ending_by(after, s).checked_sub(1))
-        .map(|c| c.max(floor))
-        .filter(|&c| c < after);
-    let out_begin_s = match copy_out_after {
-        Some(c) => early_s.unwrap_or(ctx.prefix_time_s[c + 1]),
-        None => earliest_slot(&busy_out, end_s(after), f64::INFINITY, out_s)?,
+    let early = earliest_slot(&busy_out, end_s(floor), end_s(after), out_s).and_then(|s| {
+        let c = ctx.ending_by(after, s).checked_sub(1)?.max(floor);
+        (c < after).then_some((c, s))
+    });
+    let (copy_out_after, out_begin_s) = match early {
+        Some((c, s)) => (Some(c), s),
+        None => (
+            None,
+            earliest_slot(&busy_out, end_s(after), f64::INFINITY, out_s)?,
+        ),
     };
     let reclaim = ctx.first_starting_from(after + 1, before, out_begin_s + out_s)?;
     let in_begin_s = latest_slot(&busy_in, 0.0, start_s(before), in_s)?;
@@ -971,7 +973,7 @@ pub(crate) fn host_copy_current(ctx: &Ctx<'_>, gaps: &[Gap]) -> Vec<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::testing::{mlp_chain, v100};
+    use crate::framework::testing::{info, mlp_chain, v100};
 
     /// The saved activations made by an op (the input batch and labels
     /// have no producer).
@@ -1310,14 +1312,6 @@ mod tests {
         let plan = outcore_plan::lower_schedule(&g, &schedule, info(), u64::MAX).expect("lowers");
         let v = outcore_plan::verify(&plan, &g);
         assert!(v.is_empty(), "{}", v[0]);
-    }
-
-    fn info() -> outcore_plan::PlannerInfo {
-        outcore_plan::PlannerInfo {
-            name: "test".into(),
-            seed: None,
-            settings: serde_json::Value::Null,
-        }
     }
 
     #[test]
