@@ -127,33 +127,57 @@ fn trades(ctx: &Ctx<'_>, schedule: &Schedule) -> Vec<(usize, Gap)> {
 /// there), pass after pass until none is left (a link may feed only another
 /// orphan).
 pub(crate) fn drop_orphan_links(ctx: &Ctx<'_>, gaps: &mut Vec<Gap>) {
+    // (tensor, position) of each chain link, sorted, with whether something
+    // still needs it there, and which tensors have a link at all, so that
+    // only inputs of a linked tensor are looked up. This runs on every move
+    // that gives up a recomputation; indexing an entry per gap and input
+    // instead, and sorting them, took 8.7% of the samples of a 20 s
+    // `outcore plan` of DenseNet-121 b64 at 12.5% (perf), 5.0% this way.
+    let mut links: Vec<((TensorId, usize), bool)> = Vec::new();
+    let mut linked = vec![false; ctx.graph.tensors.len()];
     loop {
-        // Most schedules have no chain link: then nothing to index (this
-        // runs on every move that gives up a recomputation).
-        if !gaps
-            .iter()
-            .any(|l| l.how == Restore::Recompute && ctx.chain_link(l))
-        {
+        links.clear();
+        links.extend(
+            gaps.iter()
+                .filter(|l| l.how == Restore::Recompute && ctx.chain_link(l))
+                .filter_map(|l| l.before.map(|b| ((l.tensor, b), false))),
+        );
+        // Most schedules have no chain link: then nothing to look up.
+        if links.is_empty() {
             return;
         }
-        // (tensor, position): read by a recomputation there, or where a gap
-        // of the tensor starts.
-        let mut needed: Vec<(TensorId, usize)> = Vec::new();
+        links.sort_unstable_by_key(|&(key, _)| key);
+        links.dedup_by_key(|&mut (key, _)| key);
+        linked.fill(false);
+        for &((t, _), _) in &links {
+            linked[t.index()] = true;
+        }
+        let mut mark = |key: (TensorId, usize)| {
+            if linked[key.0.index()]
+                && let Ok(k) = links.binary_search_by_key(&key, |&(key, _)| key)
+            {
+                links[k].1 = true;
+            }
+        };
+        // A link is needed where a recomputation there reads it, or where a
+        // gap of its tensor starts.
         for g in gaps.iter() {
             if let (Restore::Recompute, Some(b)) = (g.how, g.before) {
-                needed.extend(ctx.producer_inputs(g.tensor).map(|o| (o, b)));
+                ctx.producer_inputs(g.tensor).for_each(|o| mark((o, b)));
             }
             if let Some(a) = g.after {
-                needed.push((g.tensor, a));
+                mark((g.tensor, a));
             }
         }
-        needed.sort_unstable();
         let before = gaps.len();
         gaps.retain(|l| {
             let orphan = l.how == Restore::Recompute
                 && ctx.chain_link(l)
-                && l.before
-                    .is_some_and(|b| needed.binary_search(&(l.tensor, b)).is_err());
+                && l.before.is_some_and(|b| {
+                    links
+                        .binary_search_by_key(&(l.tensor, b), |&(key, _)| key)
+                        .is_ok_and(|k| !links[k].1)
+                });
             !orphan
         });
         if gaps.len() == before {
