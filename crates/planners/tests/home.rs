@@ -222,9 +222,41 @@ fn random_policies_lower_to_plans_that_verify_and_algorithm2_is_conservative() {
             let space = PolicySpace::new(&ctx);
             assert!(!space.is_empty(), "{}", g.meta.model);
             let mut scratch = Scratch::default();
-            for i in 0..12 {
-                let policy = random_policy(&space, 9, i);
+            let (floor_bytes, _) = space.floor_bytes(&ctx);
+            let evaluator = Evaluator::new(&g, &cost, budget_bytes, AllocatorSpec::Perfect);
+            // Twelve random policies, then every feature map swapped, then
+            // every one recomputed where that is offered (swapped elsewhere):
+            // the policies nearest the floor.
+            let extremes = [Action::Swap, Action::Recompute].map(|wanted| {
+                (0..space.len())
+                    .map(|j| {
+                        if space.actions(j).contains(&wanted) {
+                            wanted
+                        } else {
+                            Action::Swap
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            });
+            for i in 0..14 {
+                let policy = match i {
+                    12 | 13 => extremes[i - 12].clone(),
+                    _ => random_policy(&space, 9, i),
+                };
                 let lowered = space.lower(&model, &policy, budget_bytes, &mut scratch);
+                // No policy needs less than the space's floor.
+                let needed_bytes = evaluator
+                    .evaluate(
+                        &ctx.schedule(lowered.gaps.clone()),
+                        &mut EvalScratch::default(),
+                    )
+                    .bound
+                    .peak_bytes;
+                assert!(
+                    needed_bytes >= floor_bytes,
+                    "{} policy {i}: needs {needed_bytes} B, below the floor {floor_bytes} B",
+                    g.meta.model
+                );
                 let info = PlannerInfo {
                     name: "home-test".into(),
                     seed: None,
@@ -264,9 +296,48 @@ fn random_policies_lower_to_plans_that_verify_and_algorithm2_is_conservative() {
             }
         }
     }
-    // Measured: 30 of the 48 fit at 70%; the floor keeps the check above
-    // meaningful.
+    // Measured: 30 of the 48 random policies fit at 70%; the floor keeps the
+    // check above meaningful.
     assert!(fits >= 20, "only {fits} policies fit");
+}
+
+/// The floor of the chain's policy space, derived by hand: feature maps x
+/// (1 B, off strictly between positions 0 and 7), a0 (10 B, between 1 and
+/// 6) and a1 (10 B, between 2 and 5). From the bytes resident with nothing
+/// moved (11, 21, 31, 32, 33, 23, 13, 3): 11, 21 - 1, 31 - 1 - 10,
+/// 32 - 21, 33 - 21, 23 - 11, 13 - 1, 3, so 20 B, first at position 1.
+/// Below it `home` answers at once that no policy fits, naming the floor.
+#[test]
+fn the_floor_of_the_policy_space_rules_a_budget_out_before_the_search() {
+    let g = chain();
+    let cost = UnitCostModel;
+    let ctx = Ctx::in_graph_order(&g, &cost);
+    let space = PolicySpace::new(&ctx);
+    assert_eq!(space.floor_bytes(&ctx), (20, 1));
+    let request = PlanRequest::new(&g, &cost, 19);
+    match Home::default().plan(&request) {
+        Ok(PlanOutcome::Infeasible(why)) => {
+            assert_eq!(why.needed_bytes, Some(20));
+            assert_eq!(why.at.as_deref(), Some("op `op1`"));
+            assert!(
+                why.message
+                    .contains("with every feature map off the device"),
+                "{}",
+                why.message
+            );
+        }
+        other => panic!("expected infeasible below the floor, got {other:?}"),
+    }
+    // At the floor the search runs (and says so if it finds nothing).
+    let request = PlanRequest::new(&g, &cost, 20);
+    if let Ok(PlanOutcome::Infeasible(why)) = Home::default().plan(&request) {
+        assert!(
+            !why.message
+                .contains("with every feature map off the device"),
+            "{}",
+            why.message
+        );
+    }
 }
 
 fn request<'a>(g: &'a Graph, cost: &'a RooflineModel, fraction: f64) -> PlanRequest<'a> {

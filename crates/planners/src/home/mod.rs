@@ -43,6 +43,16 @@
 //! on those models,
 //! and the search also stops when the swarm stops changing, after `patience`
 //! iterations without a better best, and at the request's time limit.
+//!
+//! A budget below the floor of the policy space ([`below_floor`],
+//! [`policy::floor_bytes`]: what stays live with every feature map off the
+//! device wherever a policy can take it off) is answered infeasible before
+//! the swarm runs, naming the floor and where it peaks. The paper has no
+//! such check (its budgets are the GPU's memory, which its models' weights
+//! fit); here the tightest budgets leave less than the parameters, gradients
+//! and optimizer state HOME never moves (the benchmark suite's BERT-base,
+//! GPT-2 and VGG-16 at 25% and 12.5%), and the swarm spent its whole time
+//! limit finding no plan.
 
 pub mod estimate;
 pub mod policy;
@@ -50,7 +60,10 @@ pub mod pso;
 
 use crate::framework::{Ctx, Score, Scored, Scratch as EvalScratch, Search};
 use estimate::{Algorithm2, Scratch as Alg2Scratch};
-use outcore_plan::{PlanOutcome, PlanRequest, Planner, PlannerError};
+use outcore_graph::TensorId;
+use outcore_plan::{
+    Infeasible, InfeasibleKind, PlanOutcome, PlanRequest, Planner, PlannerError, fmt_bytes,
+};
 use policy::{Action, PolicySpace, action_counts};
 use pso::{Cost, Objective, PsoConfig, PsoResult};
 use serde::Serialize;
@@ -239,6 +252,51 @@ impl Home {
     }
 }
 
+/// Whether HOME's policy space has no plan for `request` at all, known
+/// before any search: with every feature map off the device wherever a
+/// policy can take it off, what stays live still exceeds the budget
+/// ([`policy::floor_bytes`]). Then `home` answers infeasible at once
+/// instead of spending its time limit finding that out, and the joint
+/// planner (which asks this before running `home` as a seed) hands that
+/// time to its local search.
+pub fn below_floor(request: &PlanRequest<'_>) -> Result<Option<Infeasible>, PlannerError> {
+    let ctx = Ctx::for_request(request, "home")?;
+    let feature_maps = policy::feature_maps(&ctx);
+    Ok(floor_infeasible(&ctx, &feature_maps, request.budget_bytes))
+}
+
+/// The infeasibility of `budget_bytes` below the floor of HOME's policy
+/// space over `feature_maps`, if it is below.
+fn floor_infeasible(
+    ctx: &Ctx<'_>,
+    feature_maps: &[TensorId],
+    budget_bytes: u64,
+) -> Option<Infeasible> {
+    let (floor_bytes, position) = policy::floor_bytes(ctx, feature_maps);
+    if floor_bytes <= budget_bytes {
+        return None;
+    }
+    let op = &ctx.graph.op(ctx.order[position]).name;
+    Some(Infeasible {
+        kind: InfeasibleKind::OverBudget,
+        needed_bytes: Some(floor_bytes),
+        budget_bytes,
+        at: Some(format!("op `{op}`")),
+        message: format!(
+            "home: with every feature map off the device between its forward and backward \
+             uses, {} is still live at op `{op}` (what no policy of HOME's takes off the \
+             device there: parameters, gradients, optimizer state and the feature maps in \
+             use), more than the budget of \
+             {} ({} short); no policy of HOME's fits: raise the budget to at least {} or use \
+             a planner that also moves parameters and optimizer state (`outcore`, `window`)",
+            fmt_bytes(floor_bytes),
+            fmt_bytes(budget_bytes),
+            fmt_bytes(floor_bytes - budget_bytes),
+            fmt_bytes(floor_bytes),
+        ),
+    })
+}
+
 impl Planner for Home {
     fn name(&self) -> &'static str {
         "home"
@@ -262,6 +320,10 @@ impl Planner for Home {
         let what = "after searching retain / swap / recompute for every feature map";
         if space.is_empty() {
             return Ok(PlanOutcome::Infeasible(search.infeasible(what, &[])));
+        }
+        if let Some(infeasible) = floor_infeasible(&ctx, &space.feature_maps, request.budget_bytes)
+        {
+            return Ok(PlanOutcome::Infeasible(infeasible));
         }
         let model = Algorithm2::new(&ctx, request.cost);
         let objective = HomeObjective {

@@ -96,12 +96,7 @@ pub struct Lowered {
 impl PolicySpace {
     pub fn new(ctx: &Ctx<'_>) -> Self {
         let g = ctx.graph;
-        let saved = ctx.saved_activations();
-        let largest = saved.iter().map(|&t| ctx.size(t)).max().unwrap_or(0);
-        let feature_maps: Vec<TensorId> = saved
-            .into_iter()
-            .filter(|&t| ctx.size(t).saturating_mul(SMALLEST_FRACTION) >= largest)
-            .collect();
+        let feature_maps = feature_maps(ctx);
         let recomputable = feature_maps
             .iter()
             .map(|&t| {
@@ -113,6 +108,12 @@ impl PolicySpace {
             feature_maps,
             recomputable,
         }
+    }
+
+    /// The least device memory any policy of this space can need, and
+    /// where: [`floor_bytes`] of its feature maps.
+    pub fn floor_bytes(&self, ctx: &Ctx<'_>) -> (u64, usize) {
+        floor_bytes(ctx, &self.feature_maps)
     }
 
     /// Number of dimensions.
@@ -182,6 +183,66 @@ impl PolicySpace {
             chain_only: m.chain_only,
         }
     }
+}
+
+/// HOME's dimensions in a context: the saved activations
+/// ([`Ctx::saved_activations`]) of at least 1/[`SMALLEST_FRACTION`] of the
+/// largest, in production order.
+pub fn feature_maps(ctx: &Ctx<'_>) -> Vec<TensorId> {
+    let saved = ctx.saved_activations();
+    let largest = saved.iter().map(|&t| ctx.size(t)).max().unwrap_or(0);
+    saved
+        .into_iter()
+        .filter(|&t| ctx.size(t).saturating_mul(SMALLEST_FRACTION) >= largest)
+        .collect()
+}
+
+/// The least device memory any HOME policy over `feature_maps` can need,
+/// and the position where that floor peaks: at each position, every storage
+/// owner live there in the context's order (its [`Ctx::base_interval`])
+/// plus the op's workspace, less the feature maps that may be off the
+/// device there, strictly between their last forward use and first
+/// backward use.
+///
+/// Why it is a floor: a policy only takes feature maps off the device,
+/// each within that span at most (`materialise` brings a dropped
+/// feature map back by its first backward use, and keeps it from there
+/// on); everything else is allocated from its first use to its last
+/// (persistent tensors and outputs to the end), and what a policy adds
+/// (chain links, copies in flight, later reclaims) only raises the peak.
+pub fn floor_bytes(ctx: &Ctx<'_>, feature_maps: &[TensorId]) -> (u64, usize) {
+    let n = ctx.n;
+    if n == 0 {
+        return (0, 0);
+    }
+    // Difference array over positions 0..=n.
+    let mut delta = vec![0i128; n + 1];
+    let mut span = |first: usize, last: usize, size: i128| {
+        delta[first] += size;
+        delta[last + 1] -= size;
+    };
+    for t in ctx.owners() {
+        let (first, last) = ctx.base_interval(t);
+        span(first, last.min(n - 1), i128::from(ctx.size(t)));
+    }
+    for &t in feature_maps {
+        if let Some((after, before)) = ctx.forward_backward_gap(t) {
+            span(after + 1, before - 1, -i128::from(ctx.size(t)));
+        }
+    }
+    let mut live: i128 = 0;
+    let mut floor = (0, 0);
+    for (position, d) in delta.iter().take(n).enumerate() {
+        live += d;
+        let workspace = ctx.graph.op(ctx.order[position]).workspace_bytes;
+        let bytes = u64::try_from(live.max(0))
+            .unwrap_or(u64::MAX)
+            .saturating_add(workspace);
+        if bytes > floor.0 {
+            floor = (bytes, position);
+        }
+    }
+    floor
 }
 
 /// Whether recomputing `t` alone (everything else retained) keeps its chain:

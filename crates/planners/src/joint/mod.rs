@@ -66,7 +66,12 @@
 //!   with 70% of all of it for the seeds, GPT-2 b8 at 25% on `h100-80gb`
 //!   reached 0.758 of ideal and DenseNet-121 at 25% on `v100-16gb-pcie3`
 //!   0.748; with this split 0.780 and 0.757 (RESULTS.md, "A 60 s search on
-//!   the cases that miss").
+//!   the cases that miss"). Where the budget is below the floor of `home`'s
+//!   policy space ([`crate::home::below_floor`]: the parameters, gradients
+//!   and optimizer state it never moves leave no room), `home` does not run
+//!   and its three quarters go to the local search, not to `swapadvisor`
+//!   (RESULTS.md, "HOME's floor"): BERT-base at 12.5% rose 0.011 of ideal on
+//!   `v100-16gb-pcie3`, the PyTorch GPT-2 export at 25% 0.008.
 //! - **Streamed seeds** ([`streamed`]): the parameters and optimizer state
 //!   kept on the host and streamed around their uses, the activations
 //!   recomputed by a recomputation planner planned for the memory that
@@ -825,6 +830,16 @@ fn seed_family(seed: &Seed) -> &str {
 /// The name of a seed turned around ([`early_out`]) is this and its origin's.
 const EARLY_OUT_PREFIX: &str = "early-out ";
 
+/// How [`Joint::home_restarts`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HomeEnd {
+    /// The swarm ran (whatever it found).
+    Searched,
+    /// HOME's policy space has no plan under the budget, known before any
+    /// search ([`crate::home::below_floor`]).
+    RuledOut,
+}
+
 /// One seed job of [`Joint::run_seeds`].
 enum Job<'a> {
     /// A planner on an order (`None`: the request's).
@@ -962,7 +977,11 @@ impl Joint {
     /// Runs every other planner until `until`; returns the feasible seeds (with
     /// their schedules' times under the evaluator), the infeasibilities, and the
     /// seeds' errors as JSON.
-    fn run_seeds(&self, request: &PlanRequest<'_>, until: Instant) -> Result<Seeds, PlannerError> {
+    fn run_seeds(
+        &self,
+        request: &PlanRequest<'_>,
+        mut until: Instant,
+    ) -> Result<Seeds, PlannerError> {
         let planners: Vec<Box<dyn Planner>> = crate::all()
             .into_iter()
             .filter(|p| self.seeds_from(p.name()))
@@ -1060,7 +1079,19 @@ impl Joint {
                 ..*request
             };
             if planner.name() == "home" {
-                self.home_restarts(&sub, request, &mut out)?;
+                let started = Instant::now();
+                if self.home_restarts(&sub, request, &mut out)? == HomeEnd::RuledOut {
+                    // What HOME's swarm would have spent goes to the local
+                    // search, not to the seeds after it: where even every
+                    // feature map off the device leaves too much (the
+                    // persistent tensors alone near the budget) `swapadvisor`
+                    // seldom gives the fastest seed, and the local search
+                    // from the others is what moves the plan.
+                    let unused = Duration::try_from_secs_f64(share_s)
+                        .unwrap_or_default()
+                        .saturating_sub(started.elapsed());
+                    until = until.checked_sub(unused).unwrap_or(until);
+                }
                 continue;
             }
             let name = format!("{}{}", planner.name(), order_name(order));
@@ -1136,7 +1167,16 @@ impl Joint {
         sub: &PlanRequest<'_>,
         request: &PlanRequest<'_>,
         out: &mut SeedSet,
-    ) -> Result<(), PlannerError> {
+    ) -> Result<HomeEnd, PlannerError> {
+        if let Some(why) = crate::home::below_floor(sub)? {
+            out.record(
+                self.name(),
+                request,
+                "home".into(),
+                Ok(PlanOutcome::Infeasible(why)),
+            )?;
+            return Ok(HomeEnd::RuledOut);
+        }
         let started = Instant::now();
         let share = Duration::try_from_secs_f64(sub.time_limit_s.max(0.0)).unwrap_or(Duration::MAX);
         let until = started.checked_add(share).unwrap_or(started);
@@ -1177,7 +1217,7 @@ impl Joint {
             }
             particles = (particles * 2).min(HOME_MAX_PARTICLES);
         }
-        Ok(())
+        Ok(HomeEnd::Searched)
     }
 
     /// The eager-update order, when the request plans in the graph's own
