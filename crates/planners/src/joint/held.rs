@@ -134,7 +134,7 @@ pub(crate) fn drop_orphan_links(ctx: &Ctx<'_>, gaps: &mut Vec<Gap>) {
     // instead, and sorting them, took 8.7% of the samples of a 20 s
     // `outcore plan` of DenseNet-121 b64 at 12.5% (perf), 5.0% this way.
     let mut links: Vec<((TensorId, usize), bool)> = Vec::new();
-    let mut linked = vec![false; ctx.graph.tensors.len()];
+    let mut linked: Vec<bool> = Vec::new();
     loop {
         links.clear();
         links.extend(
@@ -148,7 +148,8 @@ pub(crate) fn drop_orphan_links(ctx: &Ctx<'_>, gaps: &mut Vec<Gap>) {
         }
         links.sort_unstable_by_key(|&(key, _)| key);
         links.dedup_by_key(|&mut (key, _)| key);
-        linked.fill(false);
+        linked.clear();
+        linked.resize(ctx.graph.tensors.len(), false);
         for &((t, _), _) in &links {
             linked[t.index()] = true;
         }
