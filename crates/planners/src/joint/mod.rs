@@ -71,7 +71,9 @@
 //!   and optimizer state it never moves leave no room), `home` does not run
 //!   and its three quarters go to the local search, not to `swapadvisor`
 //!   (RESULTS.md, "HOME's floor"): BERT-base at 12.5% rose 0.011 of ideal on
-//!   `v100-16gb-pcie3`, the PyTorch GPT-2 export at 25% 0.008.
+//!   `v100-16gb-pcie3`, the PyTorch GPT-2 export at 25% 0.008; GPT-2 b8 at
+//!   25% on `h100-80gb` fell 0.005 (the longer search ended in another
+//!   local optimum).
 //! - **Streamed seeds** ([`streamed`]): the parameters and optimizer state
 //!   kept on the host and streamed around their uses, the activations
 //!   recomputed by a recomputation planner planned for the memory that
