@@ -46,6 +46,7 @@
 //!   by Algorithm 2 itself (lines 3-9, see `estimate`).
 
 use super::estimate::{Algorithm2, Estimate, Scratch};
+use crate::framework::pressure::resident_bytes;
 use crate::framework::{Ctx, Decision, Decisions, SwapTiming, materialise};
 use outcore_graph::TensorId;
 use outcore_plan::{Gap, Restore};
@@ -202,7 +203,7 @@ pub fn feature_maps(ctx: &Ctx<'_>) -> Vec<TensorId> {
 /// owner live there in the context's order (its [`Ctx::base_interval`])
 /// plus the op's workspace, less the feature maps that may be off the
 /// device there, strictly between their last forward use and first
-/// backward use.
+/// backward use ([`resident_bytes`] of those absences).
 ///
 /// Why it is a floor: a policy only takes feature maps off the device,
 /// each within that span at most (`materialise` brings a dropped
@@ -211,29 +212,28 @@ pub fn feature_maps(ctx: &Ctx<'_>) -> Vec<TensorId> {
 /// (persistent tensors and outputs to the end), and what a policy adds
 /// (chain links, copies in flight, later reclaims) only raises the peak.
 pub fn floor_bytes(ctx: &Ctx<'_>, feature_maps: &[TensorId]) -> (u64, usize) {
-    let n = ctx.n;
-    if n == 0 {
+    if ctx.n == 0 {
         return (0, 0);
     }
-    // Difference array over positions 0..=n.
-    let mut delta = vec![0i128; n + 1];
-    let mut span = |first: usize, last: usize, size: i128| {
-        delta[first] += size;
-        delta[last + 1] -= size;
-    };
-    for t in ctx.owners() {
-        let (first, last) = ctx.base_interval(t);
-        span(first, last.min(n - 1), i128::from(ctx.size(t)));
-    }
-    for &t in feature_maps {
-        if let Some((after, before)) = ctx.forward_backward_gap(t) {
-            span(after + 1, before - 1, -i128::from(ctx.size(t)));
-        }
-    }
-    let mut live: i128 = 0;
+    // A recomputation gap over each feature map's span is exactly that
+    // absence for `resident_bytes` (which adds no recomputation scratch).
+    let off: Vec<Gap> = feature_maps
+        .iter()
+        .filter_map(|&t| {
+            let (after, before) = ctx.forward_backward_gap(t)?;
+            Some(Gap {
+                tensor: t,
+                after: Some(after),
+                before: Some(before),
+                how: Restore::Recompute,
+                prefetch_after: None,
+                reclaim_before: None,
+                copy_out_after: None,
+            })
+        })
+        .collect();
     let mut floor = (0, 0);
-    for (position, d) in delta.iter().take(n).enumerate() {
-        live += d;
+    for (position, &live) in resident_bytes(ctx, &off).iter().enumerate() {
         let workspace = ctx.graph.op(ctx.order[position]).workspace_bytes;
         let bytes = u64::try_from(live.max(0))
             .unwrap_or(u64::MAX)

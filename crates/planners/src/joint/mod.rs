@@ -832,16 +832,6 @@ fn seed_family(seed: &Seed) -> &str {
 /// The name of a seed turned around ([`early_out`]) is this and its origin's.
 const EARLY_OUT_PREFIX: &str = "early-out ";
 
-/// How [`Joint::home_restarts`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HomeEnd {
-    /// The swarm ran (whatever it found).
-    Searched,
-    /// HOME's policy space has no plan under the budget, known before any
-    /// search ([`crate::home::below_floor`]).
-    RuledOut,
-}
-
 /// One seed job of [`Joint::run_seeds`].
 enum Job<'a> {
     /// A planner on an order (`None`: the request's).
@@ -1082,17 +1072,22 @@ impl Joint {
             };
             if planner.name() == "home" {
                 let started = Instant::now();
-                if self.home_restarts(&sub, request, &mut out)? == HomeEnd::RuledOut {
-                    // What HOME's swarm would have spent goes to the local
-                    // search, not to the seeds after it: where even every
-                    // feature map off the device leaves too much (the
-                    // persistent tensors alone near the budget) `swapadvisor`
-                    // seldom gives the fastest seed, and the local search
-                    // from the others is what moves the plan.
+                // No policy of HOME's fits (known before any search): what
+                // its swarm would have spent goes to the local search, not
+                // to the seeds after it. Where even every feature map off
+                // the device leaves too much (the persistent tensors alone
+                // near the budget) `swapadvisor` seldom gives the fastest
+                // seed, and the local search from the others is what moves
+                // the plan.
+                if let Some(why) = crate::home::below_floor(&sub)? {
+                    let outcome = Ok(PlanOutcome::Infeasible(why));
+                    out.record(self.name(), request, "home".into(), outcome)?;
                     let unused = Duration::try_from_secs_f64(share_s)
                         .unwrap_or_default()
                         .saturating_sub(started.elapsed());
                     until = until.checked_sub(unused).unwrap_or(until);
+                } else {
+                    self.home_restarts(&sub, request, &mut out)?;
                 }
                 continue;
             }
@@ -1169,16 +1164,7 @@ impl Joint {
         sub: &PlanRequest<'_>,
         request: &PlanRequest<'_>,
         out: &mut SeedSet,
-    ) -> Result<HomeEnd, PlannerError> {
-        if let Some(why) = crate::home::below_floor(sub)? {
-            out.record(
-                self.name(),
-                request,
-                "home".into(),
-                Ok(PlanOutcome::Infeasible(why)),
-            )?;
-            return Ok(HomeEnd::RuledOut);
-        }
+    ) -> Result<(), PlannerError> {
         let started = Instant::now();
         let share = Duration::try_from_secs_f64(sub.time_limit_s.max(0.0)).unwrap_or(Duration::MAX);
         let until = started.checked_add(share).unwrap_or(started);
@@ -1219,7 +1205,7 @@ impl Joint {
             }
             particles = (particles * 2).min(HOME_MAX_PARTICLES);
         }
-        Ok(HomeEnd::Searched)
+        Ok(())
     }
 
     /// The eager-update order, when the request plans in the graph's own
