@@ -37,6 +37,19 @@ pub fn bytes(graph: &Graph, gaps: &[Vec<Gap>], how: Restore) -> u64 {
         .sum()
 }
 
+/// A recomputation of `tensor`: dropped after `after`, re-run before `before`.
+pub fn recompute_gap(tensor: TensorId, after: usize, before: usize) -> Gap {
+    Gap {
+        tensor,
+        after: Some(after),
+        before: Some(before),
+        how: Restore::Recompute,
+        prefetch_after: None,
+        reclaim_before: None,
+        copy_out_after: None,
+    }
+}
+
 /// A swap gap over `(after, before)`: the swap-in starts `lead_ops` ops before
 /// the use (once the op at `before - lead_ops` has finished), and the op
 /// `reclaim_lag_ops` after the last use waits for the offload (clamped to the gap).

@@ -46,6 +46,7 @@
 //!   by Algorithm 2 itself (lines 3-9, see `estimate`).
 
 use super::estimate::{Algorithm2, Estimate, Scratch};
+use crate::framework::decisions::recompute_gap;
 use crate::framework::pressure::resident_bytes;
 use crate::framework::{Ctx, Decision, Decisions, SwapTiming, materialise};
 use outcore_graph::TensorId;
@@ -221,15 +222,7 @@ pub fn floor_bytes(ctx: &Ctx<'_>, feature_maps: &[TensorId]) -> (u64, usize) {
         .iter()
         .filter_map(|&t| {
             let (after, before) = ctx.forward_backward_gap(t)?;
-            Some(Gap {
-                tensor: t,
-                after: Some(after),
-                before: Some(before),
-                how: Restore::Recompute,
-                prefetch_after: None,
-                reclaim_before: None,
-                copy_out_after: None,
-            })
+            Some(recompute_gap(t, after, before))
         })
         .collect();
     let mut floor = (0, 0);

@@ -604,18 +604,7 @@ pub fn apply(ctx: &Ctx<'_>, cost: &dyn CostModel, schedule: &Schedule, mv: Move)
     ctx.schedule(gaps)
 }
 
-/// A recomputation of `tensor`: dropped after `after`, re-run before `before`.
-pub(crate) fn recompute_gap(tensor: TensorId, after: usize, before: usize) -> Gap {
-    Gap {
-        tensor,
-        after: Some(after),
-        before: Some(before),
-        how: Restore::Recompute,
-        prefetch_after: None,
-        reclaim_before: None,
-        copy_out_after: None,
-    }
-}
+pub(crate) use crate::framework::decisions::recompute_gap;
 
 /// A swap gap of `t` over `(after, before)` whose copies are timed to hide
 /// behind compute under the cost model: the swap-out has the ops after
