@@ -7,7 +7,7 @@ use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
 use outcore_eval::testing::{
     mixed_schedule, random_decisions, random_graph, random_topological_order,
 };
-use outcore_eval::{Evaluation, Evaluator, Scratch, SimSummary};
+use outcore_eval::{Evaluation, Evaluator, Scratch, Screened, SimSummary};
 use outcore_graph::{Graph, footprint, zoo};
 use outcore_plan::{
     AllocatorSpec, PlannerInfo, Restore, Schedule, ViolationKind, lower_schedule, verify,
@@ -116,6 +116,56 @@ proptest! {
         };
         let mut scratch = Scratch::default();
         assert_exact(&g, &v100(), &schedule, budget_bytes, allocator, &mut scratch);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// `evaluate_unless_slower` answers as `evaluate` wherever it does not
+    /// screen, and screens exactly the schedules `evaluate` simulates in the
+    /// given time or more, with that time; under a real allocator it never
+    /// screens.
+    #[test]
+    fn screening_answers_as_evaluate_or_slower(
+        layers in proptest::collection::vec(any::<u8>(), 3..24),
+        decisions in proptest::collection::vec(any::<u8>(), 1..16),
+        width in 8u64..64,
+        order_seed in proptest::option::of(any::<u64>()),
+        budget_percent in 20u64..130,
+        best_fit in any::<bool>(),
+        screen_at in 0.5f64..1.5,
+    ) {
+        let g = random_graph(&layers, width).expect("random graph");
+        let order = match order_seed {
+            Some(seed) => random_topological_order(&g, seed),
+            None => Schedule::in_graph_order(&g).order,
+        };
+        let schedule = mixed_schedule(&g, order, &decisions);
+        let budget_bytes = footprint(&g).0 * budget_percent / 100;
+        let allocator = if best_fit {
+            AllocatorSpec::BestFit(Default::default())
+        } else {
+            AllocatorSpec::Perfect
+        };
+        let cost = v100();
+        let evaluator = Evaluator::new(&g, &cost, budget_bytes, allocator.clone());
+        let mut scratch = Scratch::default();
+        let full = evaluator.evaluate(&schedule, &mut scratch);
+        // The time `evaluate` gives, or (not simulated there: unsafe) the
+        // simulator's own.
+        let sim_s = full.iter_time_s().or_else(|| {
+            let plan = lower_schedule(&g, &schedule, info(), budget_bytes).ok()?;
+            simulate(&g, &plan, &cost, &SimOptions::default()).ok().map(|o| o.report.iter_time_s)
+        });
+        let slower_from_s = sim_s.map_or(1.0, |t| t * screen_at);
+        let got = evaluator.evaluate_unless_slower(&schedule, &mut scratch, slower_from_s);
+        match (sim_s, &allocator) {
+            (Some(t), AllocatorSpec::Perfect) if t >= slower_from_s => {
+                prop_assert_eq!(got, Screened::Slower { iter_time_s: t });
+            }
+            _ => prop_assert_eq!(got, Screened::Evaluated(full)),
+        }
     }
 }
 

@@ -32,7 +32,7 @@
 use super::ctx::Ctx;
 use super::pressure::{MARGINS, margin_budget};
 use outcore_alloc::{SizeClassConfig, SizeClassPool};
-use outcore_eval::{Evaluator, Scratch};
+use outcore_eval::{Evaluation, Evaluator, Scratch, Screened};
 use outcore_graph::{Graph, TensorId};
 use outcore_plan::{
     AllocatorSpec, Gap, Infeasible, InfeasibleKind, Instr, Plan, PlanOutcome, PlanRequest,
@@ -78,6 +78,15 @@ pub enum Score {
     Shortfall(Shortfall),
     /// Not scored: the time limit was spent.
     Skipped,
+}
+
+/// What [`Search::score_unless_slower`] found.
+#[derive(Debug)]
+pub enum Screen {
+    /// Simulated in `iter_time_s`, no faster than asked, and not verified.
+    Slower { iter_time_s: f64 },
+    /// Faster, or not simulated: [`Search::score`]'s answer.
+    Scored(Score),
 }
 
 /// One candidate's settings (recorded in the plan), schedule and score.
@@ -170,6 +179,35 @@ impl<'s, 'g> Search<'s, 'g> {
     /// The one scoring path (module doc).
     pub fn score(&self, schedule: &Schedule, scratch: &mut Scratch) -> Result<Score, PlannerError> {
         let e = self.evaluator.evaluate(schedule, scratch);
+        self.score_evaluation(schedule, e)
+    }
+
+    /// [`Search::score`], or [`Screen::Slower`] for a schedule whose
+    /// simulated iteration takes `slower_from_s` or more, which is then
+    /// neither verified nor scored further
+    /// ([`Evaluator::evaluate_unless_slower`]): for a search that takes only
+    /// what is faster than `slower_from_s`. Where the request's allocator is
+    /// sized per candidate this is `score`.
+    pub fn score_unless_slower(
+        &self,
+        schedule: &Schedule,
+        scratch: &mut Scratch,
+        slower_from_s: f64,
+    ) -> Result<Screen, PlannerError> {
+        if self.size_pool_per_candidate {
+            return self.score(schedule, scratch).map(Screen::Scored);
+        }
+        match self
+            .evaluator
+            .evaluate_unless_slower(schedule, scratch, slower_from_s)
+        {
+            Screened::Slower { iter_time_s } => Ok(Screen::Slower { iter_time_s }),
+            Screened::Evaluated(e) => self.score_evaluation(schedule, e).map(Screen::Scored),
+        }
+    }
+
+    /// The score of `schedule`, evaluated as `e`.
+    fn score_evaluation(&self, schedule: &Schedule, e: Evaluation) -> Result<Score, PlannerError> {
         if let Some(err) = e.schedule_error {
             return Err(self.error(PlannerErrorKind::Lowering, err.to_string()));
         }
