@@ -61,7 +61,7 @@
 //!   on kicks.
 //! - Candidates are simulated before they are verified, and those no faster
 //!   than the current schedule (by [`MIN_GAIN`]) are not verified at all
-//!   ([`Outcome::Slower`], `Search::score_unless_slower`), where the current
+//!   (`Outcome::Slower`, [`Search::score_unless_slower`]), where the current
 //!   schedule is within the budget (over it, a slower candidate with fewer
 //!   excess bytes is taken). The climb takes the same moves as with every
 //!   candidate verified (a screened one would not have been taken), so a
