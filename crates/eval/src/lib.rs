@@ -330,6 +330,41 @@ impl<'g> Evaluator<'g> {
         })
     }
 
+    /// [`Evaluator::evaluate`], but not simulated where verify finds the
+    /// budget exceeded (`sim` is then `None`): for a caller that wants a
+    /// time only for a schedule that fits. Otherwise the answer is
+    /// `evaluate`'s.
+    ///
+    /// Why: a search repairing a schedule over the budget ranks its
+    /// candidates by the bytes they need, and most of them still need too
+    /// many; the simulation is a third of an evaluation.
+    pub fn evaluate_within_budget(&self, schedule: &Schedule, scratch: &mut Scratch) -> Evaluation {
+        let pg = &self.sim.graph;
+        scratch
+            .program
+            .reset(pg.persistent_ids.iter().copied(), self.budget_bytes);
+        if let Err(e) = lower_into(
+            self.graph,
+            pg,
+            schedule,
+            &mut scratch.lower,
+            &mut scratch.program,
+        ) {
+            return Evaluation::unlowered(e);
+        }
+        let (bound, only_over_budget) = self.verify_lowered(scratch);
+        let fits = scratch.violations.is_empty();
+        let sim = fits.then(|| self.simulate(&self.allocator, scratch));
+        Evaluation {
+            schedule_error: None,
+            violations: scratch.violations.len(),
+            first_violation: scratch.violations.first().cloned(),
+            only_over_budget,
+            bound,
+            sim,
+        }
+    }
+
     /// Verifies the program in `scratch` (lowered), leaving its violations
     /// there: verify's memory bound, and whether every violation is over the
     /// budget.

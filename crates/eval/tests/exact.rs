@@ -125,7 +125,8 @@ proptest! {
     /// `evaluate_unless_slower` answers as `evaluate` wherever it does not
     /// screen, and screens exactly the schedules `evaluate` simulates in the
     /// given time or more, with that time; under a real allocator it never
-    /// screens.
+    /// screens. `evaluate_within_budget` answers as `evaluate` but for the
+    /// simulation of a schedule with violations, which it leaves out.
     #[test]
     fn screening_answers_as_evaluate_or_slower(
         layers in proptest::collection::vec(any::<u8>(), 3..24),
@@ -158,6 +159,13 @@ proptest! {
             let plan = lower_schedule(&g, &schedule, info(), budget_bytes).ok()?;
             simulate(&g, &plan, &cost, &SimOptions::default()).ok().map(|o| o.report.iter_time_s)
         });
+        // Within the budget only: `evaluate`'s answer, without the
+        // simulation wherever verify found a violation.
+        let mut unsimulated = full.clone();
+        if unsimulated.violations > 0 {
+            unsimulated.sim = None;
+        }
+        prop_assert_eq!(evaluator.evaluate_within_budget(&schedule, &mut scratch), unsimulated);
         let slower_from_s = sim_s.map_or(1.0, |t| t * screen_at);
         let got = evaluator.evaluate_unless_slower(&schedule, &mut scratch, slower_from_s);
         match (sim_s, &allocator) {

@@ -176,9 +176,11 @@ impl<'s, 'g> Search<'s, 'g> {
         .map_err(|e| self.error(PlannerErrorKind::Lowering, e.to_string()))
     }
 
-    /// The one scoring path (module doc).
+    /// The one scoring path (module doc). A schedule over the budget is not
+    /// simulated ([`Evaluator::evaluate_within_budget`]): its score is the
+    /// bytes it needs.
     pub fn score(&self, schedule: &Schedule, scratch: &mut Scratch) -> Result<Score, PlannerError> {
-        let e = self.evaluator.evaluate(schedule, scratch);
+        let e = self.evaluator.evaluate_within_budget(schedule, scratch);
         self.score_evaluation(schedule, e)
     }
 
