@@ -118,6 +118,13 @@ impl SimSummary {
     }
 }
 
+/// Whether every violation is over the budget (the plan is safe).
+fn only_over_budget(violations: &[Violation]) -> bool {
+    violations
+        .iter()
+        .all(|v| matches!(v.kind, ViolationKind::OverBudget { .. }))
+}
+
 /// What [`Evaluator::evaluate_unless_slower`] found.
 // Returned by value once per evaluation and matched at once: boxing the
 // evaluation would allocate on the search's hot path for nothing.
@@ -132,6 +139,23 @@ pub enum Screened {
 }
 
 impl Evaluation {
+    /// The answer for a lowered schedule with verify's `violations` and
+    /// memory `bound`, and the simulation `sim` (where one ran).
+    fn verified(
+        violations: &[Violation],
+        bound: MemoryBound,
+        sim: Option<Result<SimSummary, String>>,
+    ) -> Evaluation {
+        Evaluation {
+            schedule_error: None,
+            violations: violations.len(),
+            first_violation: violations.first().cloned(),
+            only_over_budget: only_over_budget(violations),
+            bound,
+            sim,
+        }
+    }
+
     /// The answer for a schedule the lowering refused with `e`.
     fn unlowered(e: ScheduleError) -> Evaluation {
         Evaluation {
@@ -246,29 +270,12 @@ impl<'g> Evaluator<'g> {
         allocator: &AllocatorSpec,
         scratch: &mut Scratch,
     ) -> Evaluation {
-        let pg = &self.sim.graph;
-        scratch
-            .program
-            .reset(pg.persistent_ids.iter().copied(), self.budget_bytes);
-        if let Err(e) = lower_into(
-            self.graph,
-            pg,
-            schedule,
-            &mut scratch.lower,
-            &mut scratch.program,
-        ) {
+        if let Err(e) = self.lower_into_scratch(schedule, scratch) {
             return Evaluation::unlowered(e);
         }
-        let (bound, only_over_budget) = self.verify_lowered(scratch);
-        let sim = only_over_budget.then(|| self.simulate(allocator, scratch));
-        Evaluation {
-            schedule_error: None,
-            violations: scratch.violations.len(),
-            first_violation: scratch.violations.first().cloned(),
-            only_over_budget,
-            bound,
-            sim,
-        }
+        let bound = self.verify_lowered(scratch);
+        let sim = only_over_budget(&scratch.violations).then(|| self.simulate(allocator, scratch));
+        Evaluation::verified(&scratch.violations, bound, sim)
     }
 
     /// [`Evaluator::evaluate`], but simulated before it is verified, and not
@@ -298,17 +305,7 @@ impl<'g> Evaluator<'g> {
         if self.allocator != AllocatorSpec::Perfect {
             return Screened::Evaluated(self.evaluate(schedule, scratch));
         }
-        let pg = &self.sim.graph;
-        scratch
-            .program
-            .reset(pg.persistent_ids.iter().copied(), self.budget_bytes);
-        if let Err(e) = lower_into(
-            self.graph,
-            pg,
-            schedule,
-            &mut scratch.lower,
-            &mut scratch.program,
-        ) {
+        if let Err(e) = self.lower_into_scratch(schedule, scratch) {
             return Screened::Evaluated(Evaluation::unlowered(e));
         }
         let sim = self.simulate(&AllocatorSpec::Perfect, scratch);
@@ -319,15 +316,9 @@ impl<'g> Evaluator<'g> {
                 iter_time_s: summary.iter_time_s,
             };
         }
-        let (bound, only_over_budget) = self.verify_lowered(scratch);
-        Screened::Evaluated(Evaluation {
-            schedule_error: None,
-            violations: scratch.violations.len(),
-            first_violation: scratch.violations.first().cloned(),
-            only_over_budget,
-            bound,
-            sim: only_over_budget.then_some(sim),
-        })
+        let bound = self.verify_lowered(scratch);
+        let sim = only_over_budget(&scratch.violations).then_some(sim);
+        Screened::Evaluated(Evaluation::verified(&scratch.violations, bound, sim))
     }
 
     /// [`Evaluator::evaluate`], but not simulated where verify finds the
@@ -339,49 +330,45 @@ impl<'g> Evaluator<'g> {
     /// candidates by the bytes they need, and most of them still need too
     /// many; the simulation is a third of an evaluation.
     pub fn evaluate_within_budget(&self, schedule: &Schedule, scratch: &mut Scratch) -> Evaluation {
+        if let Err(e) = self.lower_into_scratch(schedule, scratch) {
+            return Evaluation::unlowered(e);
+        }
+        let bound = self.verify_lowered(scratch);
+        let fits = scratch.violations.is_empty();
+        let sim = fits.then(|| self.simulate(&self.allocator, scratch));
+        Evaluation::verified(&scratch.violations, bound, sim)
+    }
+
+    /// Lowers `schedule` into `scratch`'s program.
+    fn lower_into_scratch(
+        &self,
+        schedule: &Schedule,
+        scratch: &mut Scratch,
+    ) -> Result<(), ScheduleError> {
         let pg = &self.sim.graph;
         scratch
             .program
             .reset(pg.persistent_ids.iter().copied(), self.budget_bytes);
-        if let Err(e) = lower_into(
+        lower_into(
             self.graph,
             pg,
             schedule,
             &mut scratch.lower,
             &mut scratch.program,
-        ) {
-            return Evaluation::unlowered(e);
-        }
-        let (bound, only_over_budget) = self.verify_lowered(scratch);
-        let fits = scratch.violations.is_empty();
-        let sim = fits.then(|| self.simulate(&self.allocator, scratch));
-        Evaluation {
-            schedule_error: None,
-            violations: scratch.violations.len(),
-            first_violation: scratch.violations.first().cloned(),
-            only_over_budget,
-            bound,
-            sim,
-        }
+        )
     }
 
     /// Verifies the program in `scratch` (lowered), leaving its violations
-    /// there: verify's memory bound, and whether every violation is over the
-    /// budget.
-    fn verify_lowered(&self, scratch: &mut Scratch) -> (MemoryBound, bool) {
+    /// there; verify's memory bound.
+    fn verify_lowered(&self, scratch: &mut Scratch) -> MemoryBound {
         scratch.violations.clear();
-        let bound = verify_program(
+        verify_program(
             self.graph,
             &self.sim.graph,
             &scratch.program,
             &mut scratch.verify,
             &mut scratch.violations,
-        );
-        let only_over_budget = scratch
-            .violations
-            .iter()
-            .all(|v| matches!(v.kind, ViolationKind::OverBudget { .. }));
-        (bound, only_over_budget)
+        )
     }
 
     fn simulate(

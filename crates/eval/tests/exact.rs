@@ -1,7 +1,9 @@
 //! The evaluator's answers equal the full pipeline's (lower_schedule -> verify
 //! -> simulate) on random DAGs and zoo models, with swap and recompute gaps, in
 //! graph order and in random topological orders, within and over budget, under
-//! the perfect and a real allocator, with one scratch reused across all of them.
+//! the perfect and a real allocator, with one scratch reused across all of them;
+//! and the screens (`evaluate_unless_slower`, `evaluate_within_budget`) answer
+//! as `evaluate` wherever they do not screen.
 
 use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
 use outcore_eval::testing::{
@@ -93,42 +95,10 @@ fn assert_exact(
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
+    /// Each answer is the full pipeline's, and the screens answer as
+    /// `assert_screens_exactly` says.
     #[test]
     fn random_dags_evaluate_exactly(
-        layers in proptest::collection::vec(any::<u8>(), 3..24),
-        decisions in proptest::collection::vec(any::<u8>(), 1..16),
-        width in 8u64..64,
-        order_seed in proptest::option::of(any::<u64>()),
-        budget_percent in 20u64..130,
-        best_fit in any::<bool>(),
-    ) {
-        let g = random_graph(&layers, width).expect("random graph");
-        let order = match order_seed {
-            Some(seed) => random_topological_order(&g, seed),
-            None => Schedule::in_graph_order(&g).order,
-        };
-        let schedule = mixed_schedule(&g, order, &decisions);
-        let budget_bytes = footprint(&g).0 * budget_percent / 100;
-        let allocator = if best_fit {
-            AllocatorSpec::BestFit(Default::default())
-        } else {
-            AllocatorSpec::Perfect
-        };
-        let mut scratch = Scratch::default();
-        assert_exact(&g, &v100(), &schedule, budget_bytes, allocator, &mut scratch);
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-
-    /// `evaluate_unless_slower` answers as `evaluate` wherever it does not
-    /// screen, and screens exactly the schedules `evaluate` simulates in the
-    /// given time or more, with that time; under a real allocator it never
-    /// screens. `evaluate_within_budget` answers as `evaluate` but for the
-    /// simulation of a schedule with violations, which it leaves out.
-    #[test]
-    fn screening_answers_as_evaluate_or_slower(
         layers in proptest::collection::vec(any::<u8>(), 3..24),
         decisions in proptest::collection::vec(any::<u8>(), 1..16),
         width in 8u64..64,
@@ -149,31 +119,52 @@ proptest! {
         } else {
             AllocatorSpec::Perfect
         };
-        let cost = v100();
-        let evaluator = Evaluator::new(&g, &cost, budget_bytes, allocator.clone());
         let mut scratch = Scratch::default();
-        let full = evaluator.evaluate(&schedule, &mut scratch);
-        // The time `evaluate` gives, or (not simulated there: unsafe) the
-        // simulator's own.
-        let sim_s = full.iter_time_s().or_else(|| {
-            let plan = lower_schedule(&g, &schedule, info(), budget_bytes).ok()?;
-            simulate(&g, &plan, &cost, &SimOptions::default()).ok().map(|o| o.report.iter_time_s)
-        });
-        // Within the budget only: `evaluate`'s answer, without the
-        // simulation wherever verify found a violation.
-        let mut unsimulated = full.clone();
-        if unsimulated.violations > 0 {
-            unsimulated.sim = None;
+        let full = assert_exact(&g, &v100(), &schedule, budget_bytes, allocator.clone(), &mut scratch);
+        assert_screens_exactly(&g, &schedule, budget_bytes, allocator, &full, screen_at);
+    }
+}
+
+/// `evaluate_within_budget` answers as `evaluate` (`full`) but for the
+/// simulation of a schedule with violations, which it leaves out.
+/// `evaluate_unless_slower` answers as `evaluate` wherever it does not
+/// screen, and screens exactly the schedules simulated in `screen_at` times
+/// their simulated time or more (a threshold below or above it), with that
+/// time; under a real allocator it never screens.
+fn assert_screens_exactly(
+    g: &Graph,
+    schedule: &Schedule,
+    budget_bytes: u64,
+    allocator: AllocatorSpec,
+    full: &Evaluation,
+    screen_at: f64,
+) {
+    let cost = v100();
+    let evaluator = Evaluator::new(g, &cost, budget_bytes, allocator.clone());
+    let mut scratch = Scratch::default();
+    let mut unsimulated = full.clone();
+    if unsimulated.violations > 0 {
+        unsimulated.sim = None;
+    }
+    assert_eq!(
+        evaluator.evaluate_within_budget(schedule, &mut scratch),
+        unsimulated
+    );
+    // The time `evaluate` gives, or (not simulated there: unsafe) the
+    // simulator's own.
+    let sim_s = full.iter_time_s().or_else(|| {
+        let plan = lower_schedule(g, schedule, info(), budget_bytes).ok()?;
+        simulate(g, &plan, &cost, &SimOptions::default())
+            .ok()
+            .map(|o| o.report.iter_time_s)
+    });
+    let slower_from_s = sim_s.map_or(1.0, |t| t * screen_at);
+    let got = evaluator.evaluate_unless_slower(schedule, &mut scratch, slower_from_s);
+    match (sim_s, allocator) {
+        (Some(t), AllocatorSpec::Perfect) if t >= slower_from_s => {
+            assert_eq!(got, Screened::Slower { iter_time_s: t });
         }
-        prop_assert_eq!(evaluator.evaluate_within_budget(&schedule, &mut scratch), unsimulated);
-        let slower_from_s = sim_s.map_or(1.0, |t| t * screen_at);
-        let got = evaluator.evaluate_unless_slower(&schedule, &mut scratch, slower_from_s);
-        match (sim_s, &allocator) {
-            (Some(t), AllocatorSpec::Perfect) if t >= slower_from_s => {
-                prop_assert_eq!(got, Screened::Slower { iter_time_s: t });
-            }
-            _ => prop_assert_eq!(got, Screened::Evaluated(full)),
-        }
+        _ => assert_eq!(got, Screened::Evaluated(full.clone())),
     }
 }
 

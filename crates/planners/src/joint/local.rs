@@ -696,6 +696,28 @@ mod tests {
         (late, t, after, before)
     }
 
+    /// Every other saved activation recomputed where the backward pass reads
+    /// it (its input, the one before, is kept).
+    fn every_other_recomputed(ctx: &Ctx<'_>) -> Vec<outcore_plan::Gap> {
+        ctx.saved_activations()
+            .into_iter()
+            .filter(|&t| ctx.graph.tensor(t).producer.is_some())
+            .step_by(2)
+            .filter_map(|t| {
+                let (after, before) = ctx.forward_backward_gap(t)?;
+                Some(outcore_plan::Gap {
+                    tensor: t,
+                    after: Some(after),
+                    before: Some(before),
+                    how: Restore::Recompute,
+                    prefetch_after: None,
+                    reclaim_before: None,
+                    copy_out_after: None,
+                })
+            })
+            .collect()
+    }
+
     /// A swap-in triggered right before its use makes compute wait for the
     /// whole copy; the polish names it, moves its trigger earlier and ends
     /// the stall. Without a stall nothing is offered.
@@ -831,26 +853,7 @@ mod tests {
         let (fp, _) = footprint(&g);
         let request = PlanRequest::new(&g, &cost, fp);
         let search = Search::new(&ctx, &request, "test");
-        // Every other saved activation recomputed where the backward pass
-        // reads it (its input, the one before, is kept).
-        let gaps: Vec<outcore_plan::Gap> = ctx
-            .saved_activations()
-            .into_iter()
-            .filter(|&t| g.tensor(t).producer.is_some())
-            .step_by(2)
-            .filter_map(|t| {
-                let (after, before) = ctx.forward_backward_gap(t)?;
-                Some(outcore_plan::Gap {
-                    tensor: t,
-                    after: Some(after),
-                    before: Some(before),
-                    how: Restore::Recompute,
-                    prefetch_after: None,
-                    reclaim_before: None,
-                    copy_out_after: None,
-                })
-            })
-            .collect();
+        let gaps = every_other_recomputed(&ctx);
         assert!(gaps.len() >= 4, "{} recomputations", gaps.len());
         let start = ctx.schedule(gaps);
         let start_cost = match search.score(&start, &mut Scratch::default()) {
@@ -883,24 +886,7 @@ mod tests {
         let g = mlp_chain(16, 512, 64);
         let cost = v100();
         let ctx = Ctx::in_graph_order(&g, &cost);
-        let gaps: Vec<outcore_plan::Gap> = ctx
-            .saved_activations()
-            .into_iter()
-            .filter(|&t| g.tensor(t).producer.is_some())
-            .step_by(2)
-            .filter_map(|t| {
-                let (after, before) = ctx.forward_backward_gap(t)?;
-                Some(outcore_plan::Gap {
-                    tensor: t,
-                    after: Some(after),
-                    before: Some(before),
-                    how: Restore::Recompute,
-                    prefetch_after: None,
-                    reclaim_before: None,
-                    copy_out_after: None,
-                })
-            })
-            .collect();
+        let gaps = every_other_recomputed(&ctx);
         let current = ctx.schedule(gaps);
         // The budget is what the schedule needs: every move that needs more
         // is over it.
