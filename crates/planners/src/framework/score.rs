@@ -85,7 +85,7 @@ pub enum Score {
 pub enum Screen {
     /// Simulated in `iter_time_s`, no faster than asked, and not verified.
     Slower { iter_time_s: f64 },
-    /// Faster, or not simulated: [`Search::score`]'s answer.
+    /// Not screened out: [`Search::score`]'s answer.
     Scored(Score),
 }
 

@@ -69,7 +69,10 @@
 //!   scores more of them. On BERT-base b32 at 12.5% on `h100-80gb` (5 s)
 //!   the first two feasible starts scored 871 / 808 moves instead of 547 /
 //!   416, and the second phase 3,436 instead of 2,190. The kicks are not
-//!   screened: they take any feasible move.
+//!   screened: they take any feasible move. More moves is not always a
+//!   better end: GPT-2 b8 at 25% on `h100-80gb` fell from 0.807 to 0.797
+//!   of ideal (another local optimum; RESULTS.md, "Candidates screened by
+//!   their simulated time").
 //! - Iterated local search: at a local optimum the best schedule is kicked by
 //!   a few random feasible moves and climbed again; a kick's optimum replaces
 //!   the best only if faster. Measured on ResNet-50 b256 at 50% of its
@@ -706,15 +709,7 @@ mod tests {
             .step_by(2)
             .filter_map(|t| {
                 let (after, before) = ctx.forward_backward_gap(t)?;
-                Some(outcore_plan::Gap {
-                    tensor: t,
-                    after: Some(after),
-                    before: Some(before),
-                    how: Restore::Recompute,
-                    prefetch_after: None,
-                    reclaim_before: None,
-                    copy_out_after: None,
-                })
+                Some(crate::framework::decisions::recompute_gap(t, after, before))
             })
             .collect()
     }
