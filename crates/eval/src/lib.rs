@@ -286,7 +286,7 @@ impl<'g> Evaluator<'g> {
     /// but the budget).
     ///
     /// Why: a local search accepts only a candidate faster than its current
-    /// schedule, and most candidates are not. Verify is the dearer half of
+    /// schedule, and most candidates are not. Verify is the dearest part of
     /// an evaluation (on a 10 s `outcore plan` of BERT-base b32 at 12.5% on
     /// `h100-80gb`, 23% of the samples in `verify_program` against 12% in
     /// `simulate_program`), and its answer does not matter for a candidate
