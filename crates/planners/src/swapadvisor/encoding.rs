@@ -82,6 +82,13 @@ pub fn n_classes(cls: &[u32]) -> usize {
     }
 }
 
+/// A `CLS` over `n_sizes` sizes with the `m` largest in one class and every
+/// other size in a class of its own (`m` of 0 or 1: one class per size).
+pub fn top_merged(n_sizes: usize, m: usize) -> Vec<u32> {
+    let own = n_sizes.saturating_sub(m.max(1));
+    (0..n_sizes).map(|i| i.min(own) as u32).collect()
+}
+
 /// Whether `cls` is a valid `CLS` (starts at 0 or 1, steps of 0 or 1).
 pub fn cls_valid(cls: &[u32]) -> bool {
     cls.first().is_some_and(|&f| f <= 1) && cls.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1)
