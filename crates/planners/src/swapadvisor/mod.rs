@@ -325,8 +325,8 @@ impl<'a, 'g> Env<'a, 'g> {
         }
     }
 
-    /// A greedy pool of the seed (module doc): classes merged until the soft
-    /// pool takes at most `target_bytes`, each at its minimum; while the swap
+    /// A greedy pool of the seed with classes `cls` (module doc), each at its
+    /// minimum; while the swap
     /// planner runs short of objects on `ctx`'s order, the class it ran short
     /// in gains one (within the budget). Then the rest of the budget goes to
     /// the classes short of their hot buffers, then of their live ones (see
@@ -471,8 +471,8 @@ impl<'a, 'g> Env<'a, 'g> {
     }
 
     /// The seed individuals: each seed order ([`Env::seed_orders`]) with the
-    /// greedy pool for each coarsening target (and none), distinct, the
-    /// fastest first.
+    /// greedy pool for each coarsening target (and none) and for each merge
+    /// of the largest sizes, distinct, the fastest first.
     fn seeds(&self, breeder: &Breeder<'_>) -> Result<Vec<Individual>, PlannerError> {
         let budget = self.request.budget_bytes;
         let mut seeds: Vec<(Fitness, Individual)> = Vec::new();
