@@ -29,14 +29,23 @@
 //! that may be live at the swap-in fit the budget.
 //!
 //! Choices where the paper is vague:
-//! - Threshold: a candidate qualifies when the compute time between its last
-//!   use and the op that needs the room covers its own swap-out (none when
-//!   its host copy is current) plus, for room needed by a swap-in, that
-//!   swap-in. When none qualifies, the least recently used candidate is taken
-//!   (the one whose object frees soonest).
+//! - Threshold: a candidate qualifies when its swap-out (none when its host
+//!   copy is current) is estimated done, plus, for room needed by a swap-in,
+//!   that swap-in, by the time the op that needs the room starts (at the
+//!   compute rate). The swap-out is estimated to start after the victim's
+//!   last use or when the copy-outs placed before it in the scan are done,
+//!   whichever is later: the d2h stream copies one at a time. When none
+//!   qualifies, the least recently used candidate is taken (the one whose
+//!   object frees soonest). Why the queue: counting only the victim's own
+//!   copy, the threshold and the reclaim point below took copies that
+//!   waited behind others as done; on WResNet-152-10 at 16 GiB half of the
+//!   best plan's 4.3 s of stalls were compute waiting for such a copy-out
+//!   (RESULTS.md); with the queue the first generation's best went from
+//!   0.766 to 0.797 of ideal, Inception-4's from 0.656 to 0.745.
 //! - The reclaim point of room for a swap-in is the first op after the last
-//!   use by which the swap-out should be done at the compute rate (never later
-//!   than needed), so that the swap-in can start there. Room for an op's own
+//!   use by which the swap-out should be done at the compute rate, behind
+//!   the copy-outs placed before it (never later than needed), so that the
+//!   swap-in can start there. Room for an op's own
 //!   output or workspace is reclaimed at that op: an earlier wait gains
 //!   nothing and stalls compute whenever the d2h stream is behind the
 //!   estimate (on WResNet-152-10 at 16 GiB, 4.6 s of the seed plan's 7.4 s
@@ -247,15 +256,6 @@ impl<'a, 'g> Setup<'a, 'g> {
         &self.use_items[self.use_start[t.index()] as usize..self.use_start[t.index() + 1] as usize]
     }
 
-    /// Compute time of positions `lo..hi`.
-    fn time_s(&self, lo: usize, hi: usize) -> f64 {
-        if hi <= lo {
-            0.0
-        } else {
-            self.prefix_s[hi.min(self.n())] - self.prefix_s[lo.min(self.n())]
-        }
-    }
-
     fn size(&self, t: TensorId) -> u64 {
         self.facts.prepared.size_bytes[t.index()]
     }
@@ -323,6 +323,9 @@ struct Scan<'s, 'a, 'g> {
     gaps: Vec<Gap>,
     buffers: Vec<Buffer>,
     swap_outs: usize,
+    /// When the d2h stream is estimated to finish the copy-outs placed so
+    /// far, in compute time from the iteration start (module doc).
+    d2h_free_s: f64,
 }
 
 impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
@@ -357,6 +360,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
                     ..ClassState::default()
                 })
                 .collect(),
+            d2h_free_s: 0.0,
             gaps: Vec::new(),
             buffers: Vec::new(),
             swap_outs: 0,
@@ -583,6 +587,13 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
         Ok(self.evict(victim, limit, for_swap_in))
     }
 
+    /// When a copy-out of `out_s` seconds triggered at position `from` is
+    /// estimated done: it starts there or when the copy-outs placed before
+    /// it are done, whichever is later (module doc).
+    fn copy_done_s(&self, from: usize, out_s: f64) -> f64 {
+        self.s.prefix_s[from].max(self.d2h_free_s) + out_s
+    }
+
     /// Belady's choice within class `k` (module doc).
     fn choose_victim(&self, k: usize, limit: usize, need_s: f64, q: usize) -> Option<TensorId> {
         let s = self.s;
@@ -602,7 +613,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             } else {
                 s.facts.d2h_s[t.index()]
             };
-            if s.time_s(a + 1, q) >= out_s + need_s {
+            if self.copy_done_s(a + 1, out_s) + need_s <= s.prefix_s[q] {
                 return Some(t);
             }
             if fallback.is_none_or(|(fa, _)| (a as u32) < fa) {
@@ -645,11 +656,14 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             let out_s = s.facts.d2h_s[t.index()];
             // The first op by which the copy is done, at most `limit`.
             let lo = a + 1;
-            let target = s.prefix_s[lo] + out_s;
+            let target = self.copy_done_s(lo, out_s);
             let r = s.prefix_s[lo..=limit.min(n)].partition_point(|&p| p < target) + lo;
             let r = r.min(limit);
             (r, r)
         };
+        if !st.host_current {
+            self.d2h_free_s = self.copy_done_s(a + 1, s.facts.d2h_s[t.index()]);
+        }
         self.t[t.index()].host_current = true;
         self.buffers[st.buf as usize].end = (free_since - 1) as u32;
         self.gaps.push(Gap {
