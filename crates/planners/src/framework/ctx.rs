@@ -318,6 +318,18 @@ pub fn graph_order(graph: &Graph) -> Vec<OpId> {
     graph.ops.iter().map(|o| o.id).collect()
 }
 
+/// The eager-update order ([`outcore_plan::eager_update_order`]) when the
+/// request plans in the graph's own order (an order given by the caller is
+/// kept) and the two differ; the planners that seed with it call this.
+pub fn eager_order_if_other(request: &PlanRequest<'_>) -> Option<Vec<OpId>> {
+    if request.order.is_some() {
+        return None;
+    }
+    let eager = outcore_plan::eager_update_order(request.graph);
+    let graph_order = eager.iter().enumerate().all(|(i, op)| op.index() == i);
+    (!graph_order).then_some(eager)
+}
+
 /// Initial residency implied by the gaps: persistent tensors with a gap from the
 /// iteration start begin on the host.
 pub fn initial_residency(gaps: &[Gap]) -> Vec<(TensorId, Residency)> {

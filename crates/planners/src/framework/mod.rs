@@ -14,7 +14,7 @@ pub mod decisions;
 pub mod pressure;
 pub mod score;
 
-pub use ctx::{Ctx, graph_order, initial_residency};
+pub use ctx::{Ctx, eager_order_if_other, graph_order, initial_residency};
 pub use decisions::{
     Decision, Decisions, Materialised, SwapTiming, bytes, count, flatten, materialise, swap_gap,
 };

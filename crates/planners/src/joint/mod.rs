@@ -212,7 +212,7 @@ use local::Cost;
 use outcore_graph::OpId;
 use outcore_plan::{
     Infeasible, InfeasibleKind, Plan, PlanOutcome, PlanRequest, Planner, PlannerError,
-    PlannerErrorKind, Schedule, check_order, eager_update_order,
+    PlannerErrorKind, Schedule, check_order,
 };
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -1211,12 +1211,10 @@ impl Joint {
     /// The eager-update order, when the request plans in the graph's own
     /// order (an order given by the caller is kept) and the two differ.
     fn eager_order(&self, request: &PlanRequest<'_>) -> Option<Vec<OpId>> {
-        if !self.eager_seeds || request.order.is_some() {
+        if !self.eager_seeds {
             return None;
         }
-        let eager = eager_update_order(request.graph);
-        let graph_order = eager.iter().enumerate().all(|(i, op)| op.index() == i);
-        (!graph_order).then_some(eager)
+        crate::framework::eager_order_if_other(request)
     }
 
     /// Where the local search starts: the fastest seeds' schedules, then the

@@ -90,7 +90,7 @@ use outcore_eval::{Evaluator, Scratch, SimSummary};
 use outcore_graph::{Graph, OpId};
 use outcore_plan::{
     AllocatorSpec, Infeasible, InfeasibleKind, PlanOutcome, PlanRequest, Planner, PlannerError,
-    PlannerErrorKind, eager_update_order, fmt_bytes,
+    PlannerErrorKind, fmt_bytes,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -326,9 +326,8 @@ impl<'a, 'g> Env<'a, 'g> {
     }
 
     /// A greedy pool of the seed with classes `cls` (module doc), each at its
-    /// minimum; while the swap
-    /// planner runs short of objects on `ctx`'s order, the class it ran short
-    /// in gains one (within the budget). Then the rest of the budget goes to
+    /// minimum; while the swap planner runs short of objects on `ctx`'s
+    /// order, the class it ran short in gains one (within the budget). Then the rest of the budget goes to
     /// the classes short of their hot buffers, then of their live ones (see
     /// [`Env::live_counts`]), in proportion, if that order still plans.
     fn greedy_alloc(&self, breeder: &Breeder<'_>, ctx: &Ctx<'_>, cls: Vec<u32>) -> AllocGene {
@@ -515,7 +514,7 @@ impl<'a, 'g> Env<'a, 'g> {
 
     /// The orders the seeds are made in: the request's, and, when the request
     /// plans in the graph's own order, also the eager-update order
-    /// ([`eager_update_order`]: each optimizer update right after its
+    /// ([`outcore_plan::eager_update_order`]: each optimizer update right after its
     /// gradient is complete) if it differs.
     ///
     /// Why (a choice; the paper seeds nothing): a graph lists the optimizer
@@ -531,12 +530,7 @@ impl<'a, 'g> Env<'a, 'g> {
     /// 0.837. The seeds of both orders compete; the fastest leads.
     fn seed_orders(&self) -> Vec<Vec<OpId>> {
         let mut orders = vec![self.ctx.order.clone()];
-        if self.request.order.is_none() {
-            let eager = eager_update_order(self.graph());
-            if eager != self.ctx.order {
-                orders.push(eager);
-            }
-        }
+        orders.extend(crate::framework::eager_order_if_other(self.request));
         orders
     }
 
@@ -869,6 +863,7 @@ impl Progress {
 mod tests {
     use super::*;
     use outcore_cost::{DeviceProfile, RooflineModel};
+    use outcore_plan::eager_update_order;
     use std::collections::BTreeMap;
 
     /// The zoo's unrolled LSTM, batch 8.
@@ -905,10 +900,10 @@ mod tests {
         assert_eq!(population.len(), 16);
         // The seeds are in the graph's order or the eager-update order, and
         // the rest of the first half in the fastest seed's.
-        let graph = &population[0].order;
+        let fastest = &population[0].order;
         let eager = eager_update_order(&lstm(2, 256, 6));
         assert_ne!(eager, order, "the test graph has updates to move");
-        assert!(*graph == order || *graph == eager);
+        assert!(*fastest == order || *fastest == eager);
         assert!(
             population[..8]
                 .iter()

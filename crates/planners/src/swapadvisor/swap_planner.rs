@@ -45,8 +45,8 @@
 //! - The reclaim point of room for a swap-in is the first op after the last
 //!   use by which the swap-out should be done at the compute rate, behind
 //!   the copy-outs placed before it (never later than needed), so that the
-//!   swap-in can start there. Room for an op's own
-//!   output or workspace is reclaimed at that op: an earlier wait gains
+//!   swap-in can start there. Room for an op's own output or workspace is
+//!   reclaimed at that op: an earlier wait gains
 //!   nothing and stalls compute whenever the d2h stream is behind the
 //!   estimate (on WResNet-152-10 at 16 GiB, 4.6 s of the seed plan's 7.4 s
 //!   of compute stalls passed while the d2h stream was busy, from its Chrome
@@ -646,6 +646,8 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
         let a = st.last_use as usize;
         let uses = s.uses(t);
         let before = uses.get(st.cursor as usize).map(|&u| u as usize);
+        // When its copy-out is estimated done, behind the queued ones.
+        let copied_s = self.copy_done_s(a + 1, s.facts.d2h_s[t.index()]);
         let (reclaim, free_since) = if st.host_current {
             (a + 1, a + 1)
         } else if !early {
@@ -653,16 +655,14 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             (limit, limit)
         } else {
             self.swap_outs += 1;
-            let out_s = s.facts.d2h_s[t.index()];
             // The first op by which the copy is done, at most `limit`.
             let lo = a + 1;
-            let target = self.copy_done_s(lo, out_s);
-            let r = s.prefix_s[lo..=limit.min(n)].partition_point(|&p| p < target) + lo;
+            let r = s.prefix_s[lo..=limit.min(n)].partition_point(|&p| p < copied_s) + lo;
             let r = r.min(limit);
             (r, r)
         };
         if !st.host_current {
-            self.d2h_free_s = self.copy_done_s(a + 1, s.facts.d2h_s[t.index()]);
+            self.d2h_free_s = copied_s;
         }
         self.t[t.index()].host_current = true;
         self.buffers[st.buf as usize].end = (free_since - 1) as u32;
