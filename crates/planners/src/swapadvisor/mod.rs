@@ -70,8 +70,10 @@
 //!   searches the schedule; `swapadvisor-alloc-only` keeps the seed's
 //!   schedule and searches the pool.
 
+mod copy_queue;
 mod encoding;
 mod ga;
+mod h2d_order;
 mod schedule_ops;
 mod swap_planner;
 
@@ -772,6 +774,7 @@ impl<'a, 'g> Env<'a, 'g> {
                         plan.initial_resident.into(),
                     );
                     map.insert("delayed_prefetches".into(), plan.delayed_prefetches.into());
+                    map.insert("reordered_swap_ins".into(), plan.reordered_swap_ins.into());
                 }
                 let chosen = Scored {
                     settings,

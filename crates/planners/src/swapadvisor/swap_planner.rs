@@ -29,22 +29,29 @@
 //! that may be live at the swap-in fit the budget.
 //!
 //! Choices where the paper is vague:
-//! - Threshold: a candidate qualifies when its swap-out (none when its host
-//!   copy is current) is estimated done, plus, for room needed by a swap-in,
-//!   that swap-in, by the time the op that needs the room starts (at the
-//!   compute rate). The swap-out is estimated to start after the victim's
-//!   last use or when the copy-outs placed before it in the scan are done,
-//!   whichever is later: the d2h stream copies one at a time. When none
-//!   qualifies, the least recently used candidate is taken (the one whose
-//!   object frees soonest). Why the queue: counting only the victim's own
-//!   copy, the threshold and the reclaim point below took copies that
-//!   waited behind others as done; on WResNet-152-10 at 16 GiB half of the
-//!   best plan's 4.3 s of stalls were compute waiting for such a copy-out
-//!   (RESULTS.md); with the queue the first generation's best went from
-//!   0.766 to 0.797 of ideal, Inception-4's from 0.656 to 0.745.
+//! - Threshold: a candidate qualifies when its object is estimated free,
+//!   plus, for room needed by a swap-in, that swap-in, by the time the op
+//!   that needs the room starts (at the compute rate). The object is free
+//!   once the swap-out is done; the d2h stream copies in order of last use,
+//!   one at a time ([`super::copy_queue`]), so a swap-out starts after the
+//!   victim's last use or once the copy-outs of earlier last uses are done,
+//!   whichever is later. A candidate whose host copy is current needs no
+//!   copy, but counts as free only once every copy-out placed so far is
+//!   estimated done. When none qualifies, the least recently used candidate
+//!   is taken (the one whose object frees soonest). Why a queue: counting
+//!   only the victim's own copy, the threshold and the reclaim point below
+//!   took copies that waited behind others as done (on WResNet-152-10 at
+//!   16 GiB half of a plan's 4.3 s of stalls; a queue in the scan's order
+//!   lifted the first generation's best from 0.766 to 0.797 of ideal,
+//!   Inception-4's from 0.656 to 0.745). Why in the stream's order: see
+//!   [`super::copy_queue`]. Why current host copies wait for the queue: an
+//!   empirical choice, kept from the scan-order queue, where it was a side
+//!   effect; counting them free at their last use changes which victims
+//!   qualify while the link is busy, and BRNN-4-8K's 60 s search fell from
+//!   0.708 to 0.567 of ideal (RESULTS.md).
 //! - The reclaim point of room for a swap-in is the first op after the last
 //!   use by which the swap-out should be done at the compute rate, behind
-//!   the copy-outs placed before it (never later than needed), so that the
+//!   the copy-outs of earlier last uses (never later than needed), so that the
 //!   swap-in can start there. Room for an op's own output or workspace is
 //!   reclaimed at that op: an earlier wait gains
 //!   nothing and stalls compute whenever the d2h stream is behind the
@@ -52,6 +59,8 @@
 //!   of compute stalls passed while the d2h stream was busy, from its Chrome
 //!   trace; with this rule one 60 s search went from 0.805 to 0.840 of ideal,
 //!   one on Inception-4 from 0.718 to 0.729).
+//! - Swap-ins go on the h2d stream earliest deadline first, not in the
+//!   order of their triggers ([`super::h2d_order`]).
 //! - A swap-out whose host copy is current costs nothing (the lowering frees
 //!   on the compute stream); the reclaim wait is kept anyway, so the ordering
 //!   holds even if the lowering disagrees about the copy.
@@ -62,7 +71,9 @@
 //!   the start but not at the end starts on the host instead and is swapped in
 //!   at the iteration start into the object it held.
 
+use super::copy_queue::CopyQueue;
 use super::encoding::PoolModel;
+use super::h2d_order::{self, SwapIn};
 use outcore_graph::{Graph, OpId, TensorId};
 use outcore_plan::{Gap, PreparedGraph, Residency, Restore, Schedule};
 use std::cmp::Reverse;
@@ -135,6 +146,9 @@ pub struct SwapPlan {
     pub initial_resident: usize,
     /// Swap-in triggers the final sweep delayed for `verify()`'s bound.
     pub delayed_prefetches: usize,
+    /// Swap-in triggers moved behind copies needed earlier (the h2d
+    /// stream's earliest-deadline-first order).
+    pub reordered_swap_ins: usize,
 }
 
 /// The first pass alone, with every persistent tensor on the host at the
@@ -323,9 +337,8 @@ struct Scan<'s, 'a, 'g> {
     gaps: Vec<Gap>,
     buffers: Vec<Buffer>,
     swap_outs: usize,
-    /// When the d2h stream is estimated to finish the copy-outs placed so
-    /// far, in compute time from the iteration start (module doc).
-    d2h_free_s: f64,
+    /// The copy-outs placed so far, in the d2h stream's order (module doc).
+    d2h: CopyQueue,
 }
 
 impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
@@ -360,7 +373,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
                     ..ClassState::default()
                 })
                 .collect(),
-            d2h_free_s: 0.0,
+            d2h: CopyQueue::default(),
             gaps: Vec::new(),
             buffers: Vec::new(),
             swap_outs: 0,
@@ -587,11 +600,23 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
         Ok(self.evict(victim, limit, for_swap_in))
     }
 
-    /// When a copy-out of `out_s` seconds triggered at position `from` is
-    /// estimated done: it starts there or when the copy-outs placed before
-    /// it are done, whichever is later (module doc).
-    fn copy_done_s(&self, from: usize, out_s: f64) -> f64 {
-        self.s.prefix_s[from].max(self.d2h_free_s) + out_s
+    /// When the copy-out of a victim last used at position `a` (`out_s`
+    /// long) is estimated done: it starts after that use or once the
+    /// copy-outs of earlier last uses are done, whichever is later.
+    fn copy_done_s(&self, a: usize, out_s: f64) -> f64 {
+        let release_s = self.s.prefix_s[a + 1];
+        release_s.max(self.d2h.done_through_s(a as u32)) + out_s
+    }
+
+    /// When the object of a victim last used at position `a` is estimated
+    /// free (module doc): after its copy-out, or, when its host copy is
+    /// current, once the d2h stream has done every copy-out placed so far.
+    fn object_free_s(&self, t: TensorId, a: usize) -> f64 {
+        if self.t[t.index()].host_current {
+            self.s.prefix_s[a + 1].max(self.d2h.tail_s())
+        } else {
+            self.copy_done_s(a, self.s.facts.d2h_s[t.index()])
+        }
     }
 
     /// Belady's choice within class `k` (module doc).
@@ -608,12 +633,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             if a + 1 > limit {
                 continue;
             }
-            let out_s = if st.host_current {
-                0.0
-            } else {
-                s.facts.d2h_s[t.index()]
-            };
-            if self.copy_done_s(a + 1, out_s) + need_s <= s.prefix_s[q] {
+            if self.object_free_s(t, a) + need_s <= s.prefix_s[q] {
                 return Some(t);
             }
             if fallback.is_none_or(|(fa, _)| (a as u32) < fa) {
@@ -646,8 +666,9 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
         let a = st.last_use as usize;
         let uses = s.uses(t);
         let before = uses.get(st.cursor as usize).map(|&u| u as usize);
-        // When its copy-out is estimated done, behind the queued ones.
-        let copied_s = self.copy_done_s(a + 1, s.facts.d2h_s[t.index()]);
+        // When its copy-out is estimated done, in the d2h stream's order.
+        let out_s = s.facts.d2h_s[t.index()];
+        let copied_s = self.copy_done_s(a, out_s);
         let (reclaim, free_since) = if st.host_current {
             (a + 1, a + 1)
         } else if !early {
@@ -662,7 +683,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             (r, r)
         };
         if !st.host_current {
-            self.d2h_free_s = copied_s;
+            self.d2h.place(a as u32, s.prefix_s[a + 1], out_s);
         }
         self.t[t.index()].host_current = true;
         self.buffers[st.buf as usize].end = (free_since - 1) as u32;
@@ -753,6 +774,7 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
             });
         }
     }
+    let reordered_swap_ins = order_swap_ins(s, &mut scanned);
     let delayed = sweep(s, &mut scanned, budget_bytes);
     let mut initial_residency: Vec<(TensorId, Residency)> = pg
         .persistent_ids
@@ -777,7 +799,50 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
         swap_ins,
         initial_resident,
         delayed_prefetches: delayed,
+        reordered_swap_ins,
     }
+}
+
+/// Moves swap-in triggers so that the h2d stream copies earliest deadline
+/// first ([`super::h2d_order`]); returns how many moved.
+fn order_swap_ins(s: &Setup<'_, '_>, scanned: &mut Scanned) -> usize {
+    let (copies, gaps): (Vec<SwapIn>, Vec<usize>) = scanned
+        .gaps
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.how == Restore::Swap)
+        .filter_map(|(i, g)| {
+            let before = g.before?;
+            let copy = SwapIn {
+                trigger: g.prefetch_after.or(g.after),
+                before,
+                h2d_s: s.facts.h2d_s[g.tensor.index()],
+            };
+            Some((copy, i))
+        })
+        .unzip();
+    let sequence = h2d_order::edf_sequence(&copies, &s.prefix_s);
+    let triggers = h2d_order::realise(&copies, &sequence);
+    // Each swap-in's buffer starts at its trigger.
+    let mut buffer_of = vec![NONE; scanned.gaps.len()];
+    for (bi, b) in scanned.buffers.iter().enumerate() {
+        if b.swap_in_gap != NONE {
+            buffer_of[b.swap_in_gap as usize] = bi as u32;
+        }
+    }
+    let mut moved = 0;
+    for ((c, &gi), &t) in copies.iter().zip(&gaps).zip(&triggers) {
+        if t == c.trigger {
+            continue;
+        }
+        let Some(q) = t else { continue };
+        scanned.gaps[gi].prefetch_after = Some(q);
+        if let Some(b) = scanned.buffers.get_mut(buffer_of[gi] as usize) {
+            b.start = b.start.max(q as u32);
+        }
+        moved += 1;
+    }
+    moved
 }
 
 /// Delays swap-in triggers until the bytes that may be live at each swap-in
