@@ -666,25 +666,25 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
         let a = st.last_use as usize;
         let uses = s.uses(t);
         let before = uses.get(st.cursor as usize).map(|&u| u as usize);
-        // When its copy-out is estimated done, in the d2h stream's order.
-        let out_s = s.facts.d2h_s[t.index()];
-        let copied_s = self.copy_done_s(a, out_s);
         let (reclaim, free_since) = if st.host_current {
             (a + 1, a + 1)
-        } else if !early {
-            self.swap_outs += 1;
-            (limit, limit)
         } else {
             self.swap_outs += 1;
-            // The first op by which the copy is done, at most `limit`.
-            let lo = a + 1;
-            let r = s.prefix_s[lo..=limit.min(n)].partition_point(|&p| p < copied_s) + lo;
-            let r = r.min(limit);
-            (r, r)
+            // Its copy-out joins the d2h stream in order of last use; when
+            // it is estimated done.
+            let copied_s = self
+                .d2h
+                .place(a as u32, s.prefix_s[a + 1], s.facts.d2h_s[t.index()]);
+            if early {
+                // The first op by which the copy is done, at most `limit`.
+                let lo = a + 1;
+                let r = s.prefix_s[lo..=limit.min(n)].partition_point(|&p| p < copied_s) + lo;
+                let r = r.min(limit);
+                (r, r)
+            } else {
+                (limit, limit)
+            }
         };
-        if !st.host_current {
-            self.d2h.place(a as u32, s.prefix_s[a + 1], out_s);
-        }
         self.t[t.index()].host_current = true;
         self.buffers[st.buf as usize].end = (free_since - 1) as u32;
         self.gaps.push(Gap {
