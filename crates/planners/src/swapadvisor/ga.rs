@@ -141,12 +141,16 @@ pub struct Breeder<'a> {
 
 impl Breeder<'_> {
     /// The count repair of an allocation gene for a schedule (fits the budget
-    /// if it can).
+    /// if it can), then the budget the pool leaves unused given to its
+    /// largest classes (`encoding::fill_largest`; the module doc of
+    /// `encoding` says why).
     pub fn repair(&self, gene: &mut AllocGene, order: &[OpId]) {
         let bounds = self.demand.bounds(&gene.cls, order);
         let sizes = encoding::class_sizes(self.ts, &gene.cls);
         gene.cnt.resize(bounds.min.len(), 0);
-        encoding::repair_counts(&sizes, &mut gene.cnt, &bounds, self.budget_bytes);
+        if encoding::repair_counts(&sizes, &mut gene.cnt, &bounds, self.budget_bytes) {
+            encoding::fill_largest(&sizes, &mut gene.cnt, &bounds.max, self.budget_bytes);
+        }
     }
 
     /// A random allocation gene, repaired for `order`.
