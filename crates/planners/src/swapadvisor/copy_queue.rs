@@ -64,11 +64,18 @@ impl CopyQueue {
         self.tail_s
     }
 
+    /// When a copy of `dur_s` released after `position` at `release_s` would
+    /// be estimated done if placed now: it starts at its release or once the
+    /// copies at and before `position` are done, whichever is later.
+    pub(crate) fn finish_if_placed_s(&self, position: u32, release_s: f64, dur_s: f64) -> f64 {
+        release_s.max(self.done_through_s(position)) + dur_s
+    }
+
     /// Places a copy of `dur_s` released after `position` at `release_s`,
     /// behind the copies at `position` and before those after it; returns
-    /// when it is estimated done.
+    /// when it is estimated done ([`Self::finish_if_placed_s`]).
     pub(crate) fn place(&mut self, position: u32, release_s: f64, dur_s: f64) -> f64 {
-        let finish_s = release_s.max(self.done_through_s(position)) + dur_s;
+        let finish_s = self.finish_if_placed_s(position, release_s, dur_s);
         let key = (position, self.placed);
         self.placed += 1;
         let mut prev_s = finish_s;

@@ -604,8 +604,8 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
     /// long) is estimated done: it starts after that use or once the
     /// copy-outs of earlier last uses are done, whichever is later.
     fn copy_done_s(&self, a: usize, out_s: f64) -> f64 {
-        let release_s = self.s.prefix_s[a + 1];
-        release_s.max(self.d2h.done_through_s(a as u32)) + out_s
+        self.d2h
+            .finish_if_placed_s(a as u32, self.s.prefix_s[a + 1], out_s)
     }
 
     /// When the object of a victim last used at position `a` is estimated
