@@ -57,6 +57,15 @@ pub struct Gap {
     /// last read in the backward pass just as the largest activations of
     /// the iteration are alive, the memory it frees needed at once), where
     /// the copy could have run any time since the tensor last changed.
+    ///
+    /// A position after `after` delays the copy-out instead: the tensor
+    /// stays resident, unread, to that op's end, then is copied out and
+    /// freed on the d2h stream as at a gap's start. It must come before the
+    /// reclaim point, the gap's end, and the swap-in's trigger (which must
+    /// then be given: one at `after` would run before the free). Why: the
+    /// d2h stream copies in the order the copies are issued, so a large
+    /// copy whose memory is needed late, issued first, holds up a small one
+    /// whose memory an op waits for; a delay lets the small one go first.
     pub copy_out_after: Option<usize>,
 }
 
@@ -631,6 +640,11 @@ fn check_copy_out(
     c: usize,
 ) -> Result<(), ScheduleError> {
     let t = g.tensor;
+    if g.after == Some(c) {
+        return Err(err(format!(
+            "gap on {t}: a copy-out after position {c}, where the gap starts, is its own: leave `copy_out_after` unset"
+        )));
+    }
     let Some(a) = g.after.filter(|&a| g.how == Restore::Swap && c < a) else {
         return Err(err(format!(
             "gap on {t}: a copy-out after position {c} needs a swap gap that starts after it"
@@ -659,6 +673,53 @@ fn check_copy_out(
     Ok(())
 }
 
+/// Checks gap `g`'s delayed copy-out after position `c`, past its start
+/// ([`Gap::copy_out_after`]): a swap, with `c` inside the order, before the
+/// gap's end and its reclaim point, and no later than its swap-in's trigger,
+/// which must be given.
+fn check_delayed_copy_out(g: &Gap, c: usize, n: usize) -> Result<(), ScheduleError> {
+    let t = g.tensor;
+    if g.how != Restore::Swap {
+        return Err(err(format!(
+            "gap on {t}: a copy-out after position {c} needs a swap gap"
+        )));
+    }
+    let last = g.before.map_or(n, |b| b).min(g.reclaim_before.unwrap_or(n));
+    if c >= last {
+        return Err(err(format!(
+            "gap on {t}: its copy-out after position {c} must come before the gap's end and reclaim point (positions up to {})",
+            last as i64 - 1
+        )));
+    }
+    if g.before.is_some() && g.prefetch_after.is_none_or(|q| q < c) {
+        return Err(err(format!(
+            "gap on {t}: its copy-out after position {c} comes after its swap-in's trigger ({}); trigger the swap-in at or after {c}",
+            g.prefetch_after
+                .or(g.after)
+                .map_or("none".into(), |q| q.to_string())
+        )));
+    }
+    Ok(())
+}
+
+/// Where gap `g` (starting after position `a`) starts on the streams: its
+/// free, or its copy-out and free, after this position and in this key of
+/// its phase. A delayed copy-out ([`Gap::copy_out_after`] after `a`) goes
+/// after the gaps that start there, in order of its reclaim point (the
+/// earliest need first), then of the gap's end.
+fn gap_start_at(g: &Gap, a: usize) -> (usize, u32) {
+    match g.copy_out_after {
+        Some(c) if c > a => {
+            let need = g
+                .reclaim_before
+                .or(g.before)
+                .map_or(u32::MAX - 1, |p| p as u32);
+            (c, need.saturating_add(1))
+        }
+        _ => (freed_after(g, a), 0),
+    }
+}
+
 /// Lists what each gap does and where (see [`Phase`]), in rank order.
 fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch) {
     s.actions.clear();
@@ -668,10 +729,15 @@ fn index_gaps(prepared: &PreparedGraph, gaps: &[Gap], s: &mut LowerScratch) {
         let g = &gaps[gi as usize];
         let rank = rank as u32;
         match g.after {
-            Some(a) => s.act(freed_after(g, a), Phase::GapStart, 0, rank),
+            Some(a) => {
+                let (at, key) = gap_start_at(g, a);
+                s.act(at, Phase::GapStart, key, rank);
+            }
             None => s.from_start.push(gi),
         }
-        if let Some(c) = g.copy_out_after {
+        if let Some(c) = g.copy_out_after
+            && g.after.is_none_or(|a| c < a)
+        {
             s.act(c, Phase::CopyOut, 0, rank);
         }
         if let Some(b) = g.before {
@@ -811,11 +877,15 @@ pub fn lower_into<S: ProgramSink>(
     for i in 0..gaps.len() {
         check_gap(prepared, scratch, gaps, i, n)?;
         let g = &gaps[scratch.sorted[i] as usize];
-        if let Some(c) = g.copy_out_after {
-            let prev = (i > 0)
-                .then(|| &gaps[scratch.sorted[i - 1] as usize])
-                .filter(|p| p.tensor == g.tensor);
-            check_copy_out(prepared, scratch, &schedule.order, g, prev, c)?;
+        match g.copy_out_after {
+            Some(c) if g.after.is_some_and(|a| c > a) => check_delayed_copy_out(g, c, n)?,
+            Some(c) => {
+                let prev = (i > 0)
+                    .then(|| &gaps[scratch.sorted[i - 1] as usize])
+                    .filter(|p| p.tensor == g.tensor);
+                check_copy_out(prepared, scratch, &schedule.order, g, prev, c)?;
+            }
+            None => {}
         }
     }
 

@@ -31,7 +31,8 @@ use outcore_plan::{Restore, Schedule};
 /// for a gap open to the iteration's end). The queue runs copy-outs in the
 /// lowering's order: by the position they start after (an early copy-out's,
 /// [`outcore_plan::Gap::copy_out_after`], before a gap's own at the same
-/// position), then by tensor; each starts when that op ends and the one
+/// position, a delayed one's after them by its reclaim point), then by
+/// tensor; each starts when that op ends and the one
 /// before it is done. A swap whose host copy is current has no copy-out
 /// and is left as it is. Returns how many reclaim points moved with the
 /// schedule; `None` where none does.
@@ -42,16 +43,22 @@ pub fn reclaims_queued(
     max_delay_s: f64,
 ) -> Option<(usize, Schedule)> {
     let current = host_copy_current(ctx, &schedule.gaps);
-    let mut queue: Vec<(usize, bool, u32, usize)> = schedule
+    // (position, early / own / delayed, the key within those, tensor, gap).
+    let mut queue: Vec<(usize, u8, u32, u32, usize)> = schedule
         .gaps
         .iter()
         .enumerate()
         .filter(|&(i, g)| g.how == Restore::Swap && !current[i])
         .filter_map(|(i, g)| {
             let a = g.after?;
+            let t = g.tensor.0;
             Some(match g.copy_out_after {
-                Some(c) => (c, false, g.tensor.0, i),
-                None => (a, true, g.tensor.0, i),
+                Some(c) if c > a => {
+                    let need = g.reclaim_before.or(g.before).map_or(u32::MAX, |p| p as u32);
+                    (c, 2, need, t, i)
+                }
+                Some(c) => (c, 0, 0, t, i),
+                None => (a, 1, 0, t, i),
             })
         })
         .collect();
@@ -59,7 +66,7 @@ pub fn reclaims_queued(
     let mut out = schedule.clone();
     let mut clock_s = 0.0f64;
     let mut moved = 0;
-    for (position, _, _, i) in queue {
+    for (position, _, _, _, i) in queue {
         let g = &mut out.gaps[i];
         let begin_s = clock_s.max(ctx.prefix_time_s[position + 1]);
         clock_s = begin_s + cost.d2h_time_s(ctx.size(g.tensor));

@@ -71,6 +71,7 @@
 //!   schedule and searches the pool.
 
 mod copy_queue;
+mod d2h_order;
 mod encoding;
 mod ga;
 mod h2d_order;
@@ -775,6 +776,7 @@ impl<'a, 'g> Env<'a, 'g> {
                     );
                     map.insert("delayed_prefetches".into(), plan.delayed_prefetches.into());
                     map.insert("reordered_swap_ins".into(), plan.reordered_swap_ins.into());
+                    map.insert("delayed_swap_outs".into(), plan.delayed_swap_outs.into());
                 }
                 let chosen = Scored {
                     settings,

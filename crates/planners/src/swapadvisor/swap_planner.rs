@@ -72,6 +72,7 @@
 //!   at the iteration start into the object it held.
 
 use super::copy_queue::CopyQueue;
+use super::d2h_order::{self, CopyOut};
 use super::encoding::PoolModel;
 use super::h2d_order::{self, SwapIn};
 use outcore_graph::{Graph, OpId, TensorId};
@@ -149,6 +150,9 @@ pub struct SwapPlan {
     /// Swap-in triggers moved behind copies needed earlier (the h2d
     /// stream's earliest-deadline-first order).
     pub reordered_swap_ins: usize,
+    /// Copy-outs delayed behind copies due earlier (the d2h stream's
+    /// earliest-deadline-first order).
+    pub delayed_swap_outs: usize,
 }
 
 /// The first pass alone, with every persistent tensor on the host at the
@@ -327,6 +331,8 @@ struct Scanned {
     state: Vec<TState>,
     resident_at_end: Vec<bool>,
     swap_outs: usize,
+    /// The gaps (by index) whose swap-out copies (its host copy is stale).
+    copy_outs: Vec<u32>,
 }
 
 /// One pass over the schedule.
@@ -339,6 +345,8 @@ struct Scan<'s, 'a, 'g> {
     swap_outs: usize,
     /// The copy-outs placed so far, in the d2h stream's order (module doc).
     d2h: CopyQueue,
+    /// The gaps (by index) whose swap-out copies.
+    copy_outs: Vec<u32>,
 }
 
 impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
@@ -374,6 +382,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
                 })
                 .collect(),
             d2h: CopyQueue::default(),
+            copy_outs: Vec::new(),
             gaps: Vec::new(),
             buffers: Vec::new(),
             swap_outs: 0,
@@ -422,6 +431,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             state: scan.t,
             resident_at_end,
             swap_outs: scan.swap_outs,
+            copy_outs: scan.copy_outs,
         })
     }
 
@@ -687,6 +697,9 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
         };
         self.t[t.index()].host_current = true;
         self.buffers[st.buf as usize].end = (free_since - 1) as u32;
+        if !st.host_current {
+            self.copy_outs.push(self.gaps.len() as u32);
+        }
         self.gaps.push(Gap {
             tensor: t,
             after: Some(a),
@@ -763,6 +776,9 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
                 scanned.buffers[st.init_buf as usize].swap_in_gap = (scanned.gaps.len() - 1) as u32;
             }
         } else if !st.initial && resident {
+            if !st.host_current {
+                scanned.copy_outs.push(scanned.gaps.len() as u32);
+            }
             scanned.gaps.push(Gap {
                 tensor: t,
                 after: Some(last as usize),
@@ -774,6 +790,7 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
             });
         }
     }
+    let delayed_swap_outs = order_swap_outs(s, &mut scanned);
     let reordered_swap_ins = order_swap_ins(s, &mut scanned);
     let delayed = sweep(s, &mut scanned, budget_bytes);
     let mut initial_residency: Vec<(TensorId, Residency)> = pg
@@ -800,7 +817,51 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
         initial_resident,
         delayed_prefetches: delayed,
         reordered_swap_ins,
+        delayed_swap_outs,
     }
+}
+
+/// Delays copy-outs so that the d2h stream copies earliest deadline first
+/// ([`super::d2h_order`]); returns how many were delayed. Runs before the
+/// swap-ins are ordered: their triggers only move later, so a delayed
+/// copy-out stays at or before its own swap-in's trigger.
+fn order_swap_outs(s: &Setup<'_, '_>, scanned: &mut Scanned) -> usize {
+    let n = s.n();
+    let copies: Vec<CopyOut> = scanned
+        .copy_outs
+        .iter()
+        .filter_map(|&gi| {
+            let g = &scanned.gaps[gi as usize];
+            let after = g.after?;
+            let due = g.reclaim_before.or(g.before).unwrap_or(n);
+            // Before the reclaim point and the gap's end, and no later than
+            // the swap-in's trigger (none given: not delayed at all).
+            let trigger = match g.before {
+                Some(_) => g.prefetch_after.unwrap_or(after),
+                None => n,
+            };
+            let latest = due.saturating_sub(1).min(trigger).min(n.saturating_sub(1));
+            Some(CopyOut {
+                after,
+                due,
+                latest,
+                d2h_s: s.facts.d2h_s[g.tensor.index()],
+            })
+        })
+        .collect();
+    if copies.len() != scanned.copy_outs.len() {
+        return 0; // unreachable: every swap-out follows a use
+    }
+    let sequence = d2h_order::edf_sequence(&copies, &s.prefix_s);
+    let issue = d2h_order::realise(&copies, &sequence);
+    let mut delayed = 0;
+    for ((c, &gi), &at) in copies.iter().zip(&scanned.copy_outs).zip(&issue) {
+        if at > c.after {
+            scanned.gaps[gi as usize].copy_out_after = Some(at);
+            delayed += 1;
+        }
+    }
+    delayed
 }
 
 /// Moves swap-in triggers so that the h2d stream copies earliest deadline
