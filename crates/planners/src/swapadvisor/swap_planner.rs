@@ -59,6 +59,10 @@
 //!   of compute stalls passed while the d2h stream was busy, from its Chrome
 //!   trace; with this rule one 60 s search went from 0.805 to 0.840 of ideal,
 //!   one on Inception-4 from 0.718 to 0.729).
+//! - Copy-outs go on the d2h stream earliest deadline first, not in order
+//!   of last use: one due later is delayed behind one due first
+//!   ([`super::d2h_order`]). The estimate above (the threshold, the reclaim
+//!   points) still counts them in order of last use.
 //! - Swap-ins go on the h2d stream earliest deadline first, not in the
 //!   order of their triggers ([`super::h2d_order`]).
 //! - A swap-out whose host copy is current costs nothing (the lowering frees
