@@ -23,10 +23,12 @@
 //! count (the plan never fails in the pool), and at every compute step the
 //! bytes `verify()` counts fit in the pool, which fits in the budget.
 //! `verify()` is stricter at a swap-in step: a copy may run at any time
-//! between its trigger and its use, so every buffer allocated in that window
-//! counts against it. A final sweep therefore delays a trigger (never past the
-//! op before the use, where the bound is the pool's again) until the bytes
-//! that may be live at the swap-in fit the budget.
+//! between its trigger and its use, so it counts the most bytes resident at
+//! any compute position of that window, with buffers freed behind a copy-out
+//! counted until the op that waits for the free. A final sweep therefore
+//! delays a trigger (never past the op before the use, where the bound is
+//! the pool's again) until the bytes that may be live at the swap-in fit the
+//! budget ([`sweep`]).
 //!
 //! Choices where the paper is vague:
 //! - Threshold: a candidate qualifies when its object is estimated free,
@@ -79,6 +81,7 @@ use super::copy_queue::CopyQueue;
 use super::d2h_order::{self, CopyOut};
 use super::encoding::PoolModel;
 use super::h2d_order::{self, SwapIn};
+use crate::range_tree::RangeMax;
 use outcore_graph::{Graph, OpId, TensorId};
 use outcore_plan::{Gap, PreparedGraph, Residency, Restore, Schedule};
 use std::cmp::Reverse;
@@ -326,6 +329,10 @@ struct Buffer {
     /// The gap whose swap-in allocates it (`NONE`: made by an op, or resident
     /// from the start).
     swap_in_gap: u32,
+    /// Freed on the d2h stream behind its copy-out: `verify()` counts it
+    /// beside a swap-in until the op that waits for the free has started,
+    /// one position past `end` (see [`sweep`]).
+    freed_by_copy: bool,
 }
 
 /// What a pass ends with.
@@ -474,6 +481,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             start,
             end: self.s.n().saturating_sub(1) as u32,
             swap_in_gap,
+            freed_by_copy: false,
         });
     }
 
@@ -524,6 +532,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
                 start: q as u32,
                 end: q as u32,
                 swap_in_gap: NONE,
+                freed_by_copy: false,
             });
         }
         for &o in pg.op_owners(op) {
@@ -703,6 +712,7 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
         self.buffers[st.buf as usize].end = (free_since - 1) as u32;
         if !st.host_current {
             self.copy_outs.push(self.gaps.len() as u32);
+            self.buffers[st.buf as usize].freed_by_copy = true;
         }
         self.gaps.push(Gap {
             tensor: t,
@@ -796,7 +806,7 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
     }
     let delayed_swap_outs = order_swap_outs(s, &mut scanned);
     let reordered_swap_ins = order_swap_ins(s, &mut scanned);
-    let delayed = sweep(s, &mut scanned, budget_bytes);
+    let delayed = sweep(s.n(), &mut scanned.buffers, &mut scanned.gaps, budget_bytes);
     let mut initial_residency: Vec<(TensorId, Residency)> = pg
         .persistent_ids
         .iter()
@@ -912,87 +922,124 @@ fn order_swap_ins(s: &Setup<'_, '_>, scanned: &mut Scanned) -> usize {
 
 /// Delays swap-in triggers until the bytes that may be live at each swap-in
 /// fit the budget (module doc); returns how many were delayed.
-fn sweep(s: &Setup<'_, '_>, scanned: &mut Scanned, budget_bytes: u64) -> usize {
-    let n = s.n();
+///
+/// `verify()` bounds a swap-in by the most bytes resident at any one compute
+/// position of its window (from the op it is triggered after to the op
+/// before its use), not by their sum over the window: the compute stream
+/// frees as it goes. So the bound here is the maximum over the positions
+/// `t..before` of the buffers live there, this swap-in's own included from
+/// its trigger `t`; a buffer freed behind a copy-out counts one position
+/// longer (to the op that waits for its free, which `verify()` counts
+/// running). Swap-ins issued after this one and triggered inside its window
+/// count as live there too, which `verify()` does not: the bound is above
+/// `verify()`'s, never below. Before 2026-11-30 (afternoon) this sweep
+/// added every buffer allocated in the window to the bytes live at the
+/// trigger, the bound of an older `verify()`.
+fn sweep(n: usize, buffers: &mut [Buffer], gaps: &mut [Gap], budget_bytes: u64) -> usize {
     if n == 0 {
         return 0;
     }
-    let mut live = Fenwick::new(n + 1);
-    let mut starts = Fenwick::new(n + 1);
-    for b in &scanned.buffers {
+    let mut live = RangeMax::new(&vec![0; n]);
+    for b in buffers.iter() {
         if b.size == 0 || b.end < b.start {
             continue;
         }
-        let size = b.size as i128;
-        live.add(b.start as usize, size);
-        live.add(b.end as usize + 1, -size);
-        starts.add(b.start as usize, size);
+        let end = b.end as usize + usize::from(b.freed_by_copy);
+        live.add(b.start as usize, end + 1, b.size as i128);
     }
-    let mut swap_ins: Vec<usize> = (0..scanned.buffers.len())
-        .filter(|&i| scanned.buffers[i].swap_in_gap != NONE && scanned.buffers[i].size > 0)
+    let mut swap_ins: Vec<usize> = (0..buffers.len())
+        .filter(|&i| buffers[i].swap_in_gap != NONE && buffers[i].size > 0)
         .collect();
-    swap_ins.sort_by_key(|&i| (scanned.buffers[i].start, i));
+    swap_ins.sort_by_key(|&i| (buffers[i].start, i));
     let budget = budget_bytes as i128;
     let mut delayed = 0;
     for bi in swap_ins {
-        let b = scanned.buffers[bi];
+        let b = buffers[bi];
         let g = b.swap_in_gap as usize;
-        let Some(before) = scanned.gaps[g].before else {
+        let Some(before) = gaps[g].before else {
             continue;
         };
         let t0 = b.start as usize;
         let mut t = t0;
-        // Live at `t` (prefix of the difference array) plus what starts in
-        // `(t, before)`.
         while t + 1 < before {
-            let bound = live.prefix(t) + starts.prefix(before - 1) - starts.prefix(t);
-            if bound <= budget {
+            if live.max(t, before).is_none_or(|bound| bound <= budget) {
                 break;
             }
             t += 1;
         }
         if t > t0 {
-            let size = b.size as i128;
-            live.add(t0, -size);
-            live.add(t, size);
-            starts.add(t0, -size);
-            starts.add(t, size);
-            scanned.buffers[bi].start = t as u32;
-            scanned.gaps[g].prefetch_after = Some(t);
+            // Its buffer now starts at `t`.
+            live.add(t0, t, -(b.size as i128));
+            buffers[bi].start = t as u32;
+            gaps[g].prefetch_after = Some(t);
             delayed += 1;
         }
     }
     delayed
 }
 
-/// Prefix sums with point updates (a Fenwick tree over `i128`).
-struct Fenwick {
-    tree: Vec<i128>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Fenwick {
-    fn new(n: usize) -> Self {
-        Fenwick {
-            tree: vec![0; n + 1],
+    fn buffer(size: u64, start: u32, end: u32, swap_in_gap: u32) -> Buffer {
+        Buffer {
+            size,
+            start,
+            end,
+            swap_in_gap,
+            freed_by_copy: false,
         }
     }
 
-    fn add(&mut self, i: usize, v: i128) {
-        let mut i = i + 1;
-        while i < self.tree.len() {
-            self.tree[i] += v;
-            i += i & i.wrapping_neg();
+    fn swap_in_gap(before: usize, trigger: usize) -> Gap {
+        Gap {
+            tensor: TensorId(0),
+            after: None,
+            before: Some(before),
+            how: Restore::Swap,
+            prefetch_after: Some(trigger),
+            reclaim_before: None,
+            copy_out_after: None,
         }
     }
 
-    /// Sum of entries `0..=i`.
-    fn prefix(&self, i: usize) -> i128 {
-        let mut i = (i + 1).min(self.tree.len() - 1);
-        let mut sum = 0;
-        while i > 0 {
-            sum += self.tree[i];
-            i -= i & i.wrapping_neg();
-        }
-        sum
+    /// Budget 10, six positions. A (6 bytes) is live at 0..=1, B (6) from
+    /// 2 on; X (4) is swapped in for position 5, triggered after 0. The
+    /// most live at any position of X's window is 10 (A + X, then B + X), so
+    /// X keeps its trigger. (Adding B, allocated inside the window, to the
+    /// bytes live at the trigger, as the sweep did before, gave 16 and
+    /// delayed X to 2.)
+    #[test]
+    fn a_buffer_freed_inside_the_window_does_not_count_beside_a_later_one() {
+        let mut gaps = vec![swap_in_gap(5, 0)];
+        let mut buffers = vec![
+            buffer(6, 0, 1, NONE),
+            buffer(6, 2, 5, NONE),
+            buffer(4, 0, 5, 0),
+        ];
+        assert_eq!(sweep(6, &mut buffers, &mut gaps, 10), 0);
+        assert_eq!(gaps[0].prefetch_after, Some(0));
+        assert_eq!(buffers[2].start, 0);
+    }
+
+    /// The same, with A freed behind its copy-out: it counts one position
+    /// longer, at 2 with B and X (16 > 10), so X's trigger moves to 3, the
+    /// first from which its window holds at most 10; its buffer starts there.
+    #[test]
+    fn a_buffer_freed_behind_a_copy_counts_to_the_op_that_waits_for_it() {
+        let mut gaps = vec![swap_in_gap(5, 0)];
+        let mut a = buffer(6, 0, 1, NONE);
+        a.freed_by_copy = true;
+        let mut buffers = vec![a, buffer(6, 2, 5, NONE), buffer(4, 0, 5, 0)];
+        assert_eq!(sweep(6, &mut buffers, &mut gaps, 10), 1);
+        assert_eq!(gaps[0].prefetch_after, Some(3));
+        assert_eq!(buffers[2].start, 3);
+        // Never past the op before the use: with a budget of 9 nothing fits,
+        // and the trigger stops at 4.
+        let mut gaps = vec![swap_in_gap(5, 0)];
+        let mut buffers = vec![a, buffer(6, 2, 5, NONE), buffer(4, 0, 5, 0)];
+        assert_eq!(sweep(6, &mut buffers, &mut gaps, 9), 1);
+        assert_eq!(gaps[0].prefetch_after, Some(4));
     }
 }
