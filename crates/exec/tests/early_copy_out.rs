@@ -48,6 +48,26 @@ fn trains_as_if_resident(graph: &Graph, schedule: &Schedule) -> outcore_exec::Ru
     ours
 }
 
+/// `schedule` swaps at least three activations and three weights, trains
+/// as if every tensor were resident, and moves `moved_bytes` each way per
+/// iteration.
+fn trains_moving_activations_and_weights(graph: &Graph, schedule: &Schedule, moved_bytes: u64) {
+    let kinds = |k: TensorKind| {
+        schedule
+            .gaps
+            .iter()
+            .filter(|g| graph.tensor(g.tensor).kind == k)
+            .count()
+    };
+    assert!(kinds(TensorKind::Activation) >= 3, "{:?}", schedule.gaps);
+    assert!(kinds(TensorKind::Parameter) >= 3, "{:?}", schedule.gaps);
+    let ours = trains_as_if_resident(graph, schedule);
+    assert_eq!(
+        (ours.swap_out_bytes, ours.swap_in_bytes),
+        (moved_bytes, moved_bytes)
+    );
+}
+
 #[test]
 fn states_copied_out_before_their_update_train_bit_identically() {
     let graph = adamw_mlp();
@@ -125,20 +145,7 @@ fn tensors_copied_out_before_their_gaps_train_bit_identically() {
         });
         moved_bytes += t.size_bytes;
     }
-    let kinds = |k: TensorKind| {
-        schedule
-            .gaps
-            .iter()
-            .filter(|g| graph.tensor(g.tensor).kind == k)
-            .count()
-    };
-    assert!(kinds(TensorKind::Activation) >= 3, "{:?}", schedule.gaps);
-    assert!(kinds(TensorKind::Parameter) >= 3, "{:?}", schedule.gaps);
-    let ours = trains_as_if_resident(&graph, &schedule);
-    assert_eq!(
-        (ours.swap_out_bytes, ours.swap_in_bytes),
-        (moved_bytes, moved_bytes)
-    );
+    trains_moving_activations_and_weights(&graph, &schedule, moved_bytes);
 }
 
 /// Swaps whose copy-outs are delayed (`Gap::copy_out_after` past the gap's
@@ -178,18 +185,5 @@ fn tensors_copied_out_after_a_delay_train_bit_identically() {
         });
         moved_bytes += t.size_bytes;
     }
-    let kinds = |k: TensorKind| {
-        schedule
-            .gaps
-            .iter()
-            .filter(|g| graph.tensor(g.tensor).kind == k)
-            .count()
-    };
-    assert!(kinds(TensorKind::Activation) >= 3, "{:?}", schedule.gaps);
-    assert!(kinds(TensorKind::Parameter) >= 3, "{:?}", schedule.gaps);
-    let ours = trains_as_if_resident(&graph, &schedule);
-    assert_eq!(
-        (ours.swap_out_bytes, ours.swap_in_bytes),
-        (moved_bytes, moved_bytes)
-    );
+    trains_moving_activations_and_weights(&graph, &schedule, moved_bytes);
 }

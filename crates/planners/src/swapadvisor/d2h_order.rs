@@ -30,8 +30,7 @@
 //! estimate ignores stalls and swap-ins; where it is wrong the order is
 //! still safe, only slower.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use super::edf;
 
 /// One copy-out: the position of the last use it follows, the position
 /// whose op waits for its object (`n` for none: the iteration's end), the
@@ -50,37 +49,15 @@ pub(crate) struct CopyOut {
 /// next release. `prefix_s[p]` is the compute time of positions `0..p`.
 pub(crate) fn edf_sequence(copies: &[CopyOut], prefix_s: &[f64]) -> Vec<usize> {
     let last = prefix_s.len() - 1;
-    let released_s = |c: &CopyOut| prefix_s[(c.after + 1).min(last)];
-    let mut by_release: Vec<(f64, usize)> = copies
+    let released: Vec<f64> = copies
         .iter()
-        .enumerate()
-        .map(|(i, c)| (released_s(c), i))
+        .map(|c| prefix_s[(c.after + 1).min(last)])
         .collect();
-    by_release.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    // Keyed by (due position, duration's bits, index): durations are
-    // non-negative, so their bit patterns order as the numbers do.
-    let mut ready: BinaryHeap<Reverse<(usize, u64, usize)>> = BinaryHeap::new();
-    let mut sequence = Vec::with_capacity(copies.len());
-    let mut stream_s = 0.0f64;
-    let mut next = 0;
-    while sequence.len() < copies.len() {
-        if ready.is_empty() {
-            stream_s = stream_s.max(by_release[next].0);
-        }
-        while let Some(&(at, i)) = by_release.get(next)
-            && at <= stream_s
-        {
-            let c = &copies[i];
-            ready.push(Reverse((c.due, c.d2h_s.max(0.0).to_bits(), i)));
-            next += 1;
-        }
-        let Some(Reverse((_, _, i))) = ready.pop() else {
-            break; // unreachable: the stream waited for a release above
-        };
-        stream_s += copies[i].d2h_s.max(0.0);
-        sequence.push(i);
-    }
-    sequence
+    let dur: Vec<f64> = copies.iter().map(|c| c.d2h_s).collect();
+    // Durations are non-negative, so their bit patterns order as the numbers do.
+    edf::sequence(&released, &dur, |i| {
+        (copies[i].due, copies[i].d2h_s.max(0.0).to_bits())
+    })
 }
 
 /// Where each copy of `copies` is issued (after that position) so that the

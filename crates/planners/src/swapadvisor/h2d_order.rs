@@ -25,8 +25,7 @@
 //! this). The estimate ignores stalls; where it is wrong the order is still
 //! safe, only slower.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use super::edf;
 
 /// One swap-in: where it is triggered (`None`: the iteration start), the
 /// position whose op needs it, and how long it copies.
@@ -47,33 +46,9 @@ fn fire_s(trigger: Option<usize>, prefix_s: &[f64]) -> f64 {
 /// whenever the link is free, the triggered copy needed first, ties by
 /// index; when none is triggered, the link waits for the next trigger.
 pub(crate) fn edf_sequence(copies: &[SwapIn], prefix_s: &[f64]) -> Vec<usize> {
-    let mut by_fire: Vec<(f64, usize)> = copies
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (fire_s(c.trigger, prefix_s), i))
-        .collect();
-    by_fire.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let mut ready: BinaryHeap<Reverse<(usize, usize)>> = BinaryHeap::new();
-    let mut sequence = Vec::with_capacity(copies.len());
-    let mut link_s = 0.0f64;
-    let mut next = 0;
-    while sequence.len() < copies.len() {
-        if ready.is_empty() {
-            link_s = link_s.max(by_fire[next].0);
-        }
-        while let Some(&(fire, i)) = by_fire.get(next)
-            && fire <= link_s
-        {
-            ready.push(Reverse((copies[i].before, i)));
-            next += 1;
-        }
-        let Some(Reverse((_, i))) = ready.pop() else {
-            break; // unreachable: the link waited for a trigger above
-        };
-        link_s += copies[i].h2d_s.max(0.0);
-        sequence.push(i);
-    }
-    sequence
+    let fire: Vec<f64> = copies.iter().map(|c| fire_s(c.trigger, prefix_s)).collect();
+    let dur: Vec<f64> = copies.iter().map(|c| c.h2d_s).collect();
+    edf::sequence(&fire, &dur, |i| copies[i].before)
 }
 
 /// New triggers that make the lowering issue `copies` in `sequence`'s

@@ -72,6 +72,7 @@
 
 mod copy_queue;
 mod d2h_order;
+mod edf;
 mod encoding;
 mod ga;
 mod h2d_order;
