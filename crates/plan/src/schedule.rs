@@ -122,7 +122,8 @@ pub fn use_positions(graph: &Graph, order: &[OpId]) -> Vec<Vec<usize>> {
 /// Lowers a schedule to a plan. Swap gaps: a swap-out on d2h after the compute step
 /// at `after` (skipped when the host copy is still current: a redundant transfer)
 /// and a free after it (with [`Gap::copy_out_after`], the swap-out after that
-/// earlier step instead and the free on the compute stream, waiting for it); a swap-in on h2d once `prefetch_after` has run and the
+/// earlier step instead and the free on the compute stream, waiting for it;
+/// or, past `after`, the swap-out and free after that later step); a swap-in on h2d once `prefetch_after` has run and the
 /// free is done; the first step at position `before` (a recomputation or the op)
 /// waits for the swap-in. Recompute gaps: a free on compute after `after`, and
 /// `Recompute` of the producer just before the op at `before` (several at one
@@ -705,8 +706,8 @@ fn check_delayed_copy_out(g: &Gap, c: usize, n: usize) -> Result<(), ScheduleErr
 /// Where gap `g` (starting after position `a`) starts on the streams: its
 /// free, or its copy-out and free, after this position and in this key of
 /// its phase. A delayed copy-out ([`Gap::copy_out_after`] after `a`) goes
-/// after the gaps that start there, in order of its reclaim point (the
-/// earliest need first), then of the gap's end.
+/// after the gaps that start there, keyed by its reclaim point, or its
+/// gap's end where it has none (the earliest need first; ties by tensor).
 fn gap_start_at(g: &Gap, a: usize) -> (usize, u32) {
     match g.copy_out_after {
         Some(c) if c > a => {
