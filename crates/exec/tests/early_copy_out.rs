@@ -9,7 +9,7 @@ mod common;
 
 use outcore_exec::{CpuBackend, CpuBackendOptions, ExecOptions, execute, test_plans};
 use outcore_graph::builder::Optimizer;
-use outcore_graph::{Graph, TensorKind};
+use outcore_graph::{Graph, TensorId, TensorKind};
 use outcore_plan::{Gap, PlannerInfo, Restore, Schedule, lower_schedule, use_positions};
 use std::collections::BTreeMap;
 
@@ -46,6 +46,20 @@ fn trains_as_if_resident(graph: &Graph, schedule: &Schedule) -> outcore_exec::Ru
         "parameters differ from the run with every tensor resident"
     );
     ours
+}
+
+/// A swap of `t` over `(after, before)`, reclaimed at `reclaim`, swapped in
+/// after the op before its use, its copy-out after position `copy`.
+fn swap_copied_after(t: TensorId, after: usize, before: usize, reclaim: usize, copy: usize) -> Gap {
+    Gap {
+        tensor: t,
+        after: Some(after),
+        before: Some(before),
+        how: Restore::Swap,
+        prefetch_after: Some(before - 1),
+        reclaim_before: Some(reclaim),
+        copy_out_after: Some(copy),
+    }
 }
 
 /// `schedule` swaps at least three activations and three weights, trains
@@ -134,15 +148,9 @@ fn tensors_copied_out_before_their_gaps_train_bit_identically() {
         if before <= after + 1 || copy >= after {
             continue;
         }
-        schedule.gaps.push(Gap {
-            tensor: t.id,
-            after: Some(after),
-            before: Some(before),
-            how: Restore::Swap,
-            prefetch_after: Some(before - 1),
-            reclaim_before: Some(after + 1),
-            copy_out_after: Some(copy),
-        });
+        schedule
+            .gaps
+            .push(swap_copied_after(t.id, after, before, after + 1, copy));
         moved_bytes += t.size_bytes;
     }
     trains_moving_activations_and_weights(&graph, &schedule, moved_bytes);
@@ -174,15 +182,9 @@ fn tensors_copied_out_after_a_delay_train_bit_identically() {
         if before <= after + 2 {
             continue;
         }
-        schedule.gaps.push(Gap {
-            tensor: t.id,
-            after: Some(after),
-            before: Some(before),
-            how: Restore::Swap,
-            prefetch_after: Some(before - 1),
-            reclaim_before: Some(after + 2),
-            copy_out_after: Some(after + 1),
-        });
+        schedule
+            .gaps
+            .push(swap_copied_after(t.id, after, before, after + 2, after + 1));
         moved_bytes += t.size_bytes;
     }
     trains_moving_activations_and_weights(&graph, &schedule, moved_bytes);

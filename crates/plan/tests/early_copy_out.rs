@@ -208,7 +208,7 @@ fn a_copy_out_that_would_miss_the_tensors_value_is_a_schedule_error() {
 }
 
 /// A swap of `t` over `(after, before)` whose copy-out is delayed to after
-/// `copy`, reclaimed at `reclaim`, swapped in after `trigger`.
+/// `copy`, with no reclaim point, swapped in after `trigger`.
 fn delayed(t: TensorId, after: usize, before: usize, copy: usize, trigger: usize) -> Gap {
     Gap {
         tensor: t,

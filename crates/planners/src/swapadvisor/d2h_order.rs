@@ -8,8 +8,9 @@
 //! each of 17 backward blocks, a 3x3 convolution's weight and its momentum
 //! (two 23.5 ms copies) leave after the update, then the next 1x1
 //! convolution's weight and momentum (0.9 ms each), whose object the
-//! following convolution's gradient waited for: 33 ms stalls, 0.52 s in all
-//! (the trace's stalls charged to the copy-out that ended at the op's start).
+//! following convolution's gradient waited for: 33 ms stalls; the backward
+//! pass's stalls on copy-outs came to 0.52 s (the trace's stalls charged to
+//! the copy-out that ended at the op's start).
 //!
 //! The paper (Sec. 4.2) places each swap-out right after the last use and
 //! leaves the order on the stream to the dataflow engine. Our choice, as on

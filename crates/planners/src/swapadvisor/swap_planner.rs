@@ -841,11 +841,12 @@ fn finish(s: &Setup<'_, '_>, mut scanned: Scanned, budget_bytes: u64) -> SwapPla
 /// copy-out stays at or before its own swap-in's trigger.
 fn order_swap_outs(s: &Setup<'_, '_>, scanned: &mut Scanned) -> usize {
     let n = s.n();
-    let copies: Vec<CopyOut> = scanned
+    let (copies, gaps): (Vec<CopyOut>, Vec<u32>) = scanned
         .copy_outs
         .iter()
         .filter_map(|&gi| {
             let g = &scanned.gaps[gi as usize];
+            // Every gap with a copy-out starts after a use.
             let after = g.after?;
             let due = g.reclaim_before.or(g.before).unwrap_or(n);
             // Before the reclaim point and the gap's end, and no later than
@@ -855,21 +856,19 @@ fn order_swap_outs(s: &Setup<'_, '_>, scanned: &mut Scanned) -> usize {
                 None => n,
             };
             let latest = due.saturating_sub(1).min(trigger).min(n.saturating_sub(1));
-            Some(CopyOut {
+            let copy = CopyOut {
                 after,
                 due,
                 latest,
                 d2h_s: s.facts.d2h_s[g.tensor.index()],
-            })
+            };
+            Some((copy, gi))
         })
-        .collect();
-    if copies.len() != scanned.copy_outs.len() {
-        return 0; // unreachable: every swap-out follows a use
-    }
+        .unzip();
     let sequence = d2h_order::edf_sequence(&copies, &s.prefix_s);
     let issue = d2h_order::realise(&copies, &sequence);
     let mut delayed = 0;
-    for ((c, &gi), &at) in copies.iter().zip(&scanned.copy_outs).zip(&issue) {
+    for ((c, &gi), &at) in copies.iter().zip(&gaps).zip(&issue) {
         if at > c.after {
             scanned.gaps[gi as usize].copy_out_after = Some(at);
             delayed += 1;
