@@ -1,6 +1,7 @@
 //! Two small range structures the sweeps use to stay near-linear on graphs of
-//! tens of thousands of ops: a segment tree with range add and range maximum
-//! (the most bytes any op in a range would hold), and a Fenwick tree of point
+//! tens of thousands of ops: a segment tree with range add, range maximum
+//! (the most bytes any op in a range would hold) and the last index of a
+//! range above a threshold, and a Fenwick tree of point
 //! values with prefix sums (bytes still counted in a queue prefix).
 
 /// Range add, range maximum over `i128` values, `O(log n)` per call.
@@ -84,6 +85,42 @@ impl RangeMax {
         ));
         m + self.add[node]
     }
+
+    /// The last index in `lo..hi` whose value is above `threshold`, `None`
+    /// where there is none. `O(log n)`-ish: it descends right child first
+    /// and leaves every subtree whose maximum is at most `threshold`.
+    pub(crate) fn last_above(&self, lo: usize, hi: usize, threshold: i128) -> Option<usize> {
+        let hi = hi.min(self.n);
+        if lo >= hi {
+            return None;
+        }
+        self.last_above_in(1, 0, self.n, lo, hi, threshold, 0)
+    }
+
+    /// `last_above` within node `node` (range `nlo..nhi`), `above` the sum
+    /// of its ancestors' pending adds.
+    #[allow(clippy::too_many_arguments)]
+    fn last_above_in(
+        &self,
+        node: usize,
+        nlo: usize,
+        nhi: usize,
+        lo: usize,
+        hi: usize,
+        threshold: i128,
+        above: i128,
+    ) -> Option<usize> {
+        if hi <= nlo || nhi <= lo || self.max[node] + above <= threshold {
+            return None;
+        }
+        if nhi - nlo == 1 {
+            return Some(nlo);
+        }
+        let mid = (nlo + nhi) / 2;
+        let above = above + self.add[node];
+        self.last_above_in(2 * node + 1, mid, nhi, lo, hi, threshold, above)
+            .or_else(|| self.last_above_in(2 * node, nlo, mid, lo, hi, threshold, above))
+    }
 }
 
 /// Point add, prefix sum over `i128` values, `O(log n)` per call.
@@ -149,7 +186,12 @@ mod tests {
                             *v += d;
                         }
                     }
-                    1 => assert_eq!(tree.max(lo, hi), plain[lo..hi].iter().copied().max()),
+                    1 => {
+                        assert_eq!(tree.max(lo, hi), plain[lo..hi].iter().copied().max());
+                        let threshold = next(41) as i128 - 20;
+                        let last = (lo..hi).rev().find(|&i| plain[i] > threshold);
+                        assert_eq!(tree.last_above(lo, hi, threshold), last);
+                    }
                     _ => {
                         let i = lo.min(n - 1);
                         sums.add(i, d);

@@ -938,14 +938,30 @@ fn sweep(n: usize, buffers: &mut [Buffer], gaps: &mut [Gap], budget_bytes: u64) 
     if n == 0 {
         return 0;
     }
-    let mut live = RangeMax::new(&vec![0; n]);
+    // The bytes live at each position, summed from each buffer's start and
+    // end in one pass and the tree built on them: one range add per buffer
+    // into the tree took a quarter of an RNN-8-8K search.
+    let mut delta = vec![0i128; n + 1];
     for b in buffers.iter() {
         if b.size == 0 || b.end < b.start {
             continue;
         }
-        let end = b.end as usize + usize::from(b.freed_by_copy);
-        live.add(b.start as usize, end + 1, b.size as i128);
+        let end = (b.end as usize + usize::from(b.freed_by_copy)).min(n - 1);
+        let start = b.start as usize;
+        if start > end {
+            continue;
+        }
+        delta[start] += b.size as i128;
+        delta[end + 1] -= b.size as i128;
     }
+    let at: Vec<i128> = delta[..n]
+        .iter()
+        .scan(0i128, |sum, d| {
+            *sum += d;
+            Some(*sum)
+        })
+        .collect();
+    let mut live = RangeMax::new(&at);
     let mut swap_ins: Vec<usize> = (0..buffers.len())
         .filter(|&i| buffers[i].swap_in_gap != NONE && buffers[i].size > 0)
         .collect();
@@ -958,14 +974,17 @@ fn sweep(n: usize, buffers: &mut [Buffer], gaps: &mut [Gap], budget_bytes: u64) 
         let Some(before) = gaps[g].before else {
             continue;
         };
+        // The first trigger from which no position of the window holds
+        // more than the budget: past the last position that does (every
+        // window starting at or before it includes it), and not past the op
+        // before the use.
         let t0 = b.start as usize;
-        let mut t = t0;
-        while t + 1 < before {
-            if live.max(t, before).is_none_or(|bound| bound <= budget) {
-                break;
-            }
-            t += 1;
-        }
+        let t = if t0 + 1 >= before {
+            t0
+        } else {
+            live.last_above(t0, before, budget)
+                .map_or(t0, |p| (p + 1).min(before - 1))
+        };
         if t > t0 {
             // Its buffer now starts at `t`.
             live.add(t0, t, -(b.size as i128));
