@@ -1,8 +1,9 @@
 //! SwapAdvisor (paper 000): the swap planner's safety under its own pool on
-//! random orders and pools, the paper's Fig. 3 example, the genetic operators'
-//! invariants on real graphs, and the planner's contract (plans verify and run
-//! under the pool they carry, the same seed gives the same plan for any number
-//! of threads, the limits stop the search, the ablations keep their fixed half).
+//! random orders and pools, the paper's Fig. 3 example, its victim when none
+//! is free in time, the genetic operators' invariants on real graphs, and the
+//! planner's contract (plans verify and run under the pool they carry, the
+//! same seed gives the same plan for any number of threads, the limits stop
+//! the search, the ablations keep their fixed half).
 
 use outcore_alloc::{SizeClassConfig, SizeClassSpec};
 use outcore_cost::{DeviceProfile, RooflineModel, UnitCostModel};
@@ -244,6 +245,99 @@ fn figure_3_pairs_w1_with_w3_and_w2_with_a3() {
     );
     assert_eq!(e.violations, 0, "{:?}", e.first_violation);
     assert!(e.sim.expect("simulated").expect("simulates").oom.is_none());
+}
+
+/// When no candidate's object is free in time, the victim is Belady's
+/// choice among them all (the next use furthest away), not the least
+/// recently used one. Seven activations of 512 B, a pool of three 512 B
+/// objects, ops of 1 s (1 FLOP) against copies of 512 s (the unit model), so
+/// no copy-out is ever done by the op that needs its object:
+/// op0 -> A; op1(A) -> B; op2(B) -> C; op3(C) -> D; op4(A, D) -> E;
+/// op5(E) -> F; op6(B, F) -> G. At op3 the pool holds A, B and C (C its
+/// operand): A was last used at op1 and is next used at op4, B last at op2
+/// and next at op6. Belady's choice is B, brought back for op6 into an
+/// object A or D leaves at op4: the one swap. Least recently used would
+/// evict A, needed again at op4.
+#[test]
+fn with_no_candidate_free_in_time_the_furthest_next_use_leaves() {
+    let tensor = |id: u32, name: &str| Tensor {
+        id: TensorId(id),
+        name: name.into(),
+        shape: vec![512],
+        dtype: DType::Uint8,
+        size_bytes: 512,
+        kind: TensorKind::Activation,
+        producer: Some(OpId(id)),
+        view_of: None,
+        inplace_update_of: None,
+        is_output: id == 6,
+    };
+    let op = |id: u32, inputs: &[u32]| Op {
+        id: OpId(id),
+        name: format!("op{id}"),
+        kind: OpKind::Named { name: "k".into() },
+        phase: Phase::Forward,
+        inputs: inputs.iter().map(|&t| TensorId(t)).collect(),
+        outputs: vec![TensorId(id)],
+        flops: 1,
+        bytes_read: 0,
+        bytes_written: 0,
+        workspace_bytes: 0,
+        recomputable: true,
+        module: None,
+    };
+    let g = Graph {
+        meta: GraphMeta {
+            model: "belady-fallback".into(),
+            batch: 1,
+            seq: None,
+            optimizer: "none".into(),
+            source: "hand-made".into(),
+        },
+        tensors: ["A", "B", "C", "D", "E", "F", "G"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| tensor(i as u32, n))
+            .collect(),
+        ops: vec![
+            op(0, &[]),
+            op(1, &[0]),
+            op(2, &[1]),
+            op(3, &[2]),
+            op(4, &[0, 3]),
+            op(5, &[4]),
+            op(6, &[1, 5]),
+        ],
+    };
+    let cost = UnitCostModel;
+    let budget = 3 * 512;
+    let config = SizeClassConfig {
+        classes: vec![SizeClassSpec {
+            size_bytes: 512,
+            count: 3,
+        }],
+        encoding: None,
+    };
+    let pool = PoolModel::of_config(&config).expect("pool");
+    let ev = Evaluator::new(&g, &cost, budget, AllocatorSpec::Perfect);
+    let facts = Facts::new(&g, &cost, ev.op_time_s());
+    let order: Vec<OpId> = (0..7).map(OpId).collect();
+    let plan = plan_swaps(&facts, &order, &pool, budget).expect("plans");
+    let swapped: Vec<(TensorId, Option<usize>, Option<usize>)> = plan
+        .schedule
+        .gaps
+        .iter()
+        .map(|g| (g.tensor, g.after, g.before))
+        .collect();
+    assert_eq!(swapped, vec![(TensorId(1), Some(2), Some(6))]);
+    let e = ev.evaluate_under(
+        &plan.schedule,
+        &AllocatorSpec::SizeClass(config),
+        &mut Scratch::default(),
+    );
+    assert_eq!(e.violations, 0, "{:?}", e.first_violation);
+    let sim = e.sim.expect("simulated").expect("simulates");
+    assert!(sim.oom.is_none(), "{:?}", sim.oom);
 }
 
 /// Crossover and mutation on real graphs (in-place updates included) give

@@ -14,8 +14,8 @@
 //!
 //! Tried and dropped: refusing a victim whose copy would push a copy placed
 //! before past the op that waits for it. The victims left were often none,
-//! and the least recently used fallback is the one whose copy goes earliest
-//! in the stream: on BRNN-4-8K the best of five generations (the
+//! and the fallback then (the least recently used candidate; Belady's since
+//! 2026-11-30) is the one whose copy goes earliest in the stream: on BRNN-4-8K the best of five generations (the
 //! `swapadvisor_search` example) went from 28.8 s to 42.1 s per iteration.
 //!
 //! A walk over the copies behind a new one stops where its delay is

@@ -39,8 +39,17 @@
 //!   victim's last use or once the copy-outs of earlier last uses are done,
 //!   whichever is later. A candidate whose host copy is current needs no
 //!   copy, but counts as free only once every copy-out placed so far is
-//!   estimated done. When none qualifies, the least recently used candidate
-//!   is taken (the one whose object frees soonest). Why a queue: counting
+//!   estimated done. When none qualifies, Belady's choice is made among all
+//!   the candidates (the next use furthest away): the paper's rule without
+//!   its threshold. Until 2026-11-30 the least recently used candidate was
+//!   taken instead (its object frees soonest); on a copy-bound graph that
+//!   is nearly every choice (NasNet-25 b64 at 16 GiB: 99% of them), so the
+//!   planner evicted by LRU, bringing back tensors needed soon. With
+//!   Belady's, 60 s searches (`outcore compare ... --planners swapadvisor
+//!   --seconds 60`, the five Fig. 6 models) went from 0.921 / 0.717 / 0.960
+//!   / 0.879 / 0.190 to 0.934 / 0.740 / 0.971 / 0.891 / 0.191 of ideal
+//!   (RNN-8-8K, BRNN-4-8K, WResNet-152-10, Inception-4, NasNet-25;
+//!   RESULTS.md). Why a queue: counting
 //!   only the victim's own copy, the threshold and the reclaim point below
 //!   took copies that waited behind others as done (on WResNet-152-10 at
 //!   16 GiB half of a plan's 4.3 s of stalls; a queue in the scan's order
@@ -642,10 +651,12 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
         }
     }
 
-    /// Belady's choice within class `k` (module doc).
+    /// Belady's choice within class `k` (module doc): the first candidate,
+    /// furthest next use first, that is free in time; else the first that
+    /// is free by `limit`.
     fn choose_victim(&self, k: usize, limit: usize, need_s: f64, q: usize) -> Option<TensorId> {
         let s = self.s;
-        let mut fallback: Option<(u32, TensorId)> = None;
+        let mut fallback: Option<TensorId> = None;
         for &(_, ti) in self.classes[k].victims.iter().rev() {
             let t = TensorId(ti);
             let st = &self.t[t.index()];
@@ -659,11 +670,9 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
             if self.object_free_s(t, a) + need_s <= s.prefix_s[q] {
                 return Some(t);
             }
-            if fallback.is_none_or(|(fa, _)| (a as u32) < fa) {
-                fallback = Some((a as u32, t));
-            }
+            fallback.get_or_insert(t);
         }
-        fallback.map(|f| f.1)
+        fallback
     }
 
     /// Takes `t` off the device; returns the position from which its object
