@@ -12,8 +12,8 @@ use outcore_graph::{
     DType, Graph, GraphMeta, Op, OpId, OpKind, Phase, Tensor, TensorId, TensorKind, footprint,
 };
 use outcore_plan::{
-    AllocatorSpec, Gap, Instr, Plan, PlanOutcome, PlanRequest, Planner, Stream, check_order,
-    eager_update_order, random_topological_order, verify,
+    AllocatorSpec, Gap, Instr, Plan, PlanOutcome, PlanRequest, Planner, Schedule, Stream,
+    check_order, eager_update_order, random_topological_order, verify,
 };
 use outcore_planners::swapadvisor::{
     Adaptation, AllocGene, Breeder, Dag, Facts, PoolModel, SearchSpace, SizeDemand, SwapAdvisor,
@@ -151,6 +151,30 @@ fn unit_op(id: u32, inputs: &[u32], output: u32) -> Op {
     }
 }
 
+/// A pool of `count` objects of 512 B (the unit tensors' size).
+fn unit_pool(count: u64) -> SizeClassConfig {
+    SizeClassConfig {
+        classes: vec![SizeClassSpec {
+            size_bytes: 512,
+            count,
+        }],
+        encoding: None,
+    }
+}
+
+/// `schedule` verifies and simulates without running out of memory under
+/// the `size-class` pool `config`.
+fn assert_runs_in_pool(ev: &Evaluator<'_>, schedule: &Schedule, config: SizeClassConfig) {
+    let e = ev.evaluate_under(
+        schedule,
+        &AllocatorSpec::SizeClass(config),
+        &mut Scratch::default(),
+    );
+    assert_eq!(e.violations, 0, "{:?}", e.first_violation);
+    let sim = e.sim.expect("simulated").expect("simulates");
+    assert!(sim.oom.is_none(), "{:?}", sim.oom);
+}
+
 /// Fig. 3: op1(W1) -> A1, op2(W2, A1) -> A2, op3(W3, A1, A2) -> A3, every
 /// tensor one unit (512 B), four units of memory, one unit of time per op and
 /// per copy, parameters on the host at the start (the first pass). The
@@ -185,13 +209,7 @@ fn figure_3_pairs_w1_with_w3_and_w2_with_a3() {
     };
     let cost = UnitCostModel;
     let budget = 4 * 512;
-    let config = SizeClassConfig {
-        classes: vec![SizeClassSpec {
-            size_bytes: 512,
-            count: 4,
-        }],
-        encoding: None,
-    };
+    let config = unit_pool(4);
     let pool = PoolModel::of_config(&config).expect("pool");
     let ev = Evaluator::new(&g, &cost, budget, AllocatorSpec::Perfect);
     let facts = Facts::new(&g, &cost, ev.op_time_s());
@@ -215,14 +233,7 @@ fn figure_3_pairs_w1_with_w3_and_w2_with_a3() {
     assert_eq!((w2.before, w2.reclaim_before), (None, Some(2)));
     // Every parameter starts and ends on the host.
     assert_eq!(plan.schedule.initial_residency.len(), 3);
-    let e = ev.evaluate_under(
-        &plan.schedule,
-        &AllocatorSpec::SizeClass(config),
-        &mut Scratch::default(),
-    );
-    assert_eq!(e.violations, 0, "{:?}", e.first_violation);
-    let sim = e.sim.expect("simulated").expect("simulates");
-    assert!(sim.oom.is_none(), "{:?}", sim.oom);
+    assert_runs_in_pool(&ev, &plan.schedule, config);
     // The double pass: W3 starts (and ends) resident, W1 gives way to A2.
     let both = plan_swaps(&facts, &order, &pool, budget).expect("plans");
     assert!(!both.schedule.gaps.iter().any(|g| g.tensor == TensorId(2)));
@@ -232,19 +243,7 @@ fn figure_3_pairs_w1_with_w3_and_w2_with_a3() {
             g.tensor == TensorId(0) && g.after == Some(0) && g.reclaim_before == Some(1)
         })
     );
-    let e = ev.evaluate_under(
-        &both.schedule,
-        &AllocatorSpec::SizeClass(SizeClassConfig {
-            classes: vec![SizeClassSpec {
-                size_bytes: 512,
-                count: 4,
-            }],
-            encoding: None,
-        }),
-        &mut Scratch::default(),
-    );
-    assert_eq!(e.violations, 0, "{:?}", e.first_violation);
-    assert!(e.sim.expect("simulated").expect("simulates").oom.is_none());
+    assert_runs_in_pool(&ev, &both.schedule, unit_pool(4));
 }
 
 /// When no candidate's object is free in time, the victim is Belady's
@@ -311,13 +310,7 @@ fn with_no_candidate_free_in_time_the_furthest_next_use_leaves() {
     };
     let cost = UnitCostModel;
     let budget = 3 * 512;
-    let config = SizeClassConfig {
-        classes: vec![SizeClassSpec {
-            size_bytes: 512,
-            count: 3,
-        }],
-        encoding: None,
-    };
+    let config = unit_pool(3);
     let pool = PoolModel::of_config(&config).expect("pool");
     let ev = Evaluator::new(&g, &cost, budget, AllocatorSpec::Perfect);
     let facts = Facts::new(&g, &cost, ev.op_time_s());
@@ -330,14 +323,7 @@ fn with_no_candidate_free_in_time_the_furthest_next_use_leaves() {
         .map(|g| (g.tensor, g.after, g.before))
         .collect();
     assert_eq!(swapped, vec![(TensorId(1), Some(2), Some(6))]);
-    let e = ev.evaluate_under(
-        &plan.schedule,
-        &AllocatorSpec::SizeClass(config),
-        &mut Scratch::default(),
-    );
-    assert_eq!(e.violations, 0, "{:?}", e.first_violation);
-    let sim = e.sim.expect("simulated").expect("simulates");
-    assert!(sim.oom.is_none(), "{:?}", sim.oom);
+    assert_runs_in_pool(&ev, &plan.schedule, config);
 }
 
 /// Crossover and mutation on real graphs (in-place updates included) give

@@ -45,11 +45,14 @@
 //!   taken instead (its object frees soonest); on a copy-bound graph that
 //!   is nearly every choice (NasNet-25 b64 at 16 GiB: 99% of them), so the
 //!   planner evicted by LRU, bringing back tensors needed soon. With
-//!   Belady's, 60 s searches (`outcore compare ... --planners swapadvisor
-//!   --seconds 60`, the five Fig. 6 models) went from 0.921 / 0.717 / 0.960
-//!   / 0.879 / 0.190 to 0.934 / 0.740 / 0.971 / 0.891 / 0.191 of ideal
-//!   (RNN-8-8K, BRNN-4-8K, WResNet-152-10, Inception-4, NasNet-25;
-//!   RESULTS.md). Why a queue: counting
+//!   Belady's, the first generations of BRNN-4-8K and NasNet-25 went from
+//!   23.26 to 21.91 s and from 28.60 to 27.79 s per iteration (Inception-4's
+//!   from 9.88 to 10.13 s, the other two unchanged), and 60 s searches
+//!   (`outcore compare ... --planners swapadvisor --seconds 60`, seeds 0 to
+//!   2) BRNN-4-8K from 0.717 to 0.740-0.746 of ideal and NasNet-25 from
+//!   0.190 to 0.191-0.192; RNN-8-8K, WResNet-152-10 and Inception-4 stay
+//!   within their seeds' spread (RESULTS.md, "Belady's choice when no
+//!   candidate is free in time"). Why a queue: counting
 //!   only the victim's own copy, the threshold and the reclaim point below
 //!   took copies that waited behind others as done (on WResNet-152-10 at
 //!   16 GiB half of a plan's 4.3 s of stalls; a queue in the scan's order
