@@ -65,8 +65,10 @@ pub struct ExecOptions {
     /// each stream's steps in their own order), e.g. the simulator's start
     /// order (`SimOutput::start_order`). A real allocator (size classes,
     /// best-fit) is only known to fit the plan for the sequence of allocations
-    /// and frees it was simulated with; issuing in that order hands it the same
-    /// sequence. `None`: greedily, compute first.
+    /// and frees it was simulated with; issuing in that order, each
+    /// allocation after the frees issued before it have been applied (the
+    /// executor waits for them), hands it the same sequence. `None`:
+    /// greedily, compute first, frees applied as they complete.
     pub issue_order: Option<Vec<StepRef>>,
     /// Told after each iteration; returning `false` stops the run before the
     /// next one with [`ExecErrorKind::Interrupted`] (a Ctrl-C, say).
@@ -478,7 +480,21 @@ impl<'a> Executor<'a> {
         owner: u64,
         size_bytes: u64,
     ) -> Result<Resident, ExecError> {
-        self.reclaim(false)?;
+        if self.issue_order.is_some() {
+            // Replaying an issue order: every free issued before this
+            // allocation reaches the allocator first, in the order issued,
+            // so the allocator sees the sequence the order was simulated
+            // with. Taking only the frees done by now (below) made the
+            // sequence depend on the copy threads' timing: the tiny-cnn
+            // `odswap` plan of `planners_at_40` under 64 KiB virtual chunks
+            // ran out of memory in one CI rehearsal in several (128 KiB
+            // asked, 236 KiB free in 64 KiB blocks).
+            while !self.pending_frees.is_empty() {
+                self.reclaim(true)?;
+            }
+        } else {
+            self.reclaim(false)?;
+        }
         let key = self.next_key;
         self.next_key += 1;
         // Persistent tensors and parameter gradients (alive from backward to the

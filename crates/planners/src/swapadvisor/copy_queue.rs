@@ -14,8 +14,9 @@
 //!
 //! Tried and dropped: refusing a victim whose copy would push a copy placed
 //! before past the op that waits for it. The victims left were often none,
-//! and the fallback then (the least recently used candidate; Belady's since
-//! 2026-11-30) is the one whose copy goes earliest in the stream: on BRNN-4-8K the best of five generations (the
+//! and the fallback then (the least recently used candidate, whose copy goes
+//! earliest in the stream; Belady's choice since 2026-11-30) made plans
+//! slower: on BRNN-4-8K the best of five generations (the
 //! `swapadvisor_search` example) went from 28.8 s to 42.1 s per iteration.
 //!
 //! A walk over the copies behind a new one stops where its delay is
@@ -60,8 +61,10 @@ impl CopyQueue {
     }
 
     /// When the copies released at positions up to and including
-    /// `position` are estimated done (0 when there are none).
-    pub(crate) fn done_through_s(&self, position: u32) -> f64 {
+    /// `position` are estimated done (0 when there are none); the tests'
+    /// view of the queue.
+    #[cfg(test)]
+    fn done_through_s(&self, position: u32) -> f64 {
         self.after(position)
             .checked_sub(1)
             .map_or(0.0, |i| self.entries[i].finish_s)
@@ -76,7 +79,13 @@ impl CopyQueue {
     /// be estimated done if placed now: it starts at its release or once the
     /// copies at and before `position` are done, whichever is later.
     pub(crate) fn finish_if_placed_s(&self, position: u32, release_s: f64, dur_s: f64) -> f64 {
-        release_s.max(self.done_through_s(position)) + dur_s
+        self.finish_if_placed_at_s(self.after(position), release_s, dur_s)
+    }
+
+    /// [`Self::finish_if_placed_s`] for a copy that would go at index `at`.
+    fn finish_if_placed_at_s(&self, at: usize, release_s: f64, dur_s: f64) -> f64 {
+        let ahead_s = at.checked_sub(1).map_or(0.0, |i| self.entries[i].finish_s);
+        release_s.max(ahead_s) + dur_s
     }
 
     /// Places a copy of `dur_s` released after `position` at `release_s`,
@@ -84,8 +93,7 @@ impl CopyQueue {
     /// when it is estimated done ([`Self::finish_if_placed_s`]).
     pub(crate) fn place(&mut self, position: u32, release_s: f64, dur_s: f64) -> f64 {
         let at = self.after(position);
-        let finish_s =
-            release_s.max(at.checked_sub(1).map_or(0.0, |i| self.entries[i].finish_s)) + dur_s;
+        let finish_s = self.finish_if_placed_at_s(at, release_s, dur_s);
         let mut prev_s = finish_s;
         let mut tail_s = self.tail_s.max(finish_s);
         for e in self.entries[at..].iter_mut().take(WALK_LIMIT) {

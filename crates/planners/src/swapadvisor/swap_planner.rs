@@ -655,8 +655,8 @@ impl<'s, 'a, 'g> Scan<'s, 'a, 'g> {
     }
 
     /// Belady's choice within class `k` (module doc): the first candidate,
-    /// furthest next use first, that is free in time; else the first that
-    /// is free by `limit`.
+    /// furthest next use first, that is free in time; else the first last
+    /// used before `limit`.
     fn choose_victim(&self, k: usize, limit: usize, need_s: f64, q: usize) -> Option<TensorId> {
         let s = self.s;
         let mut fallback: Option<TensorId> = None;
