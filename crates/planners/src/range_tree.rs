@@ -87,8 +87,10 @@ impl RangeMax {
     }
 
     /// The last index in `lo..hi` whose value is above `threshold`, `None`
-    /// where there is none. `O(log n)`-ish: it descends right child first
-    /// and leaves every subtree whose maximum is at most `threshold`.
+    /// where there is none, in `O(log n)`: it descends right child first
+    /// and leaves every subtree whose maximum is at most `threshold`, so
+    /// the first subtree of the range it enters that holds one is the one
+    /// it returns from.
     pub(crate) fn last_above(&self, lo: usize, hi: usize, threshold: i128) -> Option<usize> {
         let hi = hi.min(self.n);
         if lo >= hi {

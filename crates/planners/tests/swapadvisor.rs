@@ -119,10 +119,12 @@ fn swap_plans_verify_and_fit_their_pool_on_random_orders_and_pools() {
     assert!(delayed > 0, "no plan delayed a copy-out ({planned} plans)");
 }
 
-fn unit_tensor(id: u32, kind: TensorKind, producer: Option<u32>) -> Tensor {
+/// A 512 B tensor (one unit of the hand-made examples), made by op
+/// `producer` (`None`: a graph input).
+fn unit_tensor(id: u32, name: &str, kind: TensorKind, producer: Option<u32>) -> Tensor {
     Tensor {
         id: TensorId(id),
-        name: ["W1", "W2", "W3", "A1", "A2", "A3"][id as usize].into(),
+        name: name.into(),
         shape: vec![512],
         dtype: DType::Uint8,
         size_bytes: 512,
@@ -130,11 +132,13 @@ fn unit_tensor(id: u32, kind: TensorKind, producer: Option<u32>) -> Tensor {
         producer: producer.map(OpId),
         view_of: None,
         inplace_update_of: None,
-        is_output: id == 5,
+        is_output: false,
     }
 }
 
-fn unit_op(id: u32, inputs: &[u32], output: u32) -> Op {
+/// A forward op of `flops` (its seconds under the unit cost model) with one
+/// output.
+fn unit_op(id: u32, inputs: &[u32], output: u32, flops: u64) -> Op {
     Op {
         id: OpId(id),
         name: format!("op{}", id + 1),
@@ -142,12 +146,30 @@ fn unit_op(id: u32, inputs: &[u32], output: u32) -> Op {
         phase: Phase::Forward,
         inputs: inputs.iter().map(|&t| TensorId(t)).collect(),
         outputs: vec![TensorId(output)],
-        flops: 512,
+        flops,
         bytes_read: 0,
         bytes_written: 0,
         workspace_bytes: 0,
         recomputable: true,
         module: None,
+    }
+}
+
+/// A hand-made graph whose last tensor is its output.
+fn unit_graph(model: &str, source: &str, mut tensors: Vec<Tensor>, ops: Vec<Op>) -> Graph {
+    if let Some(last) = tensors.last_mut() {
+        last.is_output = true;
+    }
+    Graph {
+        meta: GraphMeta {
+            model: model.into(),
+            batch: 1,
+            seq: None,
+            optimizer: "none".into(),
+            source: source.into(),
+        },
+        tensors,
+        ops,
     }
 }
 
@@ -185,28 +207,22 @@ fn assert_runs_in_pool(ev: &Evaluator<'_>, schedule: &Schedule, config: SizeClas
 fn figure_3_pairs_w1_with_w3_and_w2_with_a3() {
     let p = TensorKind::Parameter;
     let a = TensorKind::Activation;
-    let g = Graph {
-        meta: GraphMeta {
-            model: "figure-3".into(),
-            batch: 1,
-            seq: None,
-            optimizer: "none".into(),
-            source: "SwapAdvisor Fig. 3".into(),
-        },
-        tensors: vec![
-            unit_tensor(0, p, None),
-            unit_tensor(1, p, None),
-            unit_tensor(2, p, None),
-            unit_tensor(3, a, Some(0)),
-            unit_tensor(4, a, Some(1)),
-            unit_tensor(5, a, Some(2)),
+    let names = ["W1", "W2", "W3", "A1", "A2", "A3"];
+    let g = unit_graph(
+        "figure-3",
+        "SwapAdvisor Fig. 3",
+        (0..6u32)
+            .map(|i| {
+                let (kind, producer) = if i < 3 { (p, None) } else { (a, Some(i - 3)) };
+                unit_tensor(i, names[i as usize], kind, producer)
+            })
+            .collect(),
+        vec![
+            unit_op(0, &[0], 3, 512),
+            unit_op(1, &[1, 3], 4, 512),
+            unit_op(2, &[2, 3, 4], 5, 512),
         ],
-        ops: vec![
-            unit_op(0, &[0], 3),
-            unit_op(1, &[1, 3], 4),
-            unit_op(2, &[2, 3, 4], 5),
-        ],
-    };
+    );
     let cost = UnitCostModel;
     let budget = 4 * 512;
     let config = unit_pool(4);
@@ -259,46 +275,17 @@ fn figure_3_pairs_w1_with_w3_and_w2_with_a3() {
 /// evict A, needed again at op4.
 #[test]
 fn with_no_candidate_free_in_time_the_furthest_next_use_leaves() {
-    let tensor = |id: u32, name: &str| Tensor {
-        id: TensorId(id),
-        name: name.into(),
-        shape: vec![512],
-        dtype: DType::Uint8,
-        size_bytes: 512,
-        kind: TensorKind::Activation,
-        producer: Some(OpId(id)),
-        view_of: None,
-        inplace_update_of: None,
-        is_output: id == 6,
-    };
-    let op = |id: u32, inputs: &[u32]| Op {
-        id: OpId(id),
-        name: format!("op{id}"),
-        kind: OpKind::Named { name: "k".into() },
-        phase: Phase::Forward,
-        inputs: inputs.iter().map(|&t| TensorId(t)).collect(),
-        outputs: vec![TensorId(id)],
-        flops: 1,
-        bytes_read: 0,
-        bytes_written: 0,
-        workspace_bytes: 0,
-        recomputable: true,
-        module: None,
-    };
-    let g = Graph {
-        meta: GraphMeta {
-            model: "belady-fallback".into(),
-            batch: 1,
-            seq: None,
-            optimizer: "none".into(),
-            source: "hand-made".into(),
-        },
-        tensors: ["A", "B", "C", "D", "E", "F", "G"]
+    let activation = |id: u32, name: &str| unit_tensor(id, name, TensorKind::Activation, Some(id));
+    let op = |id: u32, inputs: &[u32]| unit_op(id, inputs, id, 1);
+    let g = unit_graph(
+        "belady-fallback",
+        "hand-made",
+        ["A", "B", "C", "D", "E", "F", "G"]
             .iter()
-            .enumerate()
-            .map(|(i, n)| tensor(i as u32, n))
+            .zip(0u32..)
+            .map(|(name, i)| activation(i, name))
             .collect(),
-        ops: vec![
+        vec![
             op(0, &[]),
             op(1, &[0]),
             op(2, &[1]),
@@ -307,7 +294,7 @@ fn with_no_candidate_free_in_time_the_furthest_next_use_leaves() {
             op(5, &[4]),
             op(6, &[1, 5]),
         ],
-    };
+    );
     let cost = UnitCostModel;
     let budget = 3 * 512;
     let config = unit_pool(3);

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 
 /// The order in which one stream should copy items `0..release_s.len()`:
 /// whenever the stream is free, the released item with the smallest
-/// `key(i)` goes next (keys should end with `i` to break ties); when none
+/// `key(i)` goes next (equal keys by index); when none
 /// is released, the stream waits for the next release. Item `i` is released
 /// at `release_s[i]` and copies for `dur_s[i]` (negative counts as 0).
 pub(crate) fn sequence<K: Ord>(
