@@ -14,7 +14,9 @@ of memory (for outcore: also when a plan is found).  All methods train with
 SGD (momentum 0.9) in float32.
 
 Search: the batch doubles from ``--start`` until it fails, then bisects until
-the bracket is within ``--tolerance`` of the lower end.  Throughput is the
+the bracket is within ``--tolerance`` of the lower end.  With ``--batch N`` there
+is no search: every method trains at batch N once (the throughput of each way
+at one batch, e.g. against eager training under an unlimited budget).  Throughput is the
 median of ``--iters`` timed steps at the largest batch, in samples per second.
 For outcore, the simulated iteration time of the plan is reported beside the
 measured one.
@@ -117,7 +119,7 @@ def _init_state(model, loss_fn, opt, make_batch) -> None:
 
 
 def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
-              iters: int, planner: str, headroom: float) -> dict[str, Any] | None:
+              iters: int, planner: str, headroom: float, seconds: float = 10.0) -> dict[str, Any] | None:
     """Trains ``iters`` timed steps (after one warm-up); ``None`` if it does not fit."""
     model, loss_fn, make_batch = make_model(model_name, device)
     opt = _sgd(model)
@@ -147,7 +149,8 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
 
             t0 = time.perf_counter()
             compiled = ot.compile_step(model, loss_fn, opt, make_batch(batch), budget=budget_bytes,
-                                       planner=planner, headroom=headroom, enforce=True)
+                                       planner=planner, headroom=headroom, enforce=True,
+                                       time_limit_s=seconds)
             info["compile_s"] = time.perf_counter() - t0
             info["planner"] = compiled.plan_result.planner
             info["simulated_iter_s"] = compiled.plan_result.report.iter_time_s
@@ -215,13 +218,16 @@ def largest_batch(method: str, args, budget_bytes: int, device: torch.device, st
                 print(f"  {method:12s} batch {b:5d}: does not fit (about {need / 2**30:.0f} GiB of pinned "
                       f"host memory, {avail / 2**30:.0f} GiB available)", file=sys.stderr, flush=True)
                 return None
-        r = run_trial(method, args.model, b, budget_bytes, device, args.iters, args.planner, args.headroom)
+        r = run_trial(method, args.model, b, budget_bytes, device, args.iters, args.planner, args.headroom,
+                      args.seconds)
         if r is not None:
             TRIALS.append(r)
         print(f"  {method:12s} batch {b:5d}: {'fits' if r else 'does not fit'}"
               + (f" ({r['samples_per_s']:.1f} samples/s)" if r else ""), file=sys.stderr, flush=True)
         return r
 
+    if args.batch:
+        return trial(args.batch)
     best = None
     b = start
     fail = None
@@ -264,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--headroom", type=float, default=0.08, help="fraction of the budget kept from the planner")
     ap.add_argument("--start", type=int, default=8, help="first batch tried")
     ap.add_argument("--max-batch", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=0, help="train every method at this batch only (no search)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="outcore's planning time limit per trial")
     ap.add_argument("--tolerance", type=float, default=0.2, help="bisection stops within this fraction")
     ap.add_argument("--iters", type=int, default=3, help="timed steps per trial")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -272,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="device bytes per sample of eager training, when eager is not among the methods "
                          "(bounds save_on_cpu's pinned host memory)")
     args = ap.parse_args(argv)
+    if args.batch < 0 or args.seconds <= 0:
+        ap.error(f"--batch must be >= 1 (or 0 for the search) and --seconds > 0; got {args.batch} and "
+                 f"{args.seconds}")
     import outcore
 
     device = torch.device(args.device)
@@ -294,14 +305,14 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump({"model": args.model, "budget_bytes": budget_bytes, "partial": True,
                            "results": results, "trials": TRIALS}, f, indent=1)
     doc = {
-        "planner": args.planner, "headroom": args.headroom,
+        "planner": args.planner, "headroom": args.headroom, "seconds": args.seconds, "fixed_batch": args.batch,
         "model": args.model, "budget_bytes": budget_bytes, "device": torch.cuda.get_device_name(device)
         if device.type == "cuda" else "cpu", "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "results": results,
         "trials": TRIALS,
     }
     print(f"\n{args.model}, budget {args.budget} ({budget_bytes} B) on {doc['device']}")
-    print(f"{'method':12s} {'max batch':>9s} {'samples/s':>10s} {'iter ms':>9s} {'peak alloc MiB':>15s}  notes")
+    print(f"{'method':12s} {'batch' if args.batch else 'max batch':>9s} {'samples/s':>10s} {'iter ms':>9s} {'peak alloc MiB':>15s}  notes")
     for r in results:
         if not r.get("batch"):
             print(f"{r['method']:12s} {'0':>9s} {'-':>10s} {'-':>9s} {'-':>15s}")

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU check of one lent device session (see tools/README.md): the Python
+# suite on CUDA with deterministic algorithms, then each way of training at one
+# batch under budgets of 50% and 25% of eager training's peak at that batch.
+#
+#   tools/device/gpu_check.sh OUT_DIR [resnet50:128,gpt2:8]
+#
+# Expects `outcore` importable (the wheel installed) and a CUDA device.  Every
+# result is written under OUT_DIR as it comes (one JSON per run, log.txt), so a
+# run cut short keeps what it measured.
+set -uo pipefail
+out="$1"
+cases="${2:-resnet50:128,gpt2:8}"
+mkdir -p "$out/json"
+log="$out/log.txt"
+say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
+
+say "device: $(python3 -c 'import torch; print(torch.cuda.get_device_name(0), torch.__version__)')"
+if [ -z "${SKIP_PYTEST:-}" ]; then
+    say "pytest on cuda"
+    (cd python/tests && OUTCORE_TEST_DEVICE=cuda CUBLAS_WORKSPACE_CONFIG=:4096:8 \
+        python3 -m pytest -q -p no:cacheprovider . 2>&1) | tail -15 | tee -a "$log"
+fi
+bench() { python3 -m outcore.torch.bench "$@" 2>&1 | tee -a "$log"; }
+total=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory)')
+IFS=, read -ra list <<< "$cases"
+for c in "${list[@]}"; do
+    model="${c%%:*}"; batch="${c##*:}"
+    say "$model b$batch: eager, unlimited"
+    bench --model "$model" --batch "$batch" --budget "$total" --methods eager --json "$out/json/$model-eager.json"
+    peak=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results'][0].get('peak_allocated_bytes', 0))" \
+        "$out/json/$model-eager.json")
+    [ "$peak" -gt 0 ] || { say "no eager peak for $model"; continue; }
+    for pct in 50 25; do
+        budget=$(( peak * pct / 100 ))
+        say "$model b$batch at $pct% of eager's peak ($budget B)"
+        bench --model "$model" --batch "$batch" --budget "$budget" --methods checkpoint \
+            --json "$out/json/$model-$pct-checkpoint.json"
+        for planner in ${PLANNERS:-auto outcore}; do
+            bench --model "$model" --batch "$batch" --budget "$budget" --methods outcore --planner "$planner" \
+                --seconds "${SECONDS_LIMIT:-10}" --json "$out/json/$model-$pct-$planner.json"
+        done
+    done
+done
+say "done"
