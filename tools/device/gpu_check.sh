@@ -5,6 +5,9 @@
 #
 #   tools/device/gpu_check.sh OUT_DIR [resnet50:128,gpt2:8]
 #
+# Environment: SKIP_PYTEST=1, RUNS ("planner:allocator ..."), SECONDS_LIMIT.
+# Run on 2026-11-30 (H200, 5 min; results in python/bench-results/2026-11-30-h200)
+# with the outcore runs as `auto` and `outcore`, both best-fit.
 # Expects `outcore` importable (the wheel installed) and a CUDA device.  Every
 # result is written under OUT_DIR as it comes (one JSON per run, log.txt), so a
 # run cut short keeps what it measured.
@@ -36,9 +39,12 @@ for c in "${list[@]}"; do
         say "$model b$batch at $pct% of eager's peak ($budget B)"
         bench --model "$model" --batch "$batch" --budget "$budget" --methods checkpoint \
             --json "$out/json/$model-$pct-checkpoint.json"
-        for planner in ${PLANNERS:-auto outcore}; do
+        # planner:allocator; virtual-chunks turns on PyTorch's expandable segments
+        for run in ${RUNS:-auto:best-fit outcore:best-fit outcore:virtual-chunks}; do
+            planner="${run%%:*}"; allocator="${run##*:}"
             bench --model "$model" --batch "$batch" --budget "$budget" --methods outcore --planner "$planner" \
-                --seconds "${SECONDS_LIMIT:-10}" --json "$out/json/$model-$pct-$planner.json"
+                --allocator "$allocator" --seconds "${SECONDS_LIMIT:-10}" \
+                --json "$out/json/$model-$pct-$planner-$allocator.json"
         done
     done
 done

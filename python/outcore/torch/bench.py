@@ -119,7 +119,8 @@ def _init_state(model, loss_fn, opt, make_batch) -> None:
 
 
 def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
-              iters: int, planner: str, headroom: float, seconds: float = 10.0) -> dict[str, Any] | None:
+              iters: int, planner: str, headroom: float, seconds: float = 10.0,
+              allocator: str = "best-fit") -> dict[str, Any] | None:
     """Trains ``iters`` timed steps (after one warm-up); ``None`` if it does not fit."""
     model, loss_fn, make_batch = make_model(model_name, device)
     opt = _sgd(model)
@@ -150,7 +151,7 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
             t0 = time.perf_counter()
             compiled = ot.compile_step(model, loss_fn, opt, make_batch(batch), budget=budget_bytes,
                                        planner=planner, headroom=headroom, enforce=True,
-                                       time_limit_s=seconds)
+                                       time_limit_s=seconds, allocator=allocator)
             info["compile_s"] = time.perf_counter() - t0
             info["planner"] = compiled.plan_result.planner
             info["simulated_iter_s"] = compiled.plan_result.report.iter_time_s
@@ -185,10 +186,10 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
         if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
             return None
         raise
-    except Exception as e:  # noqa: BLE001 - outcore errors: no plan at this batch
-        from outcore.errors import OutcoreError
+    except Exception as e:  # noqa: BLE001 - outcore's "no plan at this batch"; any other error propagates
+        from outcore.errors import InfeasibleError
 
-        if isinstance(e, OutcoreError):
+        if isinstance(e, InfeasibleError):
             print(f"  {method} b={batch}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
             return None
         raise
@@ -219,7 +220,7 @@ def largest_batch(method: str, args, budget_bytes: int, device: torch.device, st
                       f"host memory, {avail / 2**30:.0f} GiB available)", file=sys.stderr, flush=True)
                 return None
         r = run_trial(method, args.model, b, budget_bytes, device, args.iters, args.planner, args.headroom,
-                      args.seconds)
+                      args.seconds, args.allocator)
         if r is not None:
             TRIALS.append(r)
         print(f"  {method:12s} batch {b:5d}: {'fits' if r else 'does not fit'}"
@@ -271,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=8, help="first batch tried")
     ap.add_argument("--max-batch", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=0, help="train every method at this batch only (no search)")
+    ap.add_argument("--allocator", default="best-fit", choices=["best-fit", "virtual-chunks", "perfect"],
+                    help="the allocator outcore plans for: best-fit, virtual-chunks (turns on PyTorch's "
+                         "expandable segments) or perfect")
     ap.add_argument("--seconds", type=float, default=10.0, help="outcore's planning time limit per trial")
     ap.add_argument("--tolerance", type=float, default=0.2, help="bisection stops within this fraction")
     ap.add_argument("--iters", type=int, default=3, help="timed steps per trial")
@@ -305,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump({"model": args.model, "budget_bytes": budget_bytes, "partial": True,
                            "results": results, "trials": TRIALS}, f, indent=1)
     doc = {
-        "planner": args.planner, "headroom": args.headroom, "seconds": args.seconds, "fixed_batch": args.batch,
+        "planner": args.planner, "headroom": args.headroom, "seconds": args.seconds, "allocator": args.allocator, "fixed_batch": args.batch,
         "model": args.model, "budget_bytes": budget_bytes, "device": torch.cuda.get_device_name(device)
         if device.type == "cuda" else "cpu", "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "results": results,

@@ -1,0 +1,61 @@
+"""outcore.torch.bench: the fixed-batch mode and its argument checks (on CPU,
+where no budget is enforced: this checks the plumbing, not the numbers)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import outcore.torch as ot
+from outcore.torch import bench
+from outcore.torch.models import TinyGPT, lm_loss
+
+
+def test_fixed_batch_trains_every_method_at_that_batch_and_records_the_plan(tmp_path):
+    out = tmp_path / "b.json"
+    assert bench.main(["--model", "tiny-gpt", "--device", "cpu", "--budget", "40MiB", "--batch", "6",
+                       "--methods", "eager,outcore", "--planner", "capuchin", "--allocator", "virtual-chunks",
+                       "--seconds", "1", "--iters", "1", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["fixed_batch"] == 6 and doc["allocator"] == "virtual-chunks"
+    by_method = {r["method"]: r for r in doc["results"]}
+    assert by_method["eager"]["batch"] == 6 and by_method["outcore"]["batch"] == 6
+    assert by_method["outcore"]["planner"] == "capuchin"
+    assert by_method["outcore"]["simulated_iter_s"] > 0
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["--batch", "-1"], "--batch"),
+    (["--seconds", "0"], "--seconds"),
+    (["--allocator", "bogus"], "bogus"),
+])
+def test_bad_arguments_exit_non_zero_naming_the_value(argv, word, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--model", "tiny-gpt", "--device", "cpu", "--budget", "40MiB", *argv])
+    assert e.value.code != 0
+    assert word in capsys.readouterr().err
+
+
+def test_a_step_planned_for_virtual_chunks_carries_that_allocator_and_trains_like_eager():
+    torch.manual_seed(0)
+    eager = TinyGPT(vocab=4096, d=128, heads=2, layers=2, seq=64, p=0.0)
+    ours = TinyGPT(vocab=4096, d=128, heads=2, layers=2, seq=64, p=0.0)
+    ours.load_state_dict(eager.state_dict())
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9, foreach=False)
+    opt_o = torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9, foreach=False)
+    x, y = torch.randint(0, 4096, (8, 64)), torch.randint(0, 4096, (8, 64))
+    step = ot.compile_step(ours, lm_loss, opt_o, (x.clone(), y.clone()), budget="90%", planner="capuchin",
+                           allocator="virtual-chunks")
+    assert step.compiled.plan_json["allocator"]["kind"] == "virtual-chunks"
+    for _ in range(2):
+        opt_e.zero_grad()
+        le = lm_loss(eager(x), y)
+        le.backward()
+        opt_e.step()
+        lo = step(x.clone(), y.clone())
+        assert torch.equal(le.detach(), lo)
+    step.materialize()
+    for a, b in zip(eager.state_dict().values(), ours.state_dict().values()):
+        assert torch.equal(a, b)
