@@ -9,6 +9,7 @@ pinned host buffers."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -274,3 +275,43 @@ def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
     again = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
                             allocator="perfect", latency_table=str(path))
     assert again.plan_result.verification.passed
+
+
+@contextlib.contextmanager
+def _tf32_flags(conv: bool, matmul: bool):
+    """PyTorch's two TF32 switches set for the block, restored after (they are
+    properties of backend modules, which monkeypatch cannot undo)."""
+    old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, matmul
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@pytest.mark.parametrize("conv, matmul, mode", [
+    (True, False, "convolutions"), (False, False, "off"), (False, True, "matmuls"), (True, True, "all"),
+])
+def test_tf32_mode_follows_torchs_flags(conv, matmul, mode):
+    from outcore.torch.runtime import torch_tf32_mode
+
+    with _tf32_flags(conv, matmul):
+        assert torch_tf32_mode() == mode
+
+
+def test_a_cuda_step_plans_with_tf32_convolutions_and_a_conv_net_simulates_faster():
+    """On CUDA the step plans for the TF32 mode PyTorch runs in (PyTorch's
+    defaults: convolutions on TF32); the profile written for it prices a
+    convolutional graph faster than the built-in profile (all FP32)."""
+    m = nn.Linear(2, 2)
+    step = ot.StepFunction(m, nn.functional.mse_loss, torch.optim.SGD(m.parameters(), lr=0.1), budget="100%",
+                           planner="none", device_profile=None, allocator="perfect", headroom=0.0,
+                           latency_table=None, seed=0, time_limit_s=1.0, enforce=False)
+    with _tf32_flags(True, False):
+        path = step._with_tf32("h100-80gb", torch.device("cuda"))
+    assert outcore.device_profile(path)["tf32"] == "convolutions"
+    assert step._with_tf32("h100-80gb", torch.device("cpu")) == "h100-80gb"
+    g = outcore.load_graph("tiny-cnn")
+    fp32 = outcore.plan(g, "none", device="h100-80gb", budget="100%", allocator="perfect")
+    tf32 = outcore.plan(g, "none", device=path, budget="100%", allocator="perfect")
+    assert tf32.report.iter_time_s < fp32.report.iter_time_s

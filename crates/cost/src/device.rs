@@ -29,8 +29,10 @@
 //!  "copy_latency_s": 1e-5, "kernel_launch_s": 5e-6}
 //! ```
 //!
-//! `description` may be left out; every other field is required and unknown
-//! fields are rejected, so that a misspelt rate cannot silently fall back.
+//! `description` and `tf32` (`"off"`, `"convolutions"`, `"matmuls"` or `"all"`: which float32
+//! ops run on TF32 tensor cores, [`Tf32`]; default `"off"`) may be left out;
+//! every other field is required and unknown fields are rejected, so that a
+//! misspelt rate cannot silently fall back.
 
 use crate::error::{CostError, CostErrorKind};
 use serde::{Deserialize, Serialize};
@@ -48,8 +50,8 @@ pub struct DeviceProfile {
     pub memory_bytes: u64,
     /// FLOP/s, non-tensor-core FP32.
     pub peak_flops_f32: f64,
-    /// FLOP/s of TF32 tensor cores; 0 when absent. Used for float32 matmul and
-    /// convolution only if the cost model allows TF32.
+    /// FLOP/s of TF32 tensor cores; 0 when absent. Used for the float32 ops
+    /// [`DeviceProfile::tf32`] names.
     pub peak_flops_tf32: f64,
     /// FLOP/s of FP16/BF16 tensor cores, dense, FP32 accumulate.
     pub peak_flops_f16: f64,
@@ -64,6 +66,65 @@ pub struct DeviceProfile {
     pub copy_latency_s: f64,
     /// Fixed cost per kernel (launch and scheduling gap on the stream), seconds.
     pub kernel_launch_s: f64,
+    /// Which float32 ops the framework runs on the TF32 tensor cores; optional
+    /// in a file (default `off`) and left out of the JSON when `off`, so the
+    /// built-in profiles and every file written before it read and write as
+    /// before.
+    #[serde(default, skip_serializing_if = "Tf32::is_off")]
+    pub tf32: Tf32,
+}
+
+/// Which float32 convolutions and matrix products run on TF32 tensor cores.
+///
+/// A setting of the framework on the device rather than of the hardware, kept
+/// in the profile so that a plan file (which carries its device) simulates the
+/// same everywhere. PyTorch's defaults are `convolutions`
+/// (`torch.backends.cudnn.allow_tf32 = True`,
+/// `torch.backends.cuda.matmul.allow_tf32 = False`); the built-in profiles say
+/// `off`, the papers' FP32 testbeds. Measured on an H100 (latency tables of
+/// 2026-11-24, docs/data/predict): with `off` the roofline over-predicted
+/// ResNet-50's step by 1.49x and VGG-16's by 2.84x, while the matmul-bound
+/// ViT-B/16 and GPT-2 were within 0-9%.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tf32 {
+    /// Every float32 op on the CUDA cores (`peak_flops_f32`).
+    #[default]
+    Off,
+    /// Float32 convolutions (forward and backward) on TF32 tensor cores.
+    Convolutions,
+    /// Float32 matrix products on TF32 tensor cores, convolutions not.
+    Matmuls,
+    /// Float32 convolutions and matrix products on TF32 tensor cores.
+    All,
+}
+
+impl Tf32 {
+    /// Whether this is the default, `off`.
+    pub fn is_off(&self) -> bool {
+        *self == Tf32::Off
+    }
+
+    /// The spelling in a profile file and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tf32::Off => "off",
+            Tf32::Convolutions => "convolutions",
+            Tf32::Matmuls => "matmuls",
+            Tf32::All => "all",
+        }
+    }
+
+    /// Whether a float32 op of `class` (convolution or matmul) uses TF32.
+    pub fn covers(self, class: outcore_graph::OpClass) -> bool {
+        use outcore_graph::OpClass;
+        match self {
+            Tf32::Off => false,
+            Tf32::Convolutions => class == OpClass::Convolution,
+            Tf32::Matmuls => class == OpClass::MatMul,
+            Tf32::All => matches!(class, OpClass::Convolution | OpClass::MatMul),
+        }
+    }
 }
 
 /// The largest rate a profile may give, bytes/s or FLOP/s: 1e18 is three orders
@@ -129,6 +190,7 @@ fn profile(
         duplex_bytes_per_s,
         copy_latency_s: COPY_LATENCY_S,
         kernel_launch_s: KERNEL_LAUNCH_S,
+        tf32: Tf32::Off,
     }
 }
 
@@ -567,5 +629,33 @@ mod tests {
             .to_string();
         assert!(msg.contains("typo.json"), "{msg}");
         assert!(msg.contains("h2d_byte_per_s"), "{msg}");
+    }
+
+    #[test]
+    fn tf32_is_optional_left_out_when_off_and_a_bad_mode_is_named() {
+        let p = DeviceProfile::builtin("h100-80gb").unwrap();
+        assert_eq!(p.tf32, Tf32::Off);
+        let text = p.to_json_string();
+        assert!(!text.contains("\"tf32\""), "{text}");
+        // Files written before the field read as `off`; the field reads back.
+        let mut with = p.clone();
+        with.tf32 = Tf32::Convolutions;
+        let with_text = with.to_json_string();
+        assert!(
+            with_text.contains("\"tf32\": \"convolutions\""),
+            "{with_text}"
+        );
+        assert_eq!(
+            DeviceProfile::from_json_str(&with_text, "t.json").unwrap(),
+            with
+        );
+        let bad = with_text.replace("\"convolutions\"", "\"conv\"");
+        let msg = DeviceProfile::from_json_str(&bad, "t.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("conv") && msg.contains("convolutions"),
+            "{msg}"
+        );
     }
 }

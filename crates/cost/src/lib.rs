@@ -18,11 +18,14 @@ mod model;
 pub mod predict;
 mod roofline;
 
-pub use device::{DeviceProfile, MAX_OVERHEAD_S, MAX_RATE_PER_S};
+pub use device::{DeviceProfile, MAX_OVERHEAD_S, MAX_RATE_PER_S, Tf32};
 pub use error::{CostError, CostErrorKind};
 pub use measured::{
     CopyDirection, Coverage, LATENCY_TABLE_FORMAT, MeasuredCopies, MeasuredCopyEntry,
     MeasuredEntry, MeasuredModel, MeasuredTable, NameMismatch,
 };
 pub use model::{CopyRates, CostModel, ScaledOps, UnitCostModel};
-pub use roofline::{ClassEfficiency, Efficiencies, OpBounds, RooflineModel, op_dtype};
+pub use roofline::{
+    ClassEfficiency, Efficiencies, OpBounds, RooflineModel, TF32_CONVOLUTION_COMPUTE_EFFICIENCY,
+    op_dtype,
+};

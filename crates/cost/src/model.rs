@@ -163,6 +163,7 @@ impl UnitCostModel {
             duplex_bytes_per_s: 2.0,
             copy_latency_s: 0.0,
             kernel_launch_s: 0.0,
+            tf32: crate::device::Tf32::Off,
         }
     }
 }

@@ -7,13 +7,14 @@
 //! View ops launch no kernel and cost 0. The peak depends on the op's dtype (that
 //! of its first floating-point output, else its first floating-point input) and
 //! class: convolution and matmul in float16/bfloat16 run on tensor cores
-//! (`peak_flops_f16`); in float32 they use TF32 tensor cores only when
-//! `allow_tf32` is set and the device has them; everything else runs on the
+//! (`peak_flops_f16`); in float32 they use TF32 tensor cores where the
+//! profile's `tf32` mode names their class and the device has them
+//! (`peak_flops_tf32 > 0`); everything else runs on the
 //! CUDA cores at `peak_flops_f32`. Float64 is priced at half the FP32 peak, the
 //! data-centre parts' ratio (consumer parts are far slower, but training does
 //! not use float64).
 
-use crate::device::DeviceProfile;
+use crate::device::{DeviceProfile, Tf32};
 use crate::error::{CostError, CostErrorKind};
 use crate::model::CostModel;
 use outcore_graph::{DType, Graph, Op, OpClass, OpId};
@@ -158,32 +159,42 @@ impl Efficiencies {
     }
 }
 
+/// The fraction of the TF32 tensor-core peak that float32 convolutions reach
+/// through cuDNN, in place of the convolution class's compute efficiency
+/// (0.65, a figure for FP16 and FP32 kernels).
+///
+/// Fitted on an H100 (latency tables of 2026-11-24, docs/data/predict): the
+/// summed time of every convolution op (forward and backward) of eleven
+/// torchvision CNNs at batches 64 and 128, priced `launch + max(flops /
+/// (495e12 * e), bytes / (3.35e12 * 0.70))`, matches the measured sum within
+/// 2.4% at `e = 0.25` (0.20: 18% over, 0.30: 17% under). Per graph the
+/// convolutions' effective rate spreads from 0.04 (SqueezeNet) through 0.21
+/// (ResNet-50) to 0.34 (VGG-19) of the peak, so one graph's convolutions can
+/// still be off by a third. TF32 matmuls (`Tf32::All`) keep the matmul class's
+/// efficiency: no measurement here has them (PyTorch leaves them off).
+pub const TF32_CONVOLUTION_COMPUTE_EFFICIENCY: f64 = 0.25;
+
 /// The roofline model over a device profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RooflineModel {
+    /// The device; its [`DeviceProfile::tf32`] says which float32
+    /// convolutions and matmuls run at the TF32 tensor-core peak.
     pub device: DeviceProfile,
     pub efficiency: Efficiencies,
-    /// Price float32 convolution and matmul at the TF32 tensor-core peak. Off by
-    /// default, PyTorch's default for matmul
-    /// (`torch.backends.cuda.matmul.allow_tf32 = False`); note that PyTorch
-    /// allows TF32 for cuDNN convolutions by default, so set this when modelling
-    /// a convolutional network on Ampere or newer with PyTorch defaults.
-    pub allow_tf32: bool,
 }
 
 impl RooflineModel {
-    /// The model with default efficiencies and TF32 off.
+    /// The model with default efficiencies, TF32 as the profile says.
     pub fn new(device: DeviceProfile) -> Self {
         RooflineModel {
             device,
             efficiency: Efficiencies::default(),
-            allow_tf32: false,
         }
     }
 
-    /// Sets [`RooflineModel::allow_tf32`].
-    pub fn with_tf32(mut self, allow_tf32: bool) -> Self {
-        self.allow_tf32 = allow_tf32;
+    /// Sets the device's [`Tf32`] mode.
+    pub fn with_tf32(mut self, tf32: Tf32) -> Self {
+        self.device.tf32 = tf32;
         self
     }
 
@@ -199,9 +210,7 @@ impl RooflineModel {
         let tensor_cores = matches!(class, OpClass::Convolution | OpClass::MatMul);
         match dtype {
             DType::Float16 | DType::Bfloat16 if tensor_cores => d.peak_flops_f16,
-            DType::Float32 if tensor_cores && self.allow_tf32 && d.peak_flops_tf32 > 0.0 => {
-                d.peak_flops_tf32
-            }
+            DType::Float32 if d.tf32.covers(class) && d.peak_flops_tf32 > 0.0 => d.peak_flops_tf32,
             DType::Float64 => d.peak_flops_f32 / 2.0,
             // Non-tensor-core math, and integer ops, run on the CUDA cores.
             _ => d.peak_flops_f32,
@@ -216,12 +225,22 @@ impl RooflineModel {
         if class == OpClass::View {
             return OpBounds::default();
         }
+        let dtype = op_dtype(graph, op);
+        let peak_flops = self.peak_flops(dtype, class);
+        let compute_eff = if class == OpClass::Convolution
+            && dtype == DType::Float32
+            && peak_flops == self.device.peak_flops_tf32
+            && self.device.tf32.covers(class)
+        {
+            TF32_CONVOLUTION_COMPUTE_EFFICIENCY
+        } else {
+            self.efficiency.for_class(class).compute
+        };
         let eff = self.efficiency.for_class(class);
-        let peak_flops = self.peak_flops(op_dtype(graph, op), class);
         let bytes = op.bytes_read.saturating_add(op.bytes_written);
         OpBounds {
             launch_s: self.device.kernel_launch_s,
-            compute_s: op.flops as f64 / (peak_flops * eff.compute),
+            compute_s: op.flops as f64 / (peak_flops * compute_eff),
             memory_s: bytes as f64 / (self.device.memory_bandwidth_bytes_per_s * eff.memory),
         }
     }
@@ -270,10 +289,11 @@ impl CostModel for RooflineModel {
     }
 
     fn name(&self) -> String {
-        if self.allow_tf32 {
-            format!("roofline({}, tf32)", self.device.name)
-        } else {
-            format!("roofline({})", self.device.name)
+        match self.device.tf32 {
+            Tf32::Off => format!("roofline({})", self.device.name),
+            Tf32::Convolutions => format!("roofline({}, tf32 convolutions)", self.device.name),
+            Tf32::Matmuls => format!("roofline({}, tf32 matmuls)", self.device.name),
+            Tf32::All => format!("roofline({}, tf32)", self.device.name),
         }
     }
 }
@@ -346,13 +366,13 @@ mod tests {
         assert_eq!(m.peak_flops(DType::Float16, OpClass::Elementwise), 19.5e12);
         assert_eq!(m.peak_flops(DType::Float32, OpClass::MatMul), 19.5e12);
         assert_eq!(m.peak_flops(DType::Float64, OpClass::MatMul), 19.5e12 / 2.0);
-        let m = m.with_tf32(true);
+        let m = m.with_tf32(Tf32::All);
         assert_eq!(m.peak_flops(DType::Float32, OpClass::MatMul), 156e12);
         assert_eq!(m.peak_flops(DType::Float32, OpClass::Pooling), 19.5e12);
         // A device without TF32 keeps the FP32 peak even when TF32 is allowed.
         let v100 = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").unwrap());
         assert_eq!(
-            v100.with_tf32(true)
+            v100.with_tf32(Tf32::All)
                 .peak_flops(DType::Float32, OpClass::MatMul),
             15.7e12
         );

@@ -76,7 +76,7 @@ fn half_precision_matmul_uses_tensor_cores() {
     // 312 / 19.5 = 16x faster compute in float16.
     assert!(close(b32.compute_s / b16.compute_s, 312.0 / 19.5));
     // TF32 speeds up float32 matmul by 156 / 19.5 = 8x.
-    let tf32 = m.clone().with_tf32(true);
+    let tf32 = m.clone().with_tf32(outcore_cost::Tf32::All);
     assert!(close(
         b32.compute_s / tf32.op_bounds_s(&g32, a).compute_s,
         8.0
@@ -167,4 +167,73 @@ fn unit_model_numbers() {
     assert_eq!(d.d2h_duplex_bytes_per_s(), 1.0);
     assert_eq!(d.memory_bytes, u64::MAX);
     assert_eq!((d.copy_latency_s, d.kernel_launch_s), (0.0, 0.0));
+}
+
+/// conv(3 -> 64, 3x3) -> relu -> linear -> loss on 32x3x64x64 float32.
+fn small_cnn() -> Graph {
+    let mut b = GraphBuilder::new("cnn", 32, DType::Float32);
+    let x = b.input("x", &[32, 3, 64, 64]);
+    let y = b.label("y", &[32]);
+    let h = b.conv2d("conv", x, 64, 3, 1, 1);
+    let h = b.relu(h);
+    let h = b.reshape(h, &[32, 64 * 64 * 64]);
+    let logits = b.linear("fc", h, 10, true);
+    let loss = b.softmax_cross_entropy(logits, y);
+    b.finish(loss, Optimizer::None).expect("valid graph")
+}
+
+#[test]
+fn tf32_modes_price_their_classes_at_the_tf32_peak() {
+    use outcore_cost::{TF32_CONVOLUTION_COMPUTE_EFFICIENCY, Tf32};
+    let g = small_cnn();
+    let conv = find(&g, |o| {
+        o.phase == Phase::Forward && o.kind.class() == OpClass::Convolution
+    });
+    let fc = find(&g, |o| {
+        o.phase == Phase::Forward && o.kind.class() == OpClass::MatMul
+    });
+    let off = RooflineModel::new(DeviceProfile::builtin("a100-40gb").unwrap());
+    let flops = g.op(conv).flops as f64;
+    // Off: the CUDA cores at the convolution class's 0.65.
+    assert!(close(
+        off.op_bounds_s(&g, conv).compute_s,
+        flops / (19.5e12 * 0.65)
+    ));
+    // Convolutions: the TF32 peak at the fitted efficiency; matmuls unchanged.
+    let conv_only = off.clone().with_tf32(Tf32::Convolutions);
+    assert!(close(
+        conv_only.op_bounds_s(&g, conv).compute_s,
+        flops / (156e12 * TF32_CONVOLUTION_COMPUTE_EFFICIENCY)
+    ));
+    assert_eq!(
+        conv_only.op_bounds_s(&g, fc),
+        off.op_bounds_s(&g, fc),
+        "matmul"
+    );
+    // Matmuls: the reverse; all: both.
+    let mm_only = off.clone().with_tf32(Tf32::Matmuls);
+    assert_eq!(mm_only.op_bounds_s(&g, conv), off.op_bounds_s(&g, conv));
+    let fc_flops = g.op(fc).flops as f64;
+    assert!(close(
+        mm_only.op_bounds_s(&g, fc).compute_s,
+        fc_flops / (156e12 * 0.75)
+    ));
+    let all = off.clone().with_tf32(Tf32::All);
+    assert_eq!(all.op_bounds_s(&g, conv), conv_only.op_bounds_s(&g, conv));
+    assert_eq!(all.op_bounds_s(&g, fc), mm_only.op_bounds_s(&g, fc));
+    // The mode reaches the model through the profile, and shows in its name.
+    let mut p = DeviceProfile::builtin("a100-40gb").unwrap();
+    p.tf32 = Tf32::Convolutions;
+    let from_profile = RooflineModel::new(p);
+    assert_eq!(from_profile, conv_only);
+    assert_eq!(
+        from_profile.name(),
+        "roofline(a100-40gb, tf32 convolutions)"
+    );
+    // A device without TF32 keeps the FP32 peak and the class efficiency.
+    let v100 = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").unwrap());
+    assert_eq!(
+        v100.clone().with_tf32(Tf32::All).op_bounds_s(&g, conv),
+        v100.op_bounds_s(&g, conv)
+    );
 }

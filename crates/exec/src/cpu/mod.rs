@@ -899,5 +899,6 @@ pub fn device_profile(
         duplex_bytes_per_s: 2.0 * link,
         copy_latency_s: 0.0,
         kernel_launch_s: 0.0,
+        tf32: outcore_cost::Tf32::Off,
     }
 }
