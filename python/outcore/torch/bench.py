@@ -155,6 +155,8 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
             info["compile_s"] = time.perf_counter() - t0
             info["planner"] = compiled.plan_result.planner
             info["simulated_iter_s"] = compiled.plan_result.report.iter_time_s
+            info["plan_peak_live_bytes"] = compiled.plan_result.report.peak_live_bytes
+            info["planner_budget_bytes"] = compiled.compiled.planner_budget_bytes
             g = compiled.compiled.generated
             info.update(recomputes=g.n_recomputes, swap_outs=g.n_swap_outs, swap_ins=g.n_swap_ins)
             step = compiled
@@ -184,6 +186,14 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
         return out
     except (torch.OutOfMemoryError, RuntimeError) as e:
         if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
+            # what ran out, and (outcore) what the plan predicted: the log is
+            # all a later reader has to tell fragmentation from an unplanned buffer
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            predicted = ""
+            if "simulated_iter_s" in info:
+                predicted = (f" (plan: {info['planner']}, {info['recomputes']} recomputes, {info['swap_outs']} "
+                             f"swap-outs, peak {info['plan_peak_live_bytes']} B of {info['planner_budget_bytes']} B)")
+            print(f"  {method} b={batch}: out of memory{predicted}: {first[:300]}", file=sys.stderr)
             return None
         raise
     except Exception as e:  # noqa: BLE001 - outcore's "no plan at this batch"; any other error propagates
