@@ -299,7 +299,7 @@ def test_tf32_mode_follows_torchs_flags(conv, matmul, mode):
         assert torch_tf32_mode() == mode
 
 
-def test_a_cuda_step_plans_with_tf32_convolutions_and_a_conv_net_simulates_faster():
+def test_a_cuda_step_plans_with_tf32_convolutions_and_a_conv_net_simulates_faster(tmp_path):
     """On CUDA the step plans for the TF32 mode PyTorch runs in (PyTorch's
     defaults: convolutions on TF32); the profile written for it prices a
     convolutional graph faster than the built-in profile (all FP32)."""
@@ -311,6 +311,11 @@ def test_a_cuda_step_plans_with_tf32_convolutions_and_a_conv_net_simulates_faste
         path = step._with_tf32("h100-80gb", torch.device("cuda"))
     assert outcore.device_profile(path)["tf32"] == "convolutions"
     assert step._with_tf32("h100-80gb", torch.device("cpu")) == "h100-80gb"
+    # A profile file that names its own mode, even "off", keeps it.
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps({**outcore.device_profile("h100-80gb"), "tf32": "off"}))
+    with _tf32_flags(True, False):
+        assert step._with_tf32(str(own), torch.device("cuda")) == str(own)
     g = outcore.load_graph("tiny-cnn")
     fp32 = outcore.plan(g, "none", device="h100-80gb", budget="100%", allocator="perfect")
     tf32 = outcore.plan(g, "none", device=path, budget="100%", allocator="perfect")

@@ -388,9 +388,14 @@ class StepFunction:
         if device.type != "cuda":
             return profile
         mode = torch_tf32_mode()
-        d = outcore.device_profile(profile)
-        if mode == "off" or "tf32" in d:
+        if mode == "off":
             return profile
+        d = outcore.device_profile(profile)  # validated first: a bad file is outcore's clear error
+        if os.path.isfile(profile):
+            # a user's profile file that names a mode (even "off") keeps it
+            with open(profile) as f:
+                if "tf32" in json.load(f):
+                    return profile
         d["tf32"] = mode
         path = os.path.join(self._tmp.name, f"device-tf32-{mode}.json")
         with open(path, "w") as f:
