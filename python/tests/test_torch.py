@@ -126,7 +126,13 @@ def _mixed_budget(make_model, loss_fn, make_opt, batch, footprint, planner, devi
     tried = []
     for frac in fractions:
         m = make_model().to(DEVICE)
-        s = ot.compile_step(m, loss_fn, make_opt(m), [t.to(DEVICE) for t in batch], budget=int(frac * footprint),
+        o = make_opt(m)
+        # one eager step first: the graph judged is the steady one (with the
+        # optimizer's state), the one the test's assertion sees
+        o.zero_grad()
+        loss_fn(m(batch[0].to(DEVICE)), batch[1].to(DEVICE)).backward()
+        o.step()
+        s = ot.compile_step(m, loss_fn, o, [t.to(DEVICE) for t in batch], budget=int(frac * footprint),
                             planner=planner, allocator="perfect", device_profile=device_profile)
         g = s.compiled.generated
         tried.append((frac, g.n_recomputes, g.n_swap_outs, g.n_swap_ins))
@@ -279,14 +285,17 @@ def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
 
 @contextlib.contextmanager
 def _tf32_flags(conv: bool, matmul: bool):
-    """PyTorch's two TF32 switches set for the block, restored after (they are
+    """PyTorch's TF32 settings for convolutions and matmuls (the
+    ``fp32_precision`` ones) set for the block, restored after (they are
     properties of backend modules, which monkeypatch cannot undo)."""
-    old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, matmul
+    b = torch.backends
+    old = (b.cudnn.conv.fp32_precision, b.cuda.matmul.fp32_precision)
+    b.cudnn.conv.fp32_precision = "tf32" if conv else "ieee"
+    b.cuda.matmul.fp32_precision = "tf32" if matmul else "ieee"
     try:
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+        b.cudnn.conv.fp32_precision, b.cuda.matmul.fp32_precision = old
 
 
 @pytest.mark.parametrize("conv, matmul, mode", [
@@ -297,6 +306,20 @@ def test_tf32_mode_follows_torchs_flags(conv, matmul, mode):
 
     with _tf32_flags(conv, matmul):
         assert torch_tf32_mode() == mode
+
+
+def test_tf32_mode_takes_a_parents_precision_where_the_op_says_none():
+    from outcore.torch.runtime import torch_tf32_mode
+
+    b = torch.backends
+    old = (b.cudnn.conv.fp32_precision, b.cudnn.fp32_precision)
+    try:
+        b.cudnn.conv.fp32_precision, b.cudnn.fp32_precision = "none", "ieee"
+        assert torch_tf32_mode() == "off"
+        b.cudnn.fp32_precision = "tf32"
+        assert torch_tf32_mode() in ("convolutions", "all")
+    finally:
+        b.cudnn.conv.fp32_precision, b.cudnn.fp32_precision = old
 
 
 def test_a_cuda_step_plans_with_tf32_convolutions_and_a_conv_net_simulates_faster(tmp_path):

@@ -12,8 +12,13 @@
 # result is written under OUT_DIR as it comes (one JSON per run, log.txt), so a
 # run cut short keeps what it measured.
 set -uo pipefail
-out="$1"
+if [ $# -lt 1 ]; then
+    echo "usage: $0 OUT_DIR [model:batch,...]   (e.g. resnet50:128,gpt2:8)" >&2
+    exit 2
+fi
+out="$(realpath -m "$1")"
 cases="${2:-resnet50:128,gpt2:8}"
+cd "$(dirname "$0")/../.."  # the repository's root: python/tests is found from here
 mkdir -p "$out/json"
 log="$out/log.txt"
 say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
@@ -29,6 +34,9 @@ total=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).tota
 IFS=, read -ra list <<< "$cases"
 for c in "${list[@]}"; do
     model="${c%%:*}"; batch="${c##*:}"
+    case "$batch" in
+        ''|*[!0-9]*) say "skipping \`$c\`: give model:batch, the batch a positive whole number"; continue ;;
+    esac
     say "$model b$batch: eager, unlimited"
     bench --model "$model" --batch "$batch" --budget "$total" --methods eager --json "$out/json/$model-eager.json"
     peak=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results'][0].get('peak_allocated_bytes', 0))" \
@@ -40,7 +48,7 @@ for c in "${list[@]}"; do
         bench --model "$model" --batch "$batch" --budget "$budget" --methods checkpoint \
             --json "$out/json/$model-$pct-checkpoint.json"
         # planner:allocator; virtual-chunks turns on PyTorch's expandable segments
-        for run in ${RUNS:-auto:best-fit outcore:best-fit outcore:virtual-chunks}; do
+        for run in ${RUNS:-auto:best-fit outcore:best-fit outcore:best-fit-paged outcore:virtual-chunks}; do
             planner="${run%%:*}"; allocator="${run##*:}"
             bench --model "$model" --batch "$batch" --budget "$budget" --methods outcore --planner "$planner" \
                 --allocator "$allocator" --seconds "${SECONDS_LIMIT:-10}" \

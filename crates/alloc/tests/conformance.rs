@@ -41,6 +41,12 @@ fn all_allocators(capacity_bytes: u64) -> Vec<Box<dyn Allocator>> {
 fn check_invariants(alloc: &dyn Allocator, expected: &HashMap<AllocId, u64>) {
     let name = alloc.name();
     let live = alloc.live_allocations();
+    // Virtual addresses (virtual-chunks, best-fit-paged) may lie beyond the
+    // capacity; their physical ranges are checked by `check_physical`.
+    let virtual_addrs = name == AllocatorKind::VirtualChunks
+        || live
+            .first()
+            .is_some_and(|a| alloc.physical_segments(a.id).is_some());
     assert_eq!(live.len(), expected.len(), "{name}: live count");
     for a in &live {
         assert_eq!(
@@ -49,7 +55,7 @@ fn check_invariants(alloc: &dyn Allocator, expected: &HashMap<AllocId, u64>) {
             "{name}: live {a:?}"
         );
         assert_eq!(a.addr % ALIGNMENT_BYTES, 0, "{name}: alignment of {a:?}");
-        if name != AllocatorKind::VirtualChunks {
+        if !virtual_addrs {
             assert!(
                 a.end_addr() <= alloc.capacity_bytes(),
                 "{name}: {a:?} beyond capacity"
@@ -96,6 +102,27 @@ fn check_invariants(alloc: &dyn Allocator, expected: &HashMap<AllocId, u64>) {
     assert!(stats.map_ops >= stats.unmap_ops, "{name}");
     if name != AllocatorKind::VirtualChunks {
         assert_eq!((stats.map_ops, stats.unmap_ops), (0, 0), "{name}");
+    }
+}
+
+/// An allocator with virtual addresses: every live allocation's physical
+/// ranges cover its size, lie inside the capacity, and overlap no other's.
+fn check_physical(alloc: &dyn Allocator) {
+    let mut ranges: Vec<(u64, u64, AllocId)> = Vec::new();
+    for a in alloc.live_allocations() {
+        let segments = alloc
+            .physical_segments(a.id)
+            .expect("a live allocation has physical ranges");
+        let covered: u64 = segments.iter().map(|&(_, len)| len).sum();
+        assert_eq!(covered, a.size_bytes.max(1), "{a:?}: {segments:?}");
+        for (off, len) in segments {
+            assert!(off + len <= alloc.capacity_bytes(), "{a:?} beyond capacity");
+            ranges.push((off, off + len, a.id));
+        }
+    }
+    ranges.sort_unstable();
+    for pair in ranges.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "physical overlap {pair:?}");
     }
 }
 
@@ -363,6 +390,13 @@ proptest! {
     fn random_traces_best_fit(ops in proptest::collection::vec(op_strategy(), 1..160)) {
         let mut alloc = BestFitCaching::with_defaults(CAPACITY_BYTES);
         run_ops(&mut alloc, &ops, |_| {});
+    }
+
+    #[test]
+    fn random_traces_best_fit_paged(ops in proptest::collection::vec(op_strategy(), 1..160)) {
+        let config = outcore_alloc::BestFitConfig { paged_segments: true, ..Default::default() };
+        let mut alloc = BestFitCaching::new(config, CAPACITY_BYTES).expect("config");
+        run_ops(&mut alloc, &ops, |a| check_physical(a));
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub enum Command {
         #[arg(long)]
         only: Option<String>,
         /// The allocator every plan is made for and simulated under:
-        /// perfect (bytes only), best-fit, size-class, virtual-chunks, or
+        /// perfect (bytes only), best-fit, best-fit-paged, size-class, virtual-chunks, or
         /// offsets (an exact layout per plan).
         #[arg(long, default_value = "perfect")]
         allocator: String,
@@ -170,7 +170,7 @@ pub enum Command {
     /// Replay an allocation trace through an allocator.
     AllocReplay {
         trace: PathBuf,
-        /// `best-fit`, `size-class` or `virtual-chunks` (`perfect` places no
+        /// `best-fit`, `best-fit-paged`, `size-class` or `virtual-chunks` (`perfect` places no
         /// addresses, so there is nothing to replay with it).
         #[arg(long)]
         allocator: String,
@@ -203,7 +203,7 @@ pub struct RunArgs {
     /// Training iterations, 1 to 100000 (a run predicted to take over an hour is refused).
     #[arg(long, default_value_t = 10)]
     pub iters: u32,
-    /// Device-arena allocator: perfect, best-fit, size-class, virtual-chunks,
+    /// Device-arena allocator: perfect, best-fit, best-fit-paged, size-class, virtual-chunks,
     /// or offsets (the plan laid out at exact offsets, valid for every timing)
     /// (default: the plan's own, `perfect` for plans made here; a `perfect`
     /// plan then runs laid out at exact offsets where that fits its budget,
@@ -266,7 +266,7 @@ pub struct MaxBatchArgs {
     /// Comma-separated planner names, or `all`.
     #[arg(long, default_value = "none,capuchin,home")]
     pub planners: String,
-    /// Allocator the plans run under: perfect, best-fit, size-class, virtual-chunks, or
+    /// Allocator the plans run under: perfect, best-fit, best-fit-paged, size-class, virtual-chunks, or
     /// offsets (each plan made in bytes, then laid out at exact offsets; replanned at a
     /// lower budget while the layout needs more than the budget).
     #[arg(long, default_value = "perfect")]
@@ -317,7 +317,7 @@ pub struct TargetArgs {
     // Negative text reaches the budget parser, which names the accepted range.
     #[arg(long, allow_hyphen_values = true)]
     pub budget: String,
-    /// Allocator the plan uses: perfect, best-fit, size-class, virtual-chunks, or
+    /// Allocator the plan uses: perfect, best-fit, best-fit-paged, size-class, virtual-chunks, or
     /// offsets (the plan made in bytes, then laid out at exact offsets; replanned at a
     /// lower budget while the layout needs more than the budget).
     #[arg(long, default_value = "perfect")]

@@ -631,7 +631,7 @@ fn also_found_one_allocator_vocabulary() {
         &["alloc-replay", t, "--allocator", "perfect"],
         &[
             "does not apply to alloc-replay",
-            "best-fit, size-class or virtual-chunks",
+            "best-fit, best-fit-paged, size-class or virtual-chunks",
         ],
     );
     // Nor does `offsets`: a layout is made for one plan's allocations.
@@ -639,12 +639,12 @@ fn also_found_one_allocator_vocabulary() {
         &["alloc-replay", t, "--allocator", "offsets"],
         &["does not apply to alloc-replay", "one plan's allocations"],
     );
-    for allocator in ["best-fit", "size-class", "virtual-chunks"] {
+    for allocator in ["best-fit", "best-fit-paged", "size-class", "virtual-chunks"] {
         json_of(&["alloc-replay", t, "--allocator", allocator, "--json"]);
     }
-    // Unknown names list the same five everywhere.
-    let five = "perfect, best-fit, size-class, virtual-chunks, offsets";
-    refused(&["alloc-replay", t, "--allocator", "buddy"], &[five]);
+    // Unknown names list the same six everywhere.
+    let names = "perfect, best-fit, best-fit-paged, size-class, virtual-chunks, offsets";
+    refused(&["alloc-replay", t, "--allocator", "buddy"], &[names]);
     refused_owned(
         &tiny_run(&[
             "--planner",
@@ -654,7 +654,7 @@ fn also_found_one_allocator_vocabulary() {
             "--allocator",
             "buddy",
         ]),
-        &[five],
+        &[names],
     );
     let mut plan_args = vec!["plan"];
     plan_args.extend(TINY);
@@ -670,7 +670,7 @@ fn also_found_one_allocator_vocabulary() {
         "-o",
         "unused.json",
     ]);
-    refused(&plan_args, &[five]);
+    refused(&plan_args, &[names]);
     // `run` plans under size-class, sizing its pool, as `plan` does.
     let ran = json_of(
         &tiny_run(&[

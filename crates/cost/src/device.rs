@@ -105,7 +105,7 @@ impl Tf32 {
         *self == Tf32::Off
     }
 
-    /// The spelling in a profile file and on the command line.
+    /// The spelling in a profile file.
     pub fn name(self) -> &'static str {
         match self {
             Tf32::Off => "off",

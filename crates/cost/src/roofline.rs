@@ -227,11 +227,11 @@ impl RooflineModel {
         }
         let dtype = op_dtype(graph, op);
         let peak_flops = self.peak_flops(dtype, class);
-        let compute_eff = if class == OpClass::Convolution
+        let tf32_convolution = class == OpClass::Convolution
             && dtype == DType::Float32
-            && peak_flops == self.device.peak_flops_tf32
             && self.device.tf32.covers(class)
-        {
+            && self.device.peak_flops_tf32 > 0.0;
+        let compute_eff = if tf32_convolution {
             TF32_CONVOLUTION_COMPUTE_EFFICIENCY
         } else {
             self.efficiency.for_class(class).compute

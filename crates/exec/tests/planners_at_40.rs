@@ -258,3 +258,31 @@ fn home_on_tiny_cnn_and_tiny_transformer_at_40_percent() {
     let transformer = graph("tiny-transformer", 32, &[("layers", 8)]);
     run_planners_at_40_with(&transformer, &["home"], Some(virtual_chunks), planning());
 }
+
+/// `best-fit-paged` scaled down for tiny models: 64 KiB pages, small requests
+/// up to 16 KiB in 64 KiB segments, shared large segments of 256 KiB.
+fn best_fit_paged_64k() -> outcore_plan::AllocatorSpec {
+    outcore_plan::AllocatorSpec::BestFit(outcore_alloc::BestFitConfig {
+        small_size_bytes: 16 * 1024,
+        small_segment_bytes: 64 * 1024,
+        large_segment_bytes: 256 * 1024,
+        min_large_alloc_bytes: 128 * 1024,
+        round_large_bytes: 64 * 1024,
+        paged_segments: true,
+        page_bytes: 64 * 1024,
+    })
+}
+
+/// Segments on any free pages: the executor places every allocation through
+/// its physical ranges (`physical_segments`), bit-identical to the
+/// unconstrained run.
+#[test]
+fn tiny_transformer_on_best_fit_paged_at_40_percent() {
+    let g = graph("tiny-transformer", 32, &[("layers", 8)]);
+    run_planners_at_40_with(
+        &g,
+        &["lms", "odswap"],
+        Some(best_fit_paged_64k()),
+        allocator_aware(),
+    );
+}

@@ -310,7 +310,8 @@ pub fn load_device(name_or_path: &str) -> Result<DeviceProfile> {
 /// The one allocator vocabulary of every command; where one does not apply
 /// (`perfect` places no addresses, so `alloc-replay` has nothing to replay
 /// with it) the command says so.
-pub const ALLOCATORS: &str = "perfect, best-fit, size-class, virtual-chunks, offsets";
+pub const ALLOCATORS: &str =
+    "perfect, best-fit, best-fit-paged, size-class, virtual-chunks, offsets";
 
 /// An allocator by its command-line name, with default parameters. A
 /// `size-class` pool is sized per plan by [`crate::plan`] from the plan's own
@@ -319,6 +320,11 @@ pub fn parse_allocator(name: &str) -> Result<AllocatorSpec> {
     Ok(match name {
         "perfect" => AllocatorSpec::Perfect,
         "best-fit" => AllocatorSpec::BestFit(Default::default()),
+        // Segments on any free 2 MiB pages, as cudaMalloc maps them.
+        "best-fit-paged" => AllocatorSpec::BestFit(outcore_alloc::BestFitConfig {
+            paged_segments: true,
+            ..Default::default()
+        }),
         "virtual-chunks" => AllocatorSpec::VirtualChunks(Default::default()),
         "size-class" => AllocatorSpec::SizeClass(Default::default()),
         // Empty: the plan is laid out once it is made (`planning::lay_out_plan`).

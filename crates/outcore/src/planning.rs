@@ -644,7 +644,7 @@ pub fn alloc_replay(
             "allocator (--allocator)",
             allocator,
             "does not apply to alloc-replay: the perfect allocator places no addresses, so there is nothing to replay",
-            "best-fit, size-class or virtual-chunks",
+            "best-fit, best-fit-paged, size-class or virtual-chunks",
         ));
     }
     if allocator == "offsets" {
@@ -652,21 +652,25 @@ pub fn alloc_replay(
             "allocator (--allocator)",
             allocator,
             "does not apply to alloc-replay: an offsets layout is made for one plan's allocations, not for a trace",
-            "best-fit, size-class or virtual-chunks",
+            "best-fit, best-fit-paged, size-class or virtual-chunks",
         ));
     }
-    let kind: outcore_alloc::AllocatorKind = allocator.parse().map_err(|_| {
-        Error::from(ErrorKind::UnknownName {
-            what: "allocator",
-            name: allocator.to_string(),
-            known: crate::input::ALLOCATORS.into(),
-        })
-    })?;
-    let config = match outcore_alloc::AllocatorConfig::default_for(kind) {
-        outcore_alloc::AllocatorConfig::SizeClass(_) => size_classes_for_trace(&trace)
+    // The one vocabulary: `best-fit-paged` is a best-fit configuration.
+    let spec = crate::input::parse_allocator(allocator)?;
+    let config = match spec.config() {
+        Some(outcore_alloc::AllocatorConfig::SizeClass(c)) => size_classes_for_trace(&trace)
             .config()
-            .unwrap_or_else(|| outcore_alloc::AllocatorConfig::default_for(kind)),
-        other => other,
+            .unwrap_or(outcore_alloc::AllocatorConfig::SizeClass(c)),
+        Some(other) => other,
+        // perfect and offsets were refused above.
+        None => {
+            return Err(Error::invalid(
+                "allocator (--allocator)",
+                allocator,
+                "places no addresses, so there is nothing to replay",
+                "best-fit, best-fit-paged, size-class or virtual-chunks",
+            ));
+        }
     };
     let t0 = Instant::now();
     let report = outcore_alloc::replay_with_config(&trace, &config)?;

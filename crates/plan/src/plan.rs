@@ -197,12 +197,13 @@ impl AllocatorSpec {
         }
     }
 
-    /// The name used on the command line: `perfect`, `best-fit`, `size-class`,
-    /// `virtual-chunks`, `offsets`.
+    /// The name used on the command line: `perfect`, `best-fit`,
+    /// `best-fit-paged`, `size-class`, `virtual-chunks`, `offsets`.
     pub fn name(&self) -> &'static str {
         match self {
             AllocatorSpec::Perfect => "perfect",
             AllocatorSpec::SizeClass(_) => "size-class",
+            AllocatorSpec::BestFit(c) if c.paged_segments => "best-fit-paged",
             AllocatorSpec::BestFit(_) => "best-fit",
             AllocatorSpec::VirtualChunks(_) => "virtual-chunks",
             AllocatorSpec::Offsets(_) => "offsets",

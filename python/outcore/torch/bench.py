@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import statistics
 import sys
 import time
@@ -194,6 +195,7 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
                 predicted = (f" (plan: {info['planner']}, {info['recomputes']} recomputes, {info['swap_outs']} "
                              f"swap-outs, peak {info['plan_peak_live_bytes']} B of {info['planner_budget_bytes']} B)")
             print(f"  {method} b={batch}: out of memory{predicted}: {first[:300]}", file=sys.stderr)
+            FAILURES.append({"method": method, "batch": batch, "error": first[:1000], **info})
             return None
         raise
     except Exception as e:  # noqa: BLE001 - outcore's "no plan at this batch"; any other error propagates
@@ -213,6 +215,9 @@ EAGER_BYTES_PER_SAMPLE: list[int] = []
 
 #: every trial that fitted (outcore's give simulated vs measured time per plan)
 TRIALS: list[dict[str, Any]] = []
+
+#: every trial that ran out of device memory: the error and, for outcore, the plan
+FAILURES: list[dict[str, Any]] = []
 
 
 def largest_batch(method: str, args, budget_bytes: int, device: torch.device, start: int) -> dict[str, Any] | None:
@@ -282,9 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=8, help="first batch tried")
     ap.add_argument("--max-batch", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=0, help="train every method at this batch only (no search)")
-    ap.add_argument("--allocator", default="best-fit", choices=["best-fit", "virtual-chunks", "perfect"],
-                    help="the allocator outcore plans for: best-fit, virtual-chunks (turns on PyTorch's "
-                         "expandable segments) or perfect")
+    ap.add_argument("--allocator", default="best-fit",
+                    choices=["best-fit", "best-fit-paged", "virtual-chunks", "perfect"],
+                    help="the allocator outcore plans for: best-fit, best-fit-paged (segments on any free "
+                         "pages, as cudaMalloc maps them), virtual-chunks (turns on PyTorch's expandable "
+                         "segments for the rest of the process: give it one method) or perfect")
     ap.add_argument("--seconds", type=float, default=10.0, help="outcore's planning time limit per trial")
     ap.add_argument("--tolerance", type=float, default=0.2, help="bisection stops within this fraction")
     ap.add_argument("--iters", type=int, default=3, help="timed steps per trial")
@@ -294,9 +301,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="device bytes per sample of eager training, when eager is not among the methods "
                          "(bounds save_on_cpu's pinned host memory)")
     args = ap.parse_args(argv)
-    if args.batch < 0 or args.seconds <= 0:
-        ap.error(f"--batch must be >= 1 (or 0 for the search) and --seconds > 0; got {args.batch} and "
-                 f"{args.seconds}")
+    if args.batch < 0:
+        ap.error(f"--batch must be >= 1 (or 0 for the search); got {args.batch}")
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        ap.error(f"--seconds must be a positive number of seconds, e.g. 10; got {args.seconds}")
     import outcore
 
     device = torch.device(args.device)
@@ -317,13 +325,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:  # after every method, so that a cut-off run keeps what it found
             with open(args.json, "w") as f:
                 json.dump({"model": args.model, "budget_bytes": budget_bytes, "partial": True,
-                           "results": results, "trials": TRIALS}, f, indent=1)
+                           "results": results, "trials": TRIALS, "failures": FAILURES}, f, indent=1)
     doc = {
         "planner": args.planner, "headroom": args.headroom, "seconds": args.seconds, "allocator": args.allocator, "fixed_batch": args.batch,
         "model": args.model, "budget_bytes": budget_bytes, "device": torch.cuda.get_device_name(device)
         if device.type == "cuda" else "cpu", "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "results": results,
-        "trials": TRIALS,
+        "trials": TRIALS, "failures": FAILURES,
     }
     print(f"\n{args.model}, budget {args.budget} ({budget_bytes} B) on {doc['device']}")
     print(f"{'method':12s} {'batch' if args.batch else 'max batch':>9s} {'samples/s':>10s} {'iter ms':>9s} {'peak alloc MiB':>15s}  notes")

@@ -237,16 +237,35 @@ def _use_expandable_segments() -> None:
     setter("expandable_segments:True")
 
 
+def _tf32_on(chain: Sequence[Any], legacy: Callable[[], bool]) -> bool:
+    """Whether TF32 is on for one op family: the first of ``chain`` (the most
+    specific backend first) whose ``fp32_precision`` is not ``"none"``
+    decides (``"tf32"``: on); all ``"none"``: off, PyTorch's meaning.  Torch
+    without that API: the legacy ``allow_tf32`` flag (``legacy``)."""
+    values = [getattr(obj, "fp32_precision", None) for obj in chain]
+    if all(v is None for v in values):
+        return bool(legacy())
+    for v in values:
+        if v not in (None, "none"):
+            return v == "tf32"
+    return False
+
+
 def torch_tf32_mode() -> str:
     """Which float32 ops PyTorch runs on TF32 tensor cores, as a device
-    profile's ``tf32`` mode: ``torch.backends.cudnn.allow_tf32`` (on by default)
-    for convolutions, ``torch.backends.cuda.matmul.allow_tf32`` (off by
-    default) for matrix products.  Planning for the mode the step runs in
-    matters: on an H100 the roofline priced ResNet-50's step 1.49x and VGG-16's
-    2.84x too slow with every float32 op on the CUDA cores, and within
-    0.86x / 1.15x with convolutions on TF32 (RESULTS.md)."""
-    conv = bool(torch.backends.cudnn.allow_tf32)
-    matmul = bool(torch.backends.cuda.matmul.allow_tf32)
+    profile's ``tf32`` mode: convolutions by ``torch.backends.cudnn.conv``'s
+    precision (TF32 by default), matrix products by
+    ``torch.backends.cuda.matmul``'s (IEEE by default), each falling back to
+    its parents' (``torch.backends.cudnn``, ``torch.backends``).  The new
+    ``fp32_precision`` settings are read rather than the legacy
+    ``allow_tf32`` flags, which raise once the new ones are used.  Planning for
+    the mode the step runs in matters: on an H100 the roofline priced
+    ResNet-50's step 1.49x and VGG-16's 2.84x too slow with every float32 op
+    on the CUDA cores, and 0.86x / 1.15x with convolutions on TF32
+    (RESULTS.md)."""
+    b = torch.backends
+    conv = _tf32_on([getattr(b.cudnn, "conv", None), b.cudnn, b], lambda: b.cudnn.allow_tf32)
+    matmul = _tf32_on([b.cuda.matmul, b], lambda: b.cuda.matmul.allow_tf32)
     return {(False, False): "off", (True, False): "convolutions", (False, True): "matmuls",
             (True, True): "all"}[(conv, matmul)]
 
@@ -339,6 +358,12 @@ class StepFunction:
             self._current = hit
             return hit
         cap = capture_step(self.model, self.loss_fn, self.optimizer, batch)
+        if cap.device.type == "cuda" and self.allocator == "virtual-chunks" and not self._expandable:
+            # before the plan's first allocation; the cached ordinary segments
+            # go back so that new memory comes from expandable ones
+            _use_expandable_segments()
+            torch.cuda.empty_cache()
+            self._expandable = True
         conv = convert(cap)
         path = os.path.join(self._tmp.name, f"graph{len(self._cache)}.json")
         with open(path, "w") as f:
@@ -384,7 +409,9 @@ class StepFunction:
     def _with_tf32(self, profile: str, device: torch.device) -> str:
         """On CUDA, the profile with the TF32 mode PyTorch runs float32 ops in
         (:func:`torch_tf32_mode`), written beside the graph, unless the mode is
-        off or the profile states its own."""
+        off or the profile is a file that states its own.  Profiles outcore
+        writes leave ``tf32`` out when it is off, so to pin ``off`` against
+        PyTorch's settings, write ``"tf32": "off"`` into the file."""
         if device.type != "cuda":
             return profile
         mode = torch_tf32_mode()
@@ -393,7 +420,7 @@ class StepFunction:
         d = outcore.device_profile(profile)  # validated first: a bad file is outcore's clear error
         if os.path.isfile(profile):
             # a user's profile file that names a mode (even "off") keeps it
-            with open(profile) as f:
+            with open(profile, encoding="utf-8-sig") as f:  # a BOM, as outcore's loader allows
                 if "tf32" in json.load(f):
                     return profile
         d["tf32"] = mode
@@ -471,9 +498,6 @@ class StepFunction:
         c = self.compile((x, y))
         cuda = c.captured.device.type == "cuda"
         if cuda:
-            if self.allocator == "virtual-chunks" and not self._expandable:
-                _use_expandable_segments()
-                self._expandable = True
             if self.enforce:
                 total = torch.cuda.get_device_properties(c.captured.device).total_memory
                 torch.cuda.set_per_process_memory_fraction(min(1.0, c.budget_bytes / total), c.captured.device)
@@ -631,15 +655,20 @@ def compile_step(
     judged by the simulator, the fastest feasible plan kept).
 
     ``allocator``: the allocator the plan is made for.  ``"best-fit"`` (the
-    default) models the caching allocator's fragmentation conservatively: one
-    contiguous arena, so a large tensor needs one free block.  On an H200
-    (2026-11-30) its plans stayed inside the enforced budget, but it costs
+    default) models PyTorch's caching allocator with its segments in one
+    contiguous range, so a large segment needs one free range of the device:
+    conservative, since ``cudaMalloc`` maps any free pages.  On an H200
+    (2026-11-30) its plans stayed inside the enforced budget at half of eager's
+    peak (at a quarter, ResNet-50's ran out of real memory), but it costs
     speed where large tensors come and go (GPT-2 124M at batch 8 under half of
-    eager's peak: 0.476 s simulated under ``best-fit``, 0.233 s under
-    ``virtual-chunks``, 0.212 s in bytes).  ``"virtual-chunks"`` is the model of
-    PyTorch's expandable segments, which the step turns on for the whole
-    process when it first runs on CUDA; not yet measured on a GPU.
-    ``"perfect"`` plans in bytes only (tests, and CPU).  The example batch
+    eager's peak: 0.476 s simulated under ``best-fit``, 0.248 s under
+    ``best-fit-paged``, 0.233 s under ``virtual-chunks``, 0.212 s in bytes).
+    ``"best-fit-paged"`` is the same caching allocator with segments on any
+    free 2 MiB pages.  ``"virtual-chunks"`` is the model of PyTorch's
+    expandable segments, which the step turns on (for the whole process, and
+    for good: tensors allocated before keep their ordinary segments) when it
+    is compiled on CUDA.  Neither has run on a GPU yet.  ``"perfect"`` plans in
+    bytes only (tests, and CPU).  The example batch
     is captured at once, so errors (unsupported ops, an infeasible budget) are
     raised here, before any training.
     """
