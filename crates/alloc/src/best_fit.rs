@@ -162,11 +162,54 @@ struct PagedSegments {
     page_bytes: u64,
     /// Virtual addresses of segments (never the limit).
     virtual_space: ExtentMap,
-    /// Free physical page numbers, highest first, so that `pop` takes the
-    /// lowest (deterministic placement).
-    free_pages: Vec<u64>,
-    /// Segment base address -> its physical pages, in address order.
-    pages_of: BTreeMap<u64, Vec<u64>>,
+    /// Free physical pages as runs `first page -> page count`, coalesced, so
+    /// that the state does not grow with the capacity (replays use huge ones).
+    free_runs: BTreeMap<u64, u64>,
+    free_pages: u64,
+    /// Segment base address -> its physical page runs `(first, count)`, in
+    /// address order.
+    runs_of: BTreeMap<u64, Vec<(u64, u64)>>,
+}
+
+impl PagedSegments {
+    /// The `pages` lowest free pages, as runs; `None` (nothing taken) when
+    /// fewer are free.
+    fn take(&mut self, pages: u64) -> Option<Vec<(u64, u64)>> {
+        if self.free_pages < pages {
+            return None;
+        }
+        let mut taken = Vec::new();
+        let mut left = pages;
+        while left > 0 {
+            let (first, count) = self.free_runs.pop_first()?;
+            let used = count.min(left);
+            taken.push((first, used));
+            if used < count {
+                self.free_runs.insert(first + used, count - used);
+            }
+            left -= used;
+        }
+        self.free_pages -= pages;
+        Some(taken)
+    }
+
+    /// Returns runs of pages, merging each with its free neighbours.
+    fn give_back(&mut self, runs: Vec<(u64, u64)>) {
+        for (mut first, mut count) in runs {
+            self.free_pages += count;
+            if let Some((&before, &len)) = self.free_runs.range(..first).next_back()
+                && before + len == first
+            {
+                self.free_runs.remove(&before);
+                first = before;
+                count += len;
+            }
+            if let Some(after_len) = self.free_runs.remove(&(first + count)) {
+                count += after_len;
+            }
+            self.free_runs.insert(first, count);
+        }
+    }
 }
 
 impl SegmentSpace {
@@ -175,11 +218,17 @@ impl SegmentSpace {
             return SegmentSpace::Contiguous(ExtentMap::new(0, capacity_bytes));
         }
         let page_bytes = config.page_bytes;
+        let pages = capacity_bytes / page_bytes;
         SegmentSpace::Paged(PagedSegments {
             page_bytes,
             virtual_space: ExtentMap::new(0, VIRTUAL_SPACE_BYTES),
-            free_pages: (0..capacity_bytes / page_bytes).rev().collect(),
-            pages_of: BTreeMap::new(),
+            free_runs: if pages > 0 {
+                BTreeMap::from([(0, pages)])
+            } else {
+                BTreeMap::new()
+            },
+            free_pages: pages,
+            runs_of: BTreeMap::new(),
         })
     }
 
@@ -189,14 +238,14 @@ impl SegmentSpace {
             SegmentSpace::Contiguous(device) => device.allocate_first_fit(size_bytes),
             SegmentSpace::Paged(p) => {
                 let pages = size_bytes.div_ceil(p.page_bytes);
-                if (p.free_pages.len() as u64) < pages {
+                if p.free_pages < pages {
                     return None;
                 }
-                let base = p.virtual_space.allocate_first_fit(pages * p.page_bytes)?;
-                let at = p.free_pages.len() - pages as usize;
-                let mut taken = p.free_pages.split_off(at);
-                taken.reverse();
-                p.pages_of.insert(base, taken);
+                let base = p
+                    .virtual_space
+                    .allocate_first_fit(pages.checked_mul(p.page_bytes)?)?;
+                let runs = p.take(pages)?;
+                p.runs_of.insert(base, runs);
                 Some(base)
             }
         }
@@ -208,9 +257,8 @@ impl SegmentSpace {
             SegmentSpace::Paged(p) => {
                 let pages = size_bytes.div_ceil(p.page_bytes);
                 p.virtual_space.release(addr, pages * p.page_bytes);
-                if let Some(freed) = p.pages_of.remove(&addr) {
-                    p.free_pages.extend(freed);
-                    p.free_pages.sort_unstable_by(|a, b| b.cmp(a));
+                if let Some(runs) = p.runs_of.remove(&addr) {
+                    p.give_back(runs);
                 }
             }
         }
@@ -220,7 +268,7 @@ impl SegmentSpace {
     fn free_bytes(&self) -> u64 {
         match self {
             SegmentSpace::Contiguous(device) => device.free_bytes(),
-            SegmentSpace::Paged(p) => p.free_pages.len() as u64 * p.page_bytes,
+            SegmentSpace::Paged(p) => p.free_pages.saturating_mul(p.page_bytes),
         }
     }
 
@@ -239,24 +287,31 @@ impl SegmentSpace {
         let SegmentSpace::Paged(p) = self else {
             return None;
         };
-        let (&base, pages) = p.pages_of.range(..=addr).next_back()?;
-        let mut offset = addr - base;
+        let (&base, runs) = p.runs_of.range(..=addr).next_back()?;
+        let page_bytes = p.page_bytes;
+        // Skip to the run holding `addr`, then walk the runs.
+        let mut skip = addr - base;
         let mut left = size_bytes.max(1);
         let mut out: Vec<(u64, u64)> = Vec::new();
-        let page_bytes = p.page_bytes;
-        while left > 0 {
-            let page = *pages.get((offset / page_bytes) as usize)?;
-            let in_page = offset % page_bytes;
-            let take = (page_bytes - in_page).min(left);
-            let phys = page * page_bytes + in_page;
+        for &(first, count) in runs {
+            let run_bytes = count * page_bytes;
+            if skip >= run_bytes {
+                skip -= run_bytes;
+                continue;
+            }
+            let take = (run_bytes - skip).min(left);
+            let phys = first * page_bytes + skip;
             match out.last_mut() {
                 Some(last) if last.0 + last.1 == phys => last.1 += take,
                 _ => out.push((phys, take)),
             }
-            offset += take;
+            skip = 0;
             left -= take;
+            if left == 0 {
+                return Some(out);
+            }
         }
-        Some(out)
+        None
     }
 }
 
@@ -582,6 +637,16 @@ mod tests {
         a.allocate(AllocId(2), 64 * MIB).expect("every page");
         assert_eq!(a.physical_segments(AllocId(2)), Some(vec![(0, 64 * MIB)]));
         assert_eq!(a.physical_segments(AllocId(9)), None, "unknown id");
+    }
+
+    #[test]
+    fn a_huge_capacity_costs_no_memory() {
+        // Replays run with capacities near u64::MAX: free pages are runs.
+        let mut a = paged(u64::MAX);
+        a.allocate(AllocId(0), 30 * MIB).expect("30 MiB");
+        assert_eq!(a.physical_segments(AllocId(0)), Some(vec![(0, 30 * MIB)]));
+        a.free(AllocId(0)).expect("free");
+        assert_eq!(a.empty_cache(), 30 * MIB);
     }
 
     #[test]
