@@ -48,7 +48,7 @@ for c in "${list[@]}"; do
         bench --model "$model" --batch "$batch" --budget "$budget" --methods checkpoint \
             --json "$out/json/$model-$pct-checkpoint.json"
         # planner:allocator; virtual-chunks turns on PyTorch's expandable segments
-        for run in ${RUNS:-auto:best-fit outcore:best-fit outcore:best-fit-paged outcore:virtual-chunks}; do
+        for run in ${RUNS:-auto:best-fit-paged outcore:best-fit-paged outcore:best-fit outcore:virtual-chunks}; do
             planner="${run%%:*}"; allocator="${run##*:}"
             bench --model "$model" --batch "$batch" --budget "$budget" --methods outcore --planner "$planner" \
                 --allocator "$allocator" --seconds "${SECONDS_LIMIT:-10}" \

@@ -121,7 +121,7 @@ def _init_state(model, loss_fn, opt, make_batch) -> None:
 
 def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
               iters: int, planner: str, headroom: float, seconds: float = 10.0,
-              allocator: str = "best-fit") -> dict[str, Any] | None:
+              allocator: str = "best-fit-paged") -> dict[str, Any] | None:
     """Trains ``iters`` timed steps (after one warm-up); ``None`` if it does not fit."""
     model, loss_fn, make_batch = make_model(model_name, device)
     opt = _sgd(model)
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=8, help="first batch tried")
     ap.add_argument("--max-batch", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=0, help="train every method at this batch only (no search)")
-    ap.add_argument("--allocator", default="best-fit",
+    ap.add_argument("--allocator", default="best-fit-paged",
                     choices=["best-fit", "best-fit-paged", "virtual-chunks", "perfect"],
                     help="the allocator outcore plans for: best-fit, best-fit-paged (segments on any free "
                          "pages, as cudaMalloc maps them), virtual-chunks (turns on PyTorch's expandable "

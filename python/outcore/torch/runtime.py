@@ -642,7 +642,7 @@ def compile_step(
     budget: int | float | str,
     planner: str = "auto",
     device_profile: str | None = None,
-    allocator: str = "best-fit",
+    allocator: str = "best-fit-paged",
     headroom: float | int = 0.0,
     latency_table: str | None = None,
     seed: int = 0,
@@ -654,21 +654,21 @@ def compile_step(
     ``planner``: an outcore planner name, or ``"auto"`` (every default planner
     judged by the simulator, the fastest feasible plan kept).
 
-    ``allocator``: the allocator the plan is made for.  ``"best-fit"`` (the
-    default) models PyTorch's caching allocator with its segments in one
-    contiguous range, so a large segment needs one free range of the device:
-    conservative, since ``cudaMalloc`` maps any free pages.  On an H200
-    (2026-11-30) its plans stayed inside the enforced budget at half of eager's
-    peak (at a quarter, ResNet-50's ran out of real memory), but it costs
-    speed where large tensors come and go (GPT-2 124M at batch 8 under half of
-    eager's peak: 0.476 s simulated under ``best-fit``, 0.248 s under
-    ``best-fit-paged``, 0.233 s under ``virtual-chunks``, 0.212 s in bytes).
-    ``"best-fit-paged"`` is the same caching allocator with segments on any
-    free 2 MiB pages.  ``"virtual-chunks"`` is the model of PyTorch's
-    expandable segments, which the step turns on (for the whole process, and
-    for good: tensors allocated before keep their ordinary segments) when it
-    is compiled on CUDA.  Neither has run on a GPU yet.  ``"perfect"`` plans in
-    bytes only (tests, and CPU).  The example batch
+    ``allocator``: the allocator the plan is made for.  ``"best-fit-paged"``
+    (the default) models PyTorch's caching allocator (segments, best fit,
+    splitting, caching) with each segment on any free 2 MiB pages, as
+    ``cudaMalloc`` maps memory.  ``"best-fit"`` is the same with its segments
+    in one contiguous range of the device, which a GPU does not need: on an
+    H200 (2026-11-30), GPT-2 124M at batch 8 under half of eager's peak
+    trained in 478 ms under a ``best-fit`` plan and in 264 ms under a
+    ``best-fit-paged`` one, both within the enforced budget (eager 199 ms,
+    per-block checkpointing 256 ms).  ``"virtual-chunks"`` is the model of
+    PyTorch's expandable segments, which the step turns on (for the whole
+    process, and for good: tensors allocated before keep their ordinary
+    segments) when it is compiled on CUDA (259 ms there).  Neither model has
+    PyTorch's per-stream block caching, and at a quarter of eager's peak
+    ResNet-50's plans ran out of real memory under each (RESULTS.md).
+    ``"perfect"`` plans in bytes only (tests, and CPU).  The example batch
     is captured at once, so errors (unsupported ops, an infeasible budget) are
     raised here, before any training.
     """
