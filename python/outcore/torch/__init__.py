@@ -4,7 +4,7 @@
 >>> model = torchvision.models.resnet18().cuda()
 >>> opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 >>> step = ot.compile_step(model, torch.nn.functional.cross_entropy, opt,
-...                        (x, y), budget="8GiB", planner="auto")
+...                        (x, y), budget="8GiB")   # planner="outcore"
 >>> loss = step(x, y)                # one step: forward, backward, optimizer
 
 Modules: ``capture`` (make_fx on fake tensors of the model's device),

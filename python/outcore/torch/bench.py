@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="resnet50", help="resnet50, gpt2 (124M) or tiny-gpt")
     ap.add_argument("--budget", required=True, help="bytes or a size such as 8GiB")
     ap.add_argument("--methods", default="eager,checkpoint,save_on_cpu,outcore")
-    ap.add_argument("--planner", default="auto", help="outcore planner name, or auto")
+    ap.add_argument("--planner", default="outcore", help="outcore planner name, or auto")
     ap.add_argument("--headroom", type=float, default=0.08, help="fraction of the budget kept from the planner")
     ap.add_argument("--start", type=int, default=8, help="first batch tried")
     ap.add_argument("--max-batch", type=int, default=4096)
