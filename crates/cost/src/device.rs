@@ -105,16 +105,6 @@ impl Tf32 {
         *self == Tf32::Off
     }
 
-    /// The spelling in a profile file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tf32::Off => "off",
-            Tf32::Convolutions => "convolutions",
-            Tf32::Matmuls => "matmuls",
-            Tf32::All => "all",
-        }
-    }
-
     /// Whether a float32 op of `class` (convolution or matmul) uses TF32.
     pub fn covers(self, class: outcore_graph::OpClass) -> bool {
         use outcore_graph::OpClass;

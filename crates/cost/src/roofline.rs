@@ -167,7 +167,7 @@ impl Efficiencies {
 /// summed time of every convolution op (forward and backward) of eleven
 /// torchvision CNNs at batches 64 and 128, priced `launch + max(flops /
 /// (495e12 * e), bytes / (3.35e12 * 0.70))`, matches the measured sum within
-/// 2.4% at `e = 0.25` (0.20: 18% over, 0.30: 17% under). Per graph the
+/// 2.4% at `e = 0.25` (0.20: 20% over, 0.30: 17% under). Per graph the
 /// convolutions' effective rate spreads from 0.04 (SqueezeNet) through 0.21
 /// (ResNet-50) to 0.34 (VGG-19) of the peak, so one graph's convolutions can
 /// still be off by a third. TF32 matmuls (`Tf32::All`) keep the matmul class's
@@ -210,11 +210,19 @@ impl RooflineModel {
         let tensor_cores = matches!(class, OpClass::Convolution | OpClass::MatMul);
         match dtype {
             DType::Float16 | DType::Bfloat16 if tensor_cores => d.peak_flops_f16,
-            DType::Float32 if d.tf32.covers(class) && d.peak_flops_tf32 > 0.0 => d.peak_flops_tf32,
+            DType::Float32 if self.uses_tf32(dtype, class) => d.peak_flops_tf32,
             DType::Float64 => d.peak_flops_f32 / 2.0,
             // Non-tensor-core math, and integer ops, run on the CUDA cores.
             _ => d.peak_flops_f32,
         }
+    }
+
+    /// Whether an op of `dtype` and `class` runs on the TF32 tensor cores: a
+    /// float32 op of a class the profile's mode names, on a device that has them.
+    fn uses_tf32(&self, dtype: DType, class: OpClass) -> bool {
+        dtype == DType::Float32
+            && self.device.tf32.covers(class)
+            && self.device.peak_flops_tf32 > 0.0
     }
 
     /// The op's compute time, memory time and launch overhead, in seconds, before
@@ -227,11 +235,7 @@ impl RooflineModel {
         }
         let dtype = op_dtype(graph, op);
         let peak_flops = self.peak_flops(dtype, class);
-        let tf32_convolution = class == OpClass::Convolution
-            && dtype == DType::Float32
-            && self.device.tf32.covers(class)
-            && self.device.peak_flops_tf32 > 0.0;
-        let compute_eff = if tf32_convolution {
+        let compute_eff = if class == OpClass::Convolution && self.uses_tf32(dtype, class) {
             TF32_CONVOLUTION_COMPUTE_EFFICIENCY
         } else {
             self.efficiency.for_class(class).compute

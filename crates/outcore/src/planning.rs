@@ -639,36 +639,28 @@ pub fn alloc_replay(
     if capacity_bytes.is_some() {
         trace.capacity_bytes = capacity_bytes;
     }
-    if allocator == "perfect" {
-        return Err(Error::invalid(
-            "allocator (--allocator)",
-            allocator,
-            "does not apply to alloc-replay: the perfect allocator places no addresses, so there is nothing to replay",
-            "best-fit, best-fit-paged, size-class or virtual-chunks",
-        ));
-    }
+    const REPLAYABLE: &str = "best-fit, best-fit-paged, size-class or virtual-chunks";
     if allocator == "offsets" {
         return Err(Error::invalid(
             "allocator (--allocator)",
             allocator,
             "does not apply to alloc-replay: an offsets layout is made for one plan's allocations, not for a trace",
-            "best-fit, best-fit-paged, size-class or virtual-chunks",
+            REPLAYABLE,
         ));
     }
     // The one vocabulary: `best-fit-paged` is a best-fit configuration.
-    let spec = crate::input::parse_allocator(allocator)?;
-    let config = match spec.config() {
+    let config = match crate::input::parse_allocator(allocator)?.config() {
         Some(outcore_alloc::AllocatorConfig::SizeClass(c)) => size_classes_for_trace(&trace)
             .config()
             .unwrap_or(outcore_alloc::AllocatorConfig::SizeClass(c)),
         Some(other) => other,
-        // perfect and offsets were refused above.
+        // `perfect`: no configuration.
         None => {
             return Err(Error::invalid(
                 "allocator (--allocator)",
                 allocator,
-                "places no addresses, so there is nothing to replay",
-                "best-fit, best-fit-paged, size-class or virtual-chunks",
+                "does not apply to alloc-replay: the perfect allocator places no addresses, so there is nothing to replay",
+                REPLAYABLE,
             ));
         }
     };

@@ -670,7 +670,8 @@ def compile_step(
     process, and for good: tensors allocated before keep their ordinary
     segments) when it is compiled on CUDA (259 ms there).  Neither model has
     PyTorch's per-stream block caching, and at a quarter of eager's peak
-    ResNet-50's plans ran out of real memory under each (RESULTS.md).
+    ResNet-50's plans ran out of real memory under ``best-fit`` and
+    ``best-fit-paged`` (``virtual-chunks`` was not tried there; RESULTS.md).
     ``"perfect"`` plans in bytes only (tests, and CPU).  The example batch
     is captured at once, so errors (unsupported ops, an infeasible budget) are
     raised here, before any training.
