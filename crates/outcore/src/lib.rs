@@ -43,10 +43,10 @@ pub use input::{
 };
 pub use max_batch::{MaxBatchRequest, MaxBatchResult, MaxBatchRow, max_batch};
 pub use planning::{
-    AllocReplayResult, CPU_REFERENCE_DEVICE, Comparison, PlanOptions, PlanResult, PlannerOutcome,
-    Runnability, SimulateOptions, SimulateResult, Target, Verification, alloc_replay,
-    allocator_shortfall, compare, plan, set_allocator, simulate_plan, size_classes_for_trace,
-    verify_plan,
+    AllocReplayResult, CPU_REFERENCE_DEVICE, Comparison, PinnedPlan, PlanOptions, PlanResult,
+    PlannerOutcome, Runnability, SimulateOptions, SimulateResult, Target, Verification,
+    alloc_replay, allocator_shortfall, compare, pin_to_timeline, plan, set_allocator,
+    simulate_plan, size_classes_for_trace, verify_plan,
 };
 pub use report::{Report, compare_report, parse_compare, plan_report};
 pub use run::{RunOptions, RunResult, cpu_target, run};

@@ -6,7 +6,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::input::{LoadedGraph, check_time_limit_s, cost_model, graph_of_plan, planner_by_name};
 use outcore_cost::{CostModel, DeviceProfile, MeasuredTable, RooflineModel};
 use outcore_graph::{Graph, OpId};
-use outcore_plan::{AllocatorSpec, Plan, PlanOutcome, PlanRequest, fmt_bytes, verify};
+use outcore_plan::{
+    AllocatorSpec, Plan, PlanOutcome, PlanRequest, TimedStep, fmt_bytes, pin_frees, verify,
+};
 use outcore_sim::{SimOom, SimOptions, SimReport, simulate};
 use serde::Serialize;
 use std::time::Instant;
@@ -618,6 +620,65 @@ pub fn simulate_plan(plan: &Plan, options: &SimulateOptions) -> Result<SimulateR
         simulate_time_s,
         trace: out.trace,
         alloc_trace: out.alloc_trace,
+    })
+}
+
+/// A plan pinned to its predicted iteration, for an executor that issues
+/// steps from one host thread in the order they start and frees memory at
+/// once (PyTorch's caching allocator through `outcore.torch`).
+#[derive(Debug, Clone)]
+pub struct PinnedPlan {
+    /// The plan with [`pin_frees`]' waits added (verified again).
+    pub plan: Plan,
+    /// The last simulated iteration's steps in the order they started, with
+    /// their start and end times: the order to issue them in.
+    pub timeline: Vec<TimedStep>,
+    /// How many waits pinning added.
+    pub waits_added: usize,
+}
+
+/// Pins `plan`'s frees to its predicted timeline (see [`pin_frees`]).
+///
+/// Why an executor needs it: a caching allocator hands a freed block to the
+/// next allocation issued after the free, whatever stream the free's last
+/// reader ran on. An executor that issues every step in the timeline's order
+/// and releases a copy stream's frees where they stand gives the allocator
+/// the simulated sequence of allocations and frees (what the plan's
+/// allocator model was checked on), and the pinned waits order every later
+/// allocating step after those frees on the device, so no kernel or copy
+/// writes a block a copy still reads. The prediction is unchanged: each wait
+/// is satisfied where the timeline starts its step. The timeline is the last
+/// of two simulated iterations (allocator caches warm), under the plan's
+/// device and `latency_table` when given.
+pub fn pin_to_timeline(plan: &Plan, latency_table: Option<&MeasuredTable>) -> Result<PinnedPlan> {
+    plan.check_device("the plan")?;
+    let device = plan.device.clone().ok_or(ErrorKind::PlanNamesNoDevice)?;
+    let graph = graph_of_plan(plan)?;
+    if let Some(err) = verify_plan(plan, &graph).error() {
+        return Err(err);
+    }
+    let cost = cost_model(device, latency_table);
+    let options = SimOptions {
+        iterations: 2,
+        record_timeline: true,
+        ..SimOptions::default()
+    };
+    let timeline = simulate(&graph, plan, cost.as_ref(), &options)?
+        .timeline
+        .unwrap_or_default();
+    let mut pinned = plan.clone();
+    let waits_added = pin_frees(&mut pinned, &timeline).map_err(|e| {
+        Error::new(ErrorKind::NotRunnable {
+            reason: e.to_string(),
+        })
+    })?;
+    if let Some(err) = verify_plan(&pinned, &graph).error() {
+        return Err(err);
+    }
+    Ok(PinnedPlan {
+        plan: pinned,
+        timeline,
+        waits_added,
     })
 }
 

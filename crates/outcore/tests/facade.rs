@@ -351,3 +351,41 @@ fn a_perfect_plan_runs_laid_out_unless_asked_not_to() {
     assert_eq!(ran.allocator, "perfect");
     assert_eq!(ran.matches_reference, Some(true));
 }
+
+/// A swapping plan pinned to its timeline: the same instructions, waits only
+/// added, the same predicted time, a timeline that lists every step once in
+/// start order; and a plan for no device is refused by name.
+#[test]
+fn a_plan_pinned_to_its_timeline_keeps_its_prediction_and_adds_only_waits() {
+    let graph = tiny_cnn();
+    let result = window_at_60(&graph, "best-fit-paged");
+    let plan = &result.plan;
+    let pinned = outcore::pin_to_timeline(plan, None).expect("pins");
+    assert_eq!(pinned.timeline.len(), plan.n_steps());
+    assert!(
+        pinned
+            .timeline
+            .windows(2)
+            .all(|w| w[0].start_s <= w[1].start_s)
+    );
+    let mut added = 0;
+    for (a, b) in plan.streams.iter().zip(&pinned.plan.streams) {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert_eq!(x.instr, y.instr);
+            assert_eq!(y.waits[..x.waits.len()], x.waits[..]);
+            added += y.waits.len() - x.waits.len();
+        }
+    }
+    assert_eq!(added, pinned.waits_added);
+    assert!(added > 0, "window's swap-outs free on the d2h stream");
+    let before = outcore::simulate_plan(plan, &SimulateOptions::default()).unwrap();
+    let after = outcore::simulate_plan(&pinned.plan, &SimulateOptions::default()).unwrap();
+    assert_eq!(after.report.iter_time_s, before.report.iter_time_s);
+    assert_eq!(after.report.peak_live_bytes, before.report.peak_live_bytes);
+
+    let mut deviceless = plan.clone();
+    deviceless.device = None;
+    let err = outcore::pin_to_timeline(&deviceless, None).unwrap_err();
+    assert!(matches!(err.kind, ErrorKind::PlanNamesNoDevice));
+}

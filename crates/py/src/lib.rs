@@ -370,6 +370,33 @@ fn simulate(
     json(&result)
 }
 
+/// The plan pinned to its predicted iteration ([`outcore::pin_to_timeline`])
+/// and that iteration's steps in the order they start, as JSON rows
+/// `[stream, index, start_s, end_s]` (stream 0 compute, 1 h2d, 2 d2h): the
+/// order `outcore.torch` issues them in.
+#[pyfunction]
+#[pyo3(signature = (plan, latency_table = None))]
+fn pin_to_timeline(
+    py: Python<'_>,
+    plan: &PyPlan,
+    latency_table: Option<PathBuf>,
+) -> PyRes<(PyPlan, String)> {
+    let latency_table: Option<MeasuredTable> = latency_table
+        .map(|p| outcore::load_latency_table(&p))
+        .transpose()
+        .map_err(to_py)?;
+    let p = &plan.plan;
+    let pinned = py
+        .detach(|| outcore::pin_to_timeline(p, latency_table.as_ref()))
+        .map_err(to_py)?;
+    let rows: Vec<(usize, u32, f64, f64)> = pinned
+        .timeline
+        .iter()
+        .map(|t| (t.at.stream.index(), t.at.index, t.start_s, t.end_s))
+        .collect();
+    Ok((PyPlan { plan: pinned.plan }, json(&rows)?))
+}
+
 /// A size (`12GiB`, `512MB`, bytes) in bytes.
 #[pyfunction]
 fn parse_size(text: &str) -> PyRes<u64> {
@@ -404,6 +431,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(pin_to_timeline, m)?)?;
     m.add_function(wrap_pyfunction!(parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(parse_budget, m)?)?;
     m.add_function(wrap_pyfunction!(load_latency_table, m)?)?;
