@@ -98,7 +98,8 @@ def _sgd(m):
     return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4, foreach=False)
 
 
-def test_resnet18_three_steps_with_swaps_and_recomputation_match_eager(tmp_path):
+@pytest.mark.parametrize("issue_order", ["early", "timeline"])
+def test_resnet18_three_steps_with_swaps_and_recomputation_match_eager(tmp_path, issue_order):
     def make():
         return torchvision.models.resnet18(num_classes=10)
 
@@ -108,8 +109,9 @@ def test_resnet18_three_steps_with_swaps_and_recomputation_match_eager(tmp_path)
     torch.manual_seed(1)
     footprint = _steady_footprint(make(), loss_fn, _sgd, batches[0])
     run = _train_both(make, loss_fn, _sgd, batches, budget=int(0.97 * footprint), planner="superneurons",
-                      allocator="perfect", device_profile=_slow_link_device(tmp_path))
+                      allocator="perfect", device_profile=_slow_link_device(tmp_path), issue_order=issue_order)
     eager, ours, opt_e, opt_o, step, losses = run
+    assert (step.compiled.timeline is not None) == (issue_order == "timeline")
     gen = step.compiled.generated
     assert gen.n_recomputes > 0 and gen.n_swap_outs > 0 and gen.n_swap_ins > 0
     assert step.plan_result.report.peak_live_bytes <= step.compiled.planner_budget_bytes
@@ -194,6 +196,16 @@ def test_budget_below_the_largest_op_raises_and_changes_nothing():
     before = _snapshot(m, o)
     with pytest.raises(ot.InfeasibleError, match=r"working set of \d+ B"):
         ot.compile_step(m, nn.functional.cross_entropy, o, (x, y), budget=1 << 20, allocator="perfect")
+    assert _same(before, _snapshot(m, o))
+
+
+def test_unknown_issue_order_is_refused_by_name_and_changes_nothing():
+    m = torchvision.models.resnet18(num_classes=10)
+    o = _sgd(m)
+    before = _snapshot(m, o)
+    with pytest.raises(ot.InvalidValueError, match=r"issue_order `soon`: not one of early, timeline"):
+        ot.compile_step(m, nn.functional.cross_entropy, o, (torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))),
+                        budget="90%", allocator="perfect", issue_order="soon")
     assert _same(before, _snapshot(m, o))
 
 

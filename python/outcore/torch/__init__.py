@@ -15,7 +15,7 @@ the step function), ``bench`` (``python -m outcore.torch.bench``).
 
 from __future__ import annotations
 
-from ..errors import CaptureError, InfeasibleError, PlanError, UnsupportedOpError
+from ..errors import CaptureError, InfeasibleError, InvalidValueError, PlanError, UnsupportedOpError
 from .runtime import StepFunction, compile_step, parse_budget
 
 __all__ = [
@@ -25,5 +25,6 @@ __all__ = [
     "CaptureError",
     "UnsupportedOpError",
     "InfeasibleError",
+    "InvalidValueError",
     "PlanError",
 ]

@@ -121,7 +121,7 @@ def _init_state(model, loss_fn, opt, make_batch) -> None:
 
 def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
               iters: int, planner: str, headroom: float, seconds: float = 10.0,
-              allocator: str = "best-fit-paged") -> dict[str, Any] | None:
+              allocator: str = "best-fit-paged", issue_order: str = "early") -> dict[str, Any] | None:
     """Trains ``iters`` timed steps (after one warm-up); ``None`` if it does not fit."""
     model, loss_fn, make_batch = make_model(model_name, device)
     opt = _sgd(model)
@@ -152,7 +152,7 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
             t0 = time.perf_counter()
             compiled = ot.compile_step(model, loss_fn, opt, make_batch(batch), budget=budget_bytes,
                                        planner=planner, headroom=headroom, enforce=True,
-                                       time_limit_s=seconds, allocator=allocator)
+                                       time_limit_s=seconds, allocator=allocator, issue_order=issue_order)
             info["compile_s"] = time.perf_counter() - t0
             info["planner"] = compiled.plan_result.planner
             info["simulated_iter_s"] = compiled.plan_result.report.iter_time_s
@@ -235,7 +235,7 @@ def largest_batch(method: str, args, budget_bytes: int, device: torch.device, st
                       f"host memory, {avail / 2**30:.0f} GiB available)", file=sys.stderr, flush=True)
                 return None
         r = run_trial(method, args.model, b, budget_bytes, device, args.iters, args.planner, args.headroom,
-                      args.seconds, args.allocator)
+                      args.seconds, args.allocator, args.issue_order)
         if r is not None:
             TRIALS.append(r)
         print(f"  {method:12s} batch {b:5d}: {'fits' if r else 'does not fit'}"
@@ -287,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=8, help="first batch tried")
     ap.add_argument("--max-batch", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=0, help="train every method at this batch only (no search)")
+    ap.add_argument("--issue-order", default="early", choices=["early", "timeline"],
+                    help="how outcore's generated code orders the plan's steps (compile_step's issue_order)")
     ap.add_argument("--allocator", default="best-fit-paged",
                     choices=["best-fit", "best-fit-paged", "virtual-chunks", "perfect"],
                     help="the allocator outcore plans for: best-fit, best-fit-paged (segments on any free "
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump({"model": args.model, "budget_bytes": budget_bytes, "partial": True,
                            "results": results, "trials": TRIALS, "failures": FAILURES}, f, indent=1)
     doc = {
-        "planner": args.planner, "headroom": args.headroom, "seconds": args.seconds, "allocator": args.allocator, "fixed_batch": args.batch,
+        "planner": args.planner, "headroom": args.headroom, "seconds": args.seconds, "allocator": args.allocator, "issue_order": args.issue_order, "fixed_batch": args.batch,
         "model": args.model, "budget_bytes": budget_bytes, "device": torch.cuda.get_device_name(device)
         if device.type == "cuda" else "cpu", "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "results": results,

@@ -25,9 +25,20 @@ step, no interpreter loop.  What each instruction becomes:
 * Waits -- ``_wait_c`` / the ``waits`` argument of the copy helpers, on events
   recorded after exactly the steps that other streams wait for.
 
-Emission order is a topological merge of the three programs that issues
-copies as early as their waits allow.  On the CPU the stream helpers are no-ops
-and copies are plain ``copy_`` calls: the same source runs there (the tests).
+Issue order (``compile_step(issue_order=...)``): ``"early"`` is a topological
+merge of the three programs that issues copies as early as their waits allow,
+with copy streams' frees deferred as above.  ``"timeline"`` takes a plan pinned
+to its predicted iteration (``outcore._native.pin_to_timeline``) and issues the
+steps in the order that iteration starts them: a copy stream's free is then
+released where it stands (every later allocating step of the pinned plan waits
+for that stream up to it or further), and a swap-in that starts while a kernel
+runs takes its memory just before that kernel (``_sa``), so its copy waits for
+what finished before, not for the kernel (see ``_hoisted_swap_ins``).  PyTorch's
+caching allocator counts bytes in the host's order; under ``"timeline"`` that
+is the simulated sequence of allocations and frees.
+
+On the CPU the stream helpers are no-ops and copies are plain ``copy_`` calls:
+the same source runs there (the tests).
 """
 
 from __future__ import annotations
@@ -100,6 +111,56 @@ def _emission_order(streams: list[list[dict[str, Any]]]) -> list[tuple[int, int]
         if not progressed:
             raise PlanError("the plan's waits form a cycle; it cannot be issued (re-plan)")
     return order
+
+
+def _timeline_order(streams: list[list[dict[str, Any]]],
+                    timeline: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The timeline as an issue order, checked: every step once, each stream in
+    its order, every wait on a step issued before."""
+    pos = [0, 0, 0]
+    done: set[tuple[int, int]] = set()
+    order: list[tuple[int, int]] = []
+    for s, i in timeline:
+        if not (0 <= s < 3) or i != pos[s] or i >= len(streams[s]):
+            raise PlanError(f"the timeline's step ({s}, {i}) is not stream {s}'s next step; "
+                            "pin the plan again (outcore._native.pin_to_timeline)")
+        for w in streams[s][i].get("waits", []):
+            if _step_key(w) not in done:
+                raise PlanError(f"the timeline starts step ({s}, {i}) before {w}, which it waits for; "
+                                "pin the plan again")
+        done.add((s, i))
+        order.append((s, i))
+        pos[s] += 1
+    if any(p != len(st) for p, st in zip(pos, streams)):
+        raise PlanError("the timeline does not list every step of the plan; pin the plan again")
+    return order
+
+
+def _hoisted_swap_ins(streams: list[list[dict[str, Any]]],
+                      order: list[tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """Swap-ins whose device memory is taken before the kernel running when
+    they start: compute index -> swap-ins (stream, index).
+
+    A swap-in's h2d copy waits for the compute stream up to where its memory
+    is taken (the caching allocator may hand it a block a kernel issued
+    before used, a cuDNN workspace say).  Taken where the timeline starts the
+    copy, that is after the kernel then running, which the prediction does
+    not wait for; taken just before that kernel, the copy waits only for what
+    finished before it.  Not where a copy stream frees memory between the
+    two: the swap-in may need those bytes, and in the timeline's order they
+    are released only there."""
+    hoisted: dict[int, list[tuple[int, int]]] = {}
+    last_kernel: int | None = None
+    for s, i in order:
+        instr = streams[s][i]["instr"]
+        if s == 0:
+            runs = isinstance(instr, dict) and ("compute" in instr or "recompute" in instr)
+            last_kernel = i if runs else None
+        elif isinstance(instr, dict) and "free" in instr:
+            last_kernel = None
+        elif isinstance(instr, dict) and "swap_in" in instr and last_kernel is not None:
+            hoisted.setdefault(last_kernel, []).append((s, i))
+    return hoisted
 
 
 def _vector_clocks(streams, order) -> dict[tuple[int, int], list[int]]:
@@ -227,15 +288,24 @@ class _Emitter:
         return self.var(t.node)
 
 
-def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False) -> Generated:
-    """The step function's source for ``plan`` (see the module docs)."""
+def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False,
+             timeline: list[tuple[int, int]] | None = None) -> Generated:
+    """The step function's source for ``plan`` (see the module docs).
+
+    ``timeline``: the plan's steps as (stream, index) in the order its
+    predicted iteration starts them, for a plan pinned to that iteration
+    (``outcore._native.pin_to_timeline``); the steps are then issued in that
+    order and copy streams' frees released in place.  Without it, the older
+    merge that issues copies as early as their waits allow."""
     e = _Emitter(conv, plan, profile)
     streams = plan["streams"]
     ops = conv.ops
     tensors = conv.tensors
     cap = conv.captured
-    order = _emission_order(streams)
+    order = _timeline_order(streams, timeline) if timeline is not None else _emission_order(streams)
     vc = _vector_clocks(streams, order)
+    hoisted = _hoisted_swap_ins(streams, order) if timeline is not None else {}
+    hoisted_at = {si: k for k, sis in hoisted.items() for si in sis}
 
     # Which steps need an event: those waited for, and frees on copy streams.
     needs_event: set[tuple[int, int]] = set()
@@ -243,10 +313,11 @@ def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False) ->
         for step in streams[s]:
             for w in step.get("waits", []):
                 needs_event.add(_step_key(w))
-    # Deferred frees: copy-stream free -> first compute step ordered after it.
+    # Deferred frees: copy-stream free -> first compute step ordered after it
+    # (issued in the timeline's order, a pinned plan releases them in place).
     deferred: dict[int, list[tuple[int, int, int]]] = {}
     compute_clocks = [vc[(0, i)] for i in range(len(streams[0]))]
-    for s in (1, 2):
+    for s in (1, 2) if timeline is None else ():
         for i, step in enumerate(streams[s]):
             instr = step["instr"]
             if isinstance(instr, dict) and "free" in instr:
@@ -323,6 +394,9 @@ def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False) ->
         instr = step["instr"]
         waits = waits_of(s, i)
         if s == 0:
+            for hs, hi in hoisted.get(i, []):
+                tid = int(streams[hs][hi]["instr"]["swap_in"])
+                L.append(f"_pa_{hs}_{hi} = _sa({e.owner_var(tid)}, {tensors[tid].storage_nbytes})")
             for fs, fi, tid in deferred.get(i, []):
                 if (fs, fi) in pending:
                     del pending[(fs, fi)]
@@ -393,12 +467,23 @@ def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False) ->
                     del pending[key]
                     L.append(f"_pf_{key[0]}_{key[1]} = None")
             name = ev(s, i) if (s, i) in needs_event else "_"
-            L.append(f"{name} = _si({e.owner_var(tid)}, _H[{tid}], {tensors[tid].storage_nbytes}, ({', '.join(waits)}{',' if len(waits) == 1 else ''}), {tid})")
+            pre = f"_pa_{s}_{i}" if (s, i) in hoisted_at else "None"
+            L.append(f"{name} = _si({e.owner_var(tid)}, _H[{tid}], {tensors[tid].storage_nbytes}, ({', '.join(waits)}{',' if len(waits) == 1 else ''}), {tid}, {pre})")
             n_in += 1
             if profile:
                 e.timed_copies.append((tid, "h2d"))
         elif isinstance(instr, dict) and "free" in instr:
             tid = int(instr["free"])
+            if s != 0 and timeline is not None:
+                # released where it stands: every later allocating step of the
+                # pinned plan waits for this stream up to here or further
+                if waits:
+                    L.append(f"_wait_s({s}, {', '.join(waits)})")
+                if (s, i) in needs_event:
+                    L.append(f"{ev(s, i)} = _rec({s})")
+                if tid not in returned:
+                    L.append(f"_free({e.owner_var(tid)})")
+                continue
             if s == 0:
                 if waits:
                     L.append(f"_wait_c({', '.join(waits)})")

@@ -1,0 +1,143 @@
+"""Where a planned step's real CUDA memory departs from the plan, op by op.
+
+    python3 tools/device/memdiag.py --model resnet50 --batch 128 --budget B --out DIR
+
+Compiles the step (outcore.torch) for the budget, trains two steps without the
+memory cap (the first creates SGD's momentum buffers and plans again), then runs
+the generated step once more with every op bracketed: PyTorch's allocated bytes
+before and after the op, the peak inside it, and the bytes of the distinct
+device storages the step's own variables hold after it.  Writes:
+
+* ``memdiag.json``: one row per compute op in issue order (op id, name, kind,
+  allocated before / after, peak inside, referenced after) and the plan's and
+  PyTorch's peaks;
+* ``graph.json`` and ``plan.json``: the planned graph and plan, to compare the
+  rows with the simulator's allocation trace on another machine;
+* ``summary.txt``: the ops with the largest transient bytes (peak inside less
+  the larger of before and after) and the largest unreferenced bytes
+  (allocated after less referenced after).
+
+A diagnostic for a lent GPU session (tools/README.md); it changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+import outcore.torch as ot
+from outcore.torch import runtime as R
+from outcore.torch.bench import _init_state, _sgd, make_model
+from outcore.torch.codegen import generate
+
+
+class MemRuntime(R._Runtime):
+    """A profiling runtime whose tick / tock record memory, not time."""
+
+    def __init__(self, device: torch.device):
+        super().__init__(device, profile=True)
+        self.rows: list[dict] = []
+
+    def tick(self):
+        if not self.cuda:  # a dry run of the script on CPU: no allocator statistics
+            return 0
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return torch.cuda.memory_allocated(self.device)
+
+    def tock(self, op: int, t0):
+        after = torch.cuda.memory_allocated(self.device) if self.cuda else 0
+        peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else 0
+        seen: dict[int, int] = {}
+        frame = sys._getframe(1)  # the generated step: its variables and the placeholders
+        for v in list(frame.f_locals.values()) + list(frame.f_globals.get("_ph", [])):
+            if isinstance(v, torch.Tensor) and v.device.type == self.device.type:
+                st = v.untyped_storage()
+                if st.nbytes() > 0:
+                    seen[st.data_ptr()] = st.nbytes()
+        self.rows.append({"op": op, "before": t0, "after": after, "peak": peak,
+                          "referenced": sum(seen.values())})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--budget", type=int, required=True)
+    ap.add_argument("--allocator", default="best-fit-paged")
+    ap.add_argument("--planner", default="outcore")
+    ap.add_argument("--headroom", type=float, default=0.08)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--issue-order", default="early", choices=["early", "timeline"])
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    model, loss_fn, make_batch = make_model(a.model, dev)
+    opt = _sgd(model)
+    _init_state(model, loss_fn, opt, make_batch)
+    x, y = make_batch(a.batch)
+    step = ot.compile_step(model, loss_fn, opt, (x, y), budget=a.budget, planner=a.planner,
+                           allocator=a.allocator, headroom=a.headroom, time_limit_s=a.seconds,
+                           enforce=False, issue_order=a.issue_order)
+    for _ in range(2):
+        step(x.clone(), y.clone())
+    c = step.compiled
+    if cuda:
+        torch.cuda.synchronize()
+    gen = generate(c.converted, c.plan_json, profile=True, timeline=c.timeline)
+    rt = MemRuntime(dev)
+    glb = {"__builtins__": __builtins__, "_ph": [ph.tensor for ph in c.captured.placeholders],
+           **gen.globals, **rt.bind(), "_H": c.host}
+    exec(compile(gen.source, "<outcore step (memdiag)>", "exec"), glb)  # noqa: S102
+    step._enter_residency(c)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    with torch.no_grad():
+        outs = glb["step"](x.clone(), y.clone())
+    step._install_new_state(c, outs)
+    if cuda:
+        torch.cuda.synchronize()
+    ops = c.converted.ops
+    rows = [dict(r, name=ops[r["op"]].name, kind=ops[r["op"]].label) for r in rt.rows]
+    doc = {
+        "model": a.model, "batch": a.batch, "budget_bytes": a.budget, "allocator": a.allocator,
+        "planner_budget_bytes": c.planner_budget_bytes, "pinned_bytes": c.converted.pinned_bytes,
+        "plan_peak_live_bytes": c.plan_result.report.peak_live_bytes,
+        "plan_peak_reserved_bytes": c.plan_result.report.peak_reserved_bytes,
+        "planner": c.plan_result.planner, "rows": rows,
+    }
+    with open(os.path.join(a.out, "memdiag.json"), "w") as f:
+        json.dump(doc, f)
+    with open(c.graph_path) as src, open(os.path.join(a.out, "graph.json"), "w") as dst:
+        dst.write(src.read())
+    with open(os.path.join(a.out, "plan.json"), "w") as f:
+        json.dump(c.plan_json, f)
+    lines = [f"{a.model} b{a.batch} budget {a.budget} planner budget {c.planner_budget_bytes} "
+             f"pinned {c.converted.pinned_bytes} plan peak live {doc['plan_peak_live_bytes']} "
+             f"reserved {doc['plan_peak_reserved_bytes']} ({c.plan_result.planner}, {a.allocator})",
+             f"measured peak allocated {max(r['peak'] for r in rows)} "
+             f"max after {max(r['after'] for r in rows)} max referenced {max(r['referenced'] for r in rows)}"]
+    trans = sorted(rows, key=lambda r: r["peak"] - max(r["before"], r["after"]), reverse=True)[:25]
+    lines.append("largest transient (peak inside - max(before, after)):")
+    lines += [f"  op {r['op']:5d} {r['kind']:28s} {r['peak'] - max(r['before'], r['after']):>12d} "
+              f"before {r['before']} after {r['after']} {r['name']}" for r in trans]
+    unref = sorted(rows, key=lambda r: r["after"] - r["referenced"], reverse=True)[:15]
+    lines.append("largest unreferenced (after - referenced):")
+    lines += [f"  op {r['op']:5d} {r['kind']:28s} {r['after'] - r['referenced']:>12d} {r['name']}" for r in unref]
+    top = sorted(rows, key=lambda r: r["peak"], reverse=True)[:10]
+    lines.append("largest peaks inside ops:")
+    lines += [f"  op {r['op']:5d} {r['kind']:28s} peak {r['peak']} before {r['before']} after {r['after']} "
+              f"referenced {r['referenced']} {r['name']}" for r in top]
+    with open(os.path.join(a.out, "summary.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines[:40]))
+
+
+if __name__ == "__main__":
+    main()
