@@ -58,8 +58,21 @@ class MemRuntime(R._Runtime):
                 st = v.untyped_storage()
                 if st.nbytes() > 0:
                     seen[st.data_ptr()] = st.nbytes()
+        reserved = torch.cuda.memory_reserved(self.device) if self.cuda else 0
         self.rows.append({"op": op, "before": t0, "after": after, "peak": peak,
-                          "referenced": sum(seen.values())})
+                          "referenced": sum(seen.values()), "reserved": reserved})
+
+
+def segments_summary() -> dict:
+    """PyTorch's segments now: how many, their bytes, and the largest free blocks."""
+    segs = torch.cuda.memory_snapshot()
+    out = {"segments": len(segs), "total": sum(g["total_size"] for g in segs),
+           "allocated": sum(g["allocated_size"] for g in segs), "largest_free_blocks": []}
+    free = [(b["size"], g["total_size"]) for g in segs for b in g["blocks"] if b["state"] == "inactive"]
+    out["free"] = sum(f for f, _ in free)
+    out["largest_free_blocks"] = sorted(free, reverse=True)[:15]
+    out["segment_sizes"] = sorted((g["total_size"] for g in segs), reverse=True)[:30]
+    return out
 
 
 def main() -> None:
@@ -74,6 +87,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--issue-order", default="early", choices=["early", "timeline"])
+    ap.add_argument("--enforce", action="store_true",
+                    help="cap PyTorch at the budget and run the bracketed step first (as the bench's warm-up "
+                         "step); an out-of-memory ends the run with the rows so far and PyTorch's segments")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device(a.device)
@@ -85,7 +101,7 @@ def main() -> None:
     step = ot.compile_step(model, loss_fn, opt, (x, y), budget=a.budget, planner=a.planner,
                            allocator=a.allocator, headroom=a.headroom, time_limit_s=a.seconds,
                            enforce=False, issue_order=a.issue_order)
-    for _ in range(2):
+    for _ in range(0 if a.enforce else 2):
         step(x.clone(), y.clone())
     c = step.compiled
     if cuda:
@@ -97,10 +113,19 @@ def main() -> None:
     exec(compile(gen.source, "<outcore step (memdiag)>", "exec"), glb)  # noqa: S102
     step._enter_residency(c)
     if cuda:
+        if a.enforce:
+            total = torch.cuda.get_device_properties(dev).total_memory
+            index = dev.index if dev.index is not None else torch.cuda.current_device()
+            torch.cuda.set_per_process_memory_fraction(min(1.0, a.budget / total), index)
         torch.cuda.reset_peak_memory_stats(dev)
-    with torch.no_grad():
-        outs = glb["step"](x.clone(), y.clone())
-    step._install_new_state(c, outs)
+    oom = None
+    try:
+        with torch.no_grad():
+            outs = glb["step"](x.clone(), y.clone())
+        step._install_new_state(c, outs)
+    except torch.cuda.OutOfMemoryError as e:
+        oom = {"error": str(e)[:400], "at_op_after": rt.rows[-1]["op"] if rt.rows else None,
+               "segments": segments_summary()}
     if cuda:
         torch.cuda.synchronize()
     ops = c.converted.ops
@@ -110,7 +135,8 @@ def main() -> None:
         "planner_budget_bytes": c.planner_budget_bytes, "pinned_bytes": c.converted.pinned_bytes,
         "plan_peak_live_bytes": c.plan_result.report.peak_live_bytes,
         "plan_peak_reserved_bytes": c.plan_result.report.peak_reserved_bytes,
-        "planner": c.plan_result.planner, "rows": rows,
+        "planner": c.plan_result.planner, "issue_order": a.issue_order, "enforce": a.enforce,
+        "oom": oom, "rows": rows,
     }
     with open(os.path.join(a.out, "memdiag.json"), "w") as f:
         json.dump(doc, f)
@@ -122,7 +148,11 @@ def main() -> None:
              f"pinned {c.converted.pinned_bytes} plan peak live {doc['plan_peak_live_bytes']} "
              f"reserved {doc['plan_peak_reserved_bytes']} ({c.plan_result.planner}, {a.allocator})",
              f"measured peak allocated {max(r['peak'] for r in rows)} "
-             f"max after {max(r['after'] for r in rows)} max referenced {max(r['referenced'] for r in rows)}"]
+             f"max after {max(r['after'] for r in rows)} max referenced {max(r['referenced'] for r in rows)} "
+             f"max reserved {max(r['reserved'] for r in rows)}"]
+    if oom:
+        lines.append(f"out of memory after op {oom['at_op_after']}: {oom['error']}")
+        lines.append(f"segments: {json.dumps(oom['segments'])}")
     trans = sorted(rows, key=lambda r: r["peak"] - max(r["before"], r["after"]), reverse=True)[:25]
     lines.append("largest transient (peak inside - max(before, after)):")
     lines += [f"  op {r['op']:5d} {r['kind']:28s} {r['peak'] - max(r['before'], r['after']):>12d} "
