@@ -295,6 +295,45 @@ def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
     assert again.plan_result.verification.passed
 
 
+def test_measured_workspaces_in_a_latency_table_are_planned_for(tmp_path):
+    """``workspace_bytes`` of a table's entries (what ``profile`` measures on
+    CUDA inside each op) become the ops' workspaces in the planned graph; a
+    bad value is refused by name.  On the CPU there is nothing to measure, so
+    the table here is written by hand."""
+    torch.manual_seed(0)
+    m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8, p=0.0).to(DEVICE)
+    o = _sgd(m)
+    x, y = torch.randint(0, 32, (2, 8), device=DEVICE), torch.randint(0, 32, (2, 8), device=DEVICE)
+    step = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="300%", planner="none", allocator="perfect")
+    step(x.clone(), y.clone())
+    table = step.profile(x, y, iterations=1)
+    if DEVICE.type == "cpu":
+        assert all("workspace_bytes" not in e for e in table["entries"])
+    else:
+        assert all(e["workspace_bytes"] >= 0 for e in table["entries"])
+    ops = step.compiled.converted.ops
+    victim = max(ops, key=lambda op: len(op.inputs))
+    big = 1 << 20
+    for e in table["entries"]:
+        e["workspace_bytes"] = big if e["op"] == victim.id else 0
+    path = tmp_path / "lat.json"
+    step.write_latency_table(str(path), table)
+    again = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
+                            allocator="perfect", latency_table=str(path))
+    graph_ops = again.compiled.converted.graph_json["ops"]
+    assert graph_ops[victim.id]["workspace_bytes"] == max(big, victim.workspace_bytes)
+    plain = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
+                            allocator="perfect")
+    assert again.plan_result.report.peak_live_bytes >= plain.plan_result.report.peak_live_bytes
+    assert again.compiled.graph.footprint_bytes > plain.compiled.graph.footprint_bytes
+
+    table["entries"][0]["workspace_bytes"] = -1
+    step.write_latency_table(str(path), table)
+    with pytest.raises(outcore.InvalidValueError, match=r"workspace_bytes `-1`.*whole number of bytes"):
+        ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
+                        allocator="perfect", latency_table=str(path))
+
+
 @contextlib.contextmanager
 def _tf32_flags(conv: bool, matmul: bool):
     """PyTorch's TF32 settings for convolutions and matmuls (the

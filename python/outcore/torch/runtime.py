@@ -39,7 +39,7 @@ import outcore
 from ..errors import InfeasibleError, InvalidValueError, OutcoreError
 from .capture import Captured, capture_step, step_signature
 from .codegen import Generated, generate
-from .convert import Converted, convert
+from .convert import Converted, convert, to_graph_json
 
 DEFAULT_PLANNERS = (
     "none,checkpoint-sqrt,checkpoint-all,superneurons,capuchin,window,odswap,lms,vdnn-conv,vdnn-all"
@@ -65,6 +65,8 @@ class _Runtime:
         self.profile = profile
         self.op_times: dict[int, list[Any]] = {}
         self.copy_times: dict[tuple[int, str], list[Any]] = {}
+        #: op -> bytes each run allocated and released inside the op (CUDA)
+        self.op_transient_bytes: dict[int, list[int]] = {}
         if self.cuda:
             self.compute = torch.cuda.current_stream(device)
             self.h2d = torch.cuda.Stream(device)
@@ -179,13 +181,21 @@ class _Runtime:
     # profiling
     def tick(self) -> Any:
         if self.cuda:
-            return self.compute.record_event(torch.cuda.Event(enable_timing=True))
+            # the caching allocator's counts follow the host: the peak between
+            # here and tock is the op's own, whatever the device is running
+            torch.cuda.reset_peak_memory_stats(self.device)
+            before = torch.cuda.memory_allocated(self.device)
+            return (self.compute.record_event(torch.cuda.Event(enable_timing=True)), before)
         return time.perf_counter()
 
     def tock(self, op: int, t0: Any) -> None:
         if self.cuda:
+            start, before = t0
+            after = torch.cuda.memory_allocated(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+            self.op_transient_bytes.setdefault(op, []).append(max(0, peak - max(before, after)))
             end = self.compute.record_event(torch.cuda.Event(enable_timing=True))
-            self.op_times.setdefault(op, []).append((t0, end))
+            self.op_times.setdefault(op, []).append((start, end))
         else:
             self.op_times.setdefault(op, []).append(time.perf_counter() - t0)
 
@@ -323,6 +333,42 @@ def parse_budget(budget: int | float | str, *, footprint_bytes: int, device_memo
     raise InvalidValueError(f"budget `{budget!r}`: not bytes, a size, a percentage or a fraction")
 
 
+def _apply_measured_workspaces(conv: Converted, latency_table: str) -> int:
+    """Raises each op's workspace to the bytes a profiled run allocated and
+    released inside it (``workspace_bytes`` of the table's entries, which
+    :meth:`StepFunction.profile` measures on CUDA: cuDNN and cuBLAS
+    workspaces, ops' own temporaries such as the 384 MiB inside each of
+    GPT-2's attention softmax backwards), so the planner keeps room for them.
+    Entries of ops this graph lacks, or names that differ, are skipped (the
+    planner checks the table against the graph and names them); a
+    ``workspace_bytes`` that is not a whole number of bytes is an error.
+    Returns how many ops changed."""
+    try:
+        with open(latency_table, encoding="utf-8-sig") as f:
+            entries = json.load(f).get("entries", [])
+    except (OSError, ValueError, AttributeError):
+        return 0  # the planner reports what is wrong with the file
+    changed = 0
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        op, ws = e.get("op"), e.get("workspace_bytes")
+        if ws is None or not isinstance(op, int):
+            continue
+        if not isinstance(ws, int) or isinstance(ws, bool) or ws < 0:
+            raise InvalidValueError(
+                f"latency table {latency_table}: entry of op {op} ({e.get('name')!r}) has workspace_bytes "
+                f"`{ws!r}`; accepted: a whole number of bytes >= 0 (what StepFunction.profile writes), "
+                "or no such field"
+            )
+        if 0 <= op < len(conv.ops) and conv.ops[op].name == e.get("name") and ws > conv.ops[op].workspace_bytes:
+            conv.ops[op].workspace_bytes = ws
+            changed += 1
+    if changed:
+        conv.graph_json = to_graph_json(conv)
+    return changed
+
+
 def _largest_working_set(conv: Converted) -> tuple[int, str]:
     size = {t.id: t.size_bytes for t in conv.tensors}
     owner = {t.id: t.owner for t in conv.tensors}
@@ -386,6 +432,8 @@ class StepFunction:
             torch.cuda.empty_cache()
             self._expandable = True
         conv = convert(cap)
+        if self.latency_table is not None:
+            _apply_measured_workspaces(conv, self.latency_table)
         path = os.path.join(self._tmp.name, f"graph{len(self._cache)}.json")
         with open(path, "w") as f:
             json.dump(conv.graph_json, f)
@@ -607,7 +655,12 @@ class StepFunction:
 
     def profile(self, x: torch.Tensor, y: torch.Tensor, iterations: int = 5) -> dict[str, Any]:
         """Runs the step ``iterations`` times with every op and copy timed and
-        returns an ``outcore-latency-table/1`` document (medians)."""
+        returns an ``outcore-latency-table/1`` document (medians).  On CUDA
+        each op's entry also has ``workspace_bytes``: the most bytes the op
+        allocated and released inside itself over the runs (kernels'
+        workspaces, its own temporaries), which ``compile_step(latency_table=
+        path)`` then plans room for.  Measured under the plan's own memory
+        (cuDNN picks smaller workspaces when memory is short)."""
         self(x.clone(), y.clone())
         c = self.compiled
         if c.profile_fn is None:
@@ -620,6 +673,7 @@ class StepFunction:
         rt = c.profile_runtime
         rt.op_times.clear()
         rt.copy_times.clear()
+        rt.op_transient_bytes.clear()
         for _ in range(iterations):
             self._enter_residency(c)
             with torch.no_grad():
@@ -628,7 +682,8 @@ class StepFunction:
         ops, copies = rt.resolve_times()
         entries = [
             {"op": op, "name": c.converted.ops[op].name, "kind": c.converted.ops[op].label,
-             "time_s": max(statistics.median(ts), 1e-9), "samples": len(ts)}
+             "time_s": max(statistics.median(ts), 1e-9), "samples": len(ts),
+             **({"workspace_bytes": max(rt.op_transient_bytes[op])} if op in rt.op_transient_bytes else {})}
             for op, ts in sorted(ops.items())
         ]
         copy_entries = [
