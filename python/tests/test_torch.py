@@ -118,6 +118,66 @@ def test_resnet18_three_steps_with_swaps_and_recomputation_match_eager(tmp_path,
     _assert_identical(eager, ours, opt_e, opt_o, losses)
 
 
+def test_a_step_that_fails_midway_leaves_the_model_whole(tmp_path):
+    """An error inside the generated step (an out-of-memory on a GPU; here a
+    swap-in made to fail) after the plan released parameters' device storage:
+    every parameter and optimizer state is whole again with the value it had
+    (buffers the forward updated before the failure keep the update, as in
+    eager training), and the next step trains under the plan again."""
+    def make():
+        return torchvision.models.resnet18(num_classes=10)
+
+    torch.manual_seed(0)
+    batches = [(torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))) for _ in range(3)]
+    loss_fn = nn.functional.cross_entropy
+    torch.manual_seed(1)
+    footprint = _steady_footprint(make(), loss_fn, _sgd, batches[0])
+    # two steps as planned (the second with SGD's momentum: the steady plan,
+    # which keeps some parameters on the host between steps)
+    eager, ours, opt_e, opt_o, step, _ = _train_both(make, loss_fn, _sgd, batches[:2], budget=int(0.5 * footprint),
+                                                     planner="window", allocator="perfect")
+    c = step.compiled
+    assert c.generated.n_swap_ins > 0
+    before = _snapshot(ours, opt_o)
+    real = c.fn.__globals__["_si"]
+    emptied: list[str] = []
+
+    def failing(*args):
+        # fail at the first swap-in made while the device storage of some
+        # parameter or optimizer state is released (kept on the host there)
+        emptied.extend(ph.name for ph in c.captured.placeholders
+                       if ph.role not in ("input", "label") and ph.tensor.untyped_storage().nbytes() == 0)
+        if emptied:
+            raise RuntimeError("injected: CUDA out of memory")
+        return real(*args)
+
+    c.fn.__globals__["_si"] = failing
+    x, y = (t.to(DEVICE) for t in batches[2])
+    with pytest.raises(RuntimeError, match="injected"):
+        step(x.clone(), y.clone())
+    c.fn.__globals__["_si"] = real
+    assert step.compiled is c
+    assert emptied, "the plan released no persistent tensor before a swap-in"
+    for ph in c.captured.placeholders:
+        if ph.role not in ("input", "label"):
+            t = ph.tensor
+            assert t.untyped_storage().nbytes() >= t.numel() * t.element_size(), ph.name
+    after = _snapshot(ours, opt_o)
+    changed = [k for k in before[0] if not torch.equal(before[0][k], after[0][k])]
+    # the forward had run its first batch norm, whose running statistics
+    # it updates, as an eager forward does before a later op fails
+    assert changed == ["bn1.running_mean", "bn1.running_var", "bn1.num_batches_tracked"], changed
+    ob, oa = before[1]["state"], after[1]["state"]
+    assert ob.keys() == oa.keys() and all(torch.equal(ob[k][n], oa[k][n]) for k in ob for n in ob[k])
+    # the next step trains under the plan again
+    loss = step(x.clone(), y.clone())
+    assert torch.isfinite(loss)
+    step.materialize()
+    for ph in c.captured.placeholders:
+        if ph.role not in ("input", "label"):
+            assert ph.tensor.untyped_storage().nbytes() > 0, ph.name
+
+
 def _mixed_budget(make_model, loss_fn, make_opt, batch, footprint, planner, device_profile, fractions):
     """The first budget (a fraction of ``footprint``) at which ``planner``'s
     plan both recomputes and swaps.  A fixed fraction is not enough: which

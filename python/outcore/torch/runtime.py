@@ -67,6 +67,9 @@ class _Runtime:
         self.copy_times: dict[tuple[int, str], list[Any]] = {}
         #: op -> bytes each run allocated and released inside the op (CUDA)
         self.op_transient_bytes: dict[int, list[int]] = {}
+        #: device storage (its ``_cdata``) -> the host buffer last copied from
+        #: it, so that a step that fails can put persistent tensors back
+        self.latest_host: dict[int, torch.Tensor] = {}
         if self.cuda:
             self.compute = torch.cuda.current_stream(device)
             self.h2d = torch.cuda.Stream(device)
@@ -112,6 +115,7 @@ class _Runtime:
 
     # copies and memory
     def swap_out(self, dev: torch.Tensor, host: torch.Tensor, waits: tuple, tid: int) -> Any:
+        self.latest_host[dev.untyped_storage()._cdata] = host
         if not self.cuda:
             t0 = time.perf_counter() if self.profile else 0.0
             host.copy_(_flat(dev))
@@ -544,6 +548,7 @@ class StepFunction:
             t = c.converted.tensors[tid]
             dev = c.captured.placeholders[t.placeholder].tensor
             c.host[tid].copy_(_flat(dev))
+            c.runtime.latest_host[dev.untyped_storage()._cdata] = c.host[tid]
             if r == "host":
                 dev.untyped_storage().resize_(0)
             self._host_resident[tid] = True
@@ -567,10 +572,34 @@ class StepFunction:
                 _flat(dev).copy_(c.host[tid])
             self._host_resident[tid] = False
 
+    def _recover(self, c: Compiled) -> None:
+        """After a step that raised (out of memory, an interrupt): every
+        parameter, buffer and optimizer state whose device storage the plan had
+        released gets it back with its last value, the host copy it was last
+        copied to, so the model is whole again (as after an eager step that
+        failed: parameters as they were, unless the optimizer had begun).  The
+        next step moves tensors to the host again as its plan says."""
+        if c.captured.device.type == "cuda":
+            try:
+                torch.cuda.synchronize(c.captured.device)
+            except RuntimeError:
+                pass  # a device error: restore what the host has regardless
+        for ph in c.captured.placeholders:
+            if ph.role in ("input", "label"):
+                continue
+            st = ph.tensor.untyped_storage()
+            host = c.runtime.latest_host.get(st._cdata)
+            if st.nbytes() == 0 and host is not None and host.numel() > 0:
+                st.resize_(host.numel())
+                _flat(ph.tensor).copy_(host)
+        self._host_resident.clear()
+
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Trains one step and returns the loss.  The batch is consumed: the
         plan releases the device storage of ``x`` and ``y`` after their last
-        use (pass clones to keep them)."""
+        use (pass clones to keep them).  If the step raises (out of memory,
+        say), every parameter and optimizer state the plan had moved off the
+        device is put back with its last value before the error propagates."""
         if self._cache.get(step_signature(self.model, self.optimizer, (x, y))) is not self._current:
             self.materialize()  # another graph: its plan may keep other tensors on the host
         c = self.compile((x, y))
@@ -581,8 +610,12 @@ class StepFunction:
                 torch.cuda.set_per_process_memory_fraction(min(1.0, c.budget_bytes / total), c.captured.device)
             torch.cuda.reset_peak_memory_stats(c.captured.device)
         self._enter_residency(c)
-        with torch.no_grad():
-            outs = c.fn(x, y)
+        try:
+            with torch.no_grad():
+                outs = c.fn(x, y)
+        except BaseException:
+            self._recover(c)
+            raise
         self._install_new_state(c, outs)
         if cuda:
             self.stats = {
