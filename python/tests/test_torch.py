@@ -98,16 +98,22 @@ def _sgd(m):
     return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4, foreach=False)
 
 
-@pytest.mark.parametrize("issue_order", ["early", "timeline"])
-def test_resnet18_three_steps_with_swaps_and_recomputation_match_eager(tmp_path, issue_order):
+def _resnet18_case(n_batches: int, batch: int, side: int):
+    """torchvision's ResNet-18 (10 classes): its maker, cross-entropy, seeded
+    batches and its steady step's footprint."""
     def make():
         return torchvision.models.resnet18(num_classes=10)
 
     torch.manual_seed(0)
-    batches = [(torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,))) for _ in range(3)]
+    batches = [(torch.randn(batch, 3, side, side), torch.randint(0, 10, (batch,))) for _ in range(n_batches)]
     loss_fn = nn.functional.cross_entropy
     torch.manual_seed(1)
-    footprint = _steady_footprint(make(), loss_fn, _sgd, batches[0])
+    return make, loss_fn, batches, _steady_footprint(make(), loss_fn, _sgd, batches[0])
+
+
+@pytest.mark.parametrize("issue_order", ["early", "timeline"])
+def test_resnet18_three_steps_with_swaps_and_recomputation_match_eager(tmp_path, issue_order):
+    make, loss_fn, batches, footprint = _resnet18_case(3, 16, 64)
     run = _train_both(make, loss_fn, _sgd, batches, budget=int(0.97 * footprint), planner="superneurons",
                       allocator="perfect", device_profile=_slow_link_device(tmp_path), issue_order=issue_order)
     eager, ours, opt_e, opt_o, step, losses = run
@@ -124,14 +130,7 @@ def test_a_step_that_fails_midway_leaves_the_model_whole(tmp_path):
     every parameter and optimizer state is whole again with the value it had
     (buffers the forward updated before the failure keep the update, as in
     eager training), and the next step trains under the plan again."""
-    def make():
-        return torchvision.models.resnet18(num_classes=10)
-
-    torch.manual_seed(0)
-    batches = [(torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))) for _ in range(3)]
-    loss_fn = nn.functional.cross_entropy
-    torch.manual_seed(1)
-    footprint = _steady_footprint(make(), loss_fn, _sgd, batches[0])
+    make, loss_fn, batches, footprint = _resnet18_case(3, 8, 32)
     # two steps as planned (the second with SGD's momentum: the steady plan,
     # which keeps some parameters on the host between steps)
     eager, ours, opt_e, opt_o, step, _ = _train_both(make, loss_fn, _sgd, batches[:2], budget=int(0.5 * footprint),

@@ -637,6 +637,23 @@ pub struct PinnedPlan {
     pub waits_added: usize,
 }
 
+/// The graph `plan` names, rebuilt and checked against its fingerprint, once
+/// the plan is checked for its device and verified on it; and the cost model
+/// of the plan's device (with `latency_table` over it when given): what every
+/// re-simulation of a plan file starts from.
+pub(crate) fn verified_graph_and_cost(
+    plan: &Plan,
+    latency_table: Option<&MeasuredTable>,
+) -> Result<(Graph, Box<dyn CostModel>)> {
+    plan.check_device("the plan")?;
+    let device = plan.device.clone().ok_or(ErrorKind::PlanNamesNoDevice)?;
+    let graph = graph_of_plan(plan)?;
+    if let Some(err) = verify_plan(plan, &graph).error() {
+        return Err(err);
+    }
+    Ok((graph, cost_model(device, latency_table)))
+}
+
 /// Pins `plan`'s frees to its predicted timeline (see [`pin_frees`]).
 ///
 /// Why an executor needs it: a caching allocator hands a freed block to the
@@ -651,13 +668,7 @@ pub struct PinnedPlan {
 /// of two simulated iterations (allocator caches warm), under the plan's
 /// device and `latency_table` when given.
 pub fn pin_to_timeline(plan: &Plan, latency_table: Option<&MeasuredTable>) -> Result<PinnedPlan> {
-    plan.check_device("the plan")?;
-    let device = plan.device.clone().ok_or(ErrorKind::PlanNamesNoDevice)?;
-    let graph = graph_of_plan(plan)?;
-    if let Some(err) = verify_plan(plan, &graph).error() {
-        return Err(err);
-    }
-    let cost = cost_model(device, latency_table);
+    let (graph, cost) = verified_graph_and_cost(plan, latency_table)?;
     let options = SimOptions {
         iterations: 2,
         record_timeline: true,

@@ -21,8 +21,7 @@ pub mod search;
 pub mod svg;
 pub mod timeline;
 
-use crate::input::{cost_model, graph_of_plan};
-use crate::planning::verify_plan;
+use crate::planning::verified_graph_and_cost;
 use crate::{Error, ErrorKind, Result};
 use outcore_cost::MeasuredTable;
 use outcore_graph::Graph;
@@ -66,13 +65,7 @@ pub fn plan_figures(
     plan: &Plan,
     latency_table: Option<&MeasuredTable>,
 ) -> Result<(Graph, PlanFigures)> {
-    plan.check_device("the plan")?;
-    let device = plan.device.clone().ok_or(ErrorKind::PlanNamesNoDevice)?;
-    let graph = graph_of_plan(plan)?;
-    if let Some(err) = verify_plan(plan, &graph).error() {
-        return Err(err);
-    }
-    let cost = cost_model(device, latency_table);
+    let (graph, cost) = verified_graph_and_cost(plan, latency_table)?;
     // One iteration: the allocator changes no time, and the report draws
     // the live bytes, which are the same in every iteration.
     let options = SimOptions {
