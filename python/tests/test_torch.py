@@ -334,7 +334,9 @@ def test_bad_budget_spellings_name_the_value():
     assert ot.parse_budget("50%", footprint_bytes=10, device_memory_bytes=100) == 5
 
 
-def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
+def _profiled_tiny_gpt(iterations: int):
+    """A one-layer TinyGPT trained one step under a plan, then profiled:
+    (model, optimizer, batch, step, latency table)."""
     torch.manual_seed(0)
     m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8, p=0.0).to(DEVICE)
     o = _sgd(m)
@@ -342,7 +344,11 @@ def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
     # 300% of the first step's graph: the steady-state graph adds momentum buffers
     step = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="300%", planner="none", allocator="perfect")
     step(x.clone(), y.clone())
-    table = step.profile(x, y, iterations=2)
+    return m, o, x, y, step, step.profile(x, y, iterations=iterations)
+
+
+def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
+    m, o, x, y, step, table = _profiled_tiny_gpt(2)
     assert table["format"] == "outcore-latency-table/1"
     names = {op.id: op.name for op in step.compiled.converted.ops}
     assert {e["op"] for e in table["entries"]} == set(names)
@@ -359,13 +365,7 @@ def test_measured_workspaces_in_a_latency_table_are_planned_for(tmp_path):
     CUDA inside each op) become the ops' workspaces in the planned graph; a
     bad value is refused by name.  On the CPU there is nothing to measure, so
     the table here is written by hand."""
-    torch.manual_seed(0)
-    m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8, p=0.0).to(DEVICE)
-    o = _sgd(m)
-    x, y = torch.randint(0, 32, (2, 8), device=DEVICE), torch.randint(0, 32, (2, 8), device=DEVICE)
-    step = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="300%", planner="none", allocator="perfect")
-    step(x.clone(), y.clone())
-    table = step.profile(x, y, iterations=1)
+    m, o, x, y, step, table = _profiled_tiny_gpt(1)
     if DEVICE.type == "cpu":
         assert all("workspace_bytes" not in e for e in table["entries"])
     else:
