@@ -5,7 +5,9 @@
 #
 #   tools/device/gpu_check.sh OUT_DIR [resnet50:128,gpt2:8]
 #
-# Environment: SKIP_PYTEST=1, RUNS ("planner:allocator ..."), SECONDS_LIMIT.
+# Environment: SKIP_PYTEST=1, RUNS ("planner:allocator[:issue order[:headroom]] ...",
+# by default the defaults, the quarter-budget setting that trained ResNet-50 on
+# an H200 (outcore:virtual-chunks:timeline:0.12) and auto), SECONDS_LIMIT.
 # Run on 2026-11-30 (H200, 5 min; results in python/bench-results/2026-11-30-h200)
 # with the outcore runs as `auto` and `outcore`, both best-fit.
 # Expects `outcore` importable (the wheel installed) and a CUDA device.  Every
@@ -47,12 +49,16 @@ for c in "${list[@]}"; do
         say "$model b$batch at $pct% of eager's peak ($budget B)"
         bench --model "$model" --batch "$batch" --budget "$budget" --methods checkpoint \
             --json "$out/json/$model-$pct-checkpoint.json"
-        # planner:allocator; virtual-chunks turns on PyTorch's expandable segments
-        for run in ${RUNS:-auto:best-fit-paged outcore:best-fit-paged outcore:best-fit outcore:virtual-chunks}; do
-            planner="${run%%:*}"; allocator="${run##*:}"
+        # planner:allocator[:issue order[:headroom]]; virtual-chunks turns on
+        # PyTorch's expandable segments (for the rest of that process only:
+        # each run is its own process)
+        for run in ${RUNS:-outcore:best-fit-paged outcore:virtual-chunks:timeline:0.12 auto:best-fit-paged}; do
+            IFS=: read -r planner allocator order headroom <<< "$run"
+            order="${order:-early}"; headroom="${headroom:-0.08}"
             bench --model "$model" --batch "$batch" --budget "$budget" --methods outcore --planner "$planner" \
-                --allocator "$allocator" --seconds "${SECONDS_LIMIT:-10}" \
-                --json "$out/json/$model-$pct-$planner-$allocator.json"
+                --allocator "$allocator" --issue-order "$order" --headroom "$headroom" \
+                --seconds "${SECONDS_LIMIT:-10}" \
+                --json "$out/json/$model-$pct-$planner-$allocator-$order-$headroom.json"
         done
     done
 done
