@@ -142,3 +142,20 @@ def test_a_timeline_that_is_not_the_plans_is_refused(run):
         _timeline_order(streams, [(0, 1)] + order)
     with pytest.raises(outcore.PlanError, match="every step"):
         _timeline_order(streams, order[:-1])
+
+
+def test_swap_ins_take_memory_before_the_running_kernel_unless_a_copy_frees_between():
+    """Hand-made streams in a hand-made start order: a swap-in issued after a
+    kernel takes its memory before that kernel; one issued after a copy
+    stream's free, or after a compute-stream free, where it stands."""
+    streams = [
+        [{"instr": {"compute": 0}}, {"instr": {"free": 9}}, {"instr": {"compute": 1}}],
+        [{"instr": {"swap_in": 1}}, {"instr": {"swap_in": 2}}, {"instr": {"swap_in": 3}},
+         {"instr": {"swap_in": 4}}],
+        [{"instr": {"swap_out": 5}}, {"instr": {"free": 5}}],
+    ]
+    order = [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (1, 2), (0, 1), (1, 3), (0, 2)]
+    assert _timeline_order(streams, order) == order
+    # swap-ins 0 and 1 start while compute 0 runs (a copy-out between does
+    # not matter); swap-in 2 follows the d2h free; swap-in 3 the compute free
+    assert _hoisted_swap_ins(streams, order) == {0: [(1, 0), (1, 1)]}
