@@ -7,6 +7,10 @@
 ...                        (x, y), budget="8GiB")   # planner="outcore"
 >>> loss = step(x, y)                # one step: forward, backward, optimizer
 
+Far below eager training's peak (a quarter of it for ResNet-50 on an H200),
+``compile_step(..., issue_order="timeline", allocator="virtual-chunks",
+headroom=0.12)`` is the setting that trained (RESULTS.md, "Issue order").
+
 Modules: ``capture`` (make_fx on fake tensors of the model's device),
 ``convert`` (outcore's graph and recomputability decisions), ``codegen``
 (straight-line code from a plan), ``runtime`` (streams, pinned host buffers,
