@@ -9,7 +9,8 @@
 
 Far below eager training's peak (a quarter of it for ResNet-50 on an H200),
 ``compile_step(..., issue_order="timeline", allocator="virtual-chunks",
-headroom=0.12)`` is the setting that trained (RESULTS.md, "Issue order").
+headroom=0.12)`` is the setting that trained (0.12 and 0.15 tried; RESULTS.md,
+"Issue order").
 
 Modules: ``capture`` (make_fx on fake tensors of the model's device),
 ``convert`` (outcore's graph and recomputability decisions), ``codegen``

@@ -799,13 +799,15 @@ def compile_step(
     soon as its waits allow and releases a copy stream's frees at the first
     compute step ordered after them: the bytes held are within the budget
     under any timing, but not the sequence the allocator model simulated (on
-    an H200, ResNet-50 b128 at a quarter of eager's peak held up to 2.62 GB
-    where the plan's iteration holds 2.37).  ``"timeline"`` pins the plan to
-    its predicted iteration and issues the steps in the order that iteration
-    starts them, so PyTorch sees the simulated sequence (2.37 GB there, 2.44
-    measured with kernels' workspaces); on the same H200 it still ran out of
-    memory there, from cached-but-unallocated blocks, and GPT-2 124M at half
-    of eager's peak, which trains under ``"early"``, did too (RESULTS.md).
+    an H200, ResNet-50 b128 at a quarter of eager's peak: the step's
+    variables held up to 2.70 GB where the plan's iteration holds 2.37).
+    ``"timeline"`` pins the plan to its predicted iteration and issues the
+    steps in the order that iteration starts them, so PyTorch sees the
+    simulated sequence (2.44 GB measured there).  With ``best-fit-paged`` it
+    still ran out of memory there, from cached-but-unallocated blocks, and
+    once on GPT-2 124M at half of eager's peak, which trains under
+    ``"early"``; with ``virtual-chunks`` and ``headroom=0.12`` or ``0.15`` it
+    trained at the quarter (RESULTS.md, "Issue order").
     The example batch
     is captured at once, so errors (unsupported ops, an infeasible budget) are
     raised here, before any training.
