@@ -31,7 +31,7 @@ import torch
 
 import outcore.torch as ot
 from outcore.torch import runtime as R
-from outcore.torch.bench import _init_state, _sgd, make_model
+from outcore.torch.bench import prepared
 from outcore.torch.codegen import generate
 
 
@@ -94,10 +94,7 @@ def main() -> None:
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
-    model, loss_fn, make_batch = make_model(a.model, dev)
-    opt = _sgd(model)
-    _init_state(model, loss_fn, opt, make_batch)
-    x, y = make_batch(a.batch)
+    model, loss_fn, opt, x, y = prepared(a.model, dev, a.batch)
     step = ot.compile_step(model, loss_fn, opt, (x, y), budget=a.budget, planner=a.planner,
                            allocator=a.allocator, headroom=a.headroom, time_limit_s=a.seconds,
                            enforce=False, issue_order=a.issue_order)

@@ -22,7 +22,7 @@ import os
 import torch
 
 import outcore.torch as ot
-from outcore.torch.bench import _init_state, _sgd, make_model
+from outcore.torch.bench import prepared
 
 
 def main() -> None:
@@ -40,10 +40,7 @@ def main() -> None:
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device(a.device)
-    model, loss_fn, make_batch = make_model(a.model, dev)
-    opt = _sgd(model)
-    _init_state(model, loss_fn, opt, make_batch)
-    x, y = make_batch(a.batch)
+    model, loss_fn, opt, x, y = prepared(a.model, dev, a.batch)
     kw = dict(budget=a.budget, allocator=a.allocator, issue_order=a.issue_order, headroom=a.headroom,
               time_limit_s=a.seconds, enforce=dev.type == "cuda")
     doc: dict = {"model": a.model, "batch": a.batch, "budget_bytes": a.budget, "allocator": a.allocator,

@@ -119,6 +119,16 @@ def _init_state(model, loss_fn, opt, make_batch) -> None:
     model.load_state_dict(saved)
 
 
+def prepared(model_name: str, device: torch.device, batch: int):
+    """A benchmark model with SGD's state created (:func:`_init_state`) and one
+    batch: (model, loss, optimizer, x, y), for the device tools."""
+    model, loss_fn, make_batch = make_model(model_name, device)
+    opt = _sgd(model)
+    _init_state(model, loss_fn, opt, make_batch)
+    x, y = make_batch(batch)
+    return model, loss_fn, opt, x, y
+
+
 def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
               iters: int, planner: str, headroom: float, seconds: float = 10.0,
               allocator: str = "best-fit-paged", issue_order: str = "early") -> dict[str, Any] | None:

@@ -59,7 +59,8 @@ class _Runtime:
     On the CPU every stream operation is a no-op and copies are synchronous.
     """
 
-    def __init__(self, device: torch.device, profile: bool = False):
+    def __init__(self, device: torch.device, profile: bool = False,
+                 latest_host: dict[int, torch.Tensor] | None = None):
         self.cuda = device.type == "cuda"
         self.device = device
         self.profile = profile
@@ -68,8 +69,9 @@ class _Runtime:
         #: op -> bytes each run allocated and released inside the op (CUDA)
         self.op_transient_bytes: dict[int, list[int]] = {}
         #: device storage (its ``_cdata``) -> the host buffer last copied from
-        #: it, so that a step that fails can put persistent tensors back
-        self.latest_host: dict[int, torch.Tensor] = {}
+        #: it, so that a step that fails can put persistent tensors back;
+        #: shared by the plain and the profiled runtime of one compiled step
+        self.latest_host: dict[int, torch.Tensor] = {} if latest_host is None else latest_host
         if self.cuda:
             self.compute = torch.cuda.current_stream(device)
             self.h2d = torch.cuda.Stream(device)
@@ -134,20 +136,24 @@ class _Runtime:
             self.copy_times.setdefault((tid, "d2h"), []).append((start, end))
         return end
 
+    @staticmethod
+    def _take(dev: torch.Tensor, nbytes: int) -> None:
+        """A released storage's device memory back (on the compute stream,
+        see codegen); nothing if it has it."""
+        st = dev.untyped_storage()
+        if st.nbytes() != nbytes:
+            st.resize_(nbytes)
+
     def alloc_in(self, dev: torch.Tensor, nbytes: int) -> Any:
         """Takes a swap-in's device memory ahead of its copy (on the compute
         stream); the event the copy waits for instead of the compute stream
         where the copy is issued."""
-        st = dev.untyped_storage()
-        if st.nbytes() != nbytes:
-            st.resize_(nbytes)
+        self._take(dev, nbytes)
         return self.compute.record_event() if self.cuda else None
 
     def swap_in(self, dev: torch.Tensor, host: torch.Tensor, nbytes: int, waits: tuple, tid: int,
                 taken: Any = None) -> Any:
-        st = dev.untyped_storage()
-        if st.nbytes() != nbytes:
-            st.resize_(nbytes)  # allocated on the compute stream (see codegen)
+        self._take(dev, nbytes)
         if not self.cuda:
             t0 = time.perf_counter() if self.profile else 0.0
             _flat(dev, nbytes).copy_(host)
@@ -594,6 +600,16 @@ class StepFunction:
                 _flat(ph.tensor).copy_(host)
         self._host_resident.clear()
 
+    def _run(self, c: Compiled, fn: Callable[..., Any], x: torch.Tensor, y: torch.Tensor) -> Any:
+        """One generated step (plain or profiled); the model made whole again
+        if it raises (:meth:`_recover`)."""
+        try:
+            with torch.no_grad():
+                return fn(x, y)
+        except BaseException:
+            self._recover(c)
+            raise
+
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Trains one step and returns the loss.  The batch is consumed: the
         plan releases the device storage of ``x`` and ``y`` after their last
@@ -610,12 +626,7 @@ class StepFunction:
                 torch.cuda.set_per_process_memory_fraction(min(1.0, c.budget_bytes / total), c.captured.device)
             torch.cuda.reset_peak_memory_stats(c.captured.device)
         self._enter_residency(c)
-        try:
-            with torch.no_grad():
-                outs = c.fn(x, y)
-        except BaseException:
-            self._recover(c)
-            raise
+        outs = self._run(c, c.fn, x, y)
         self._install_new_state(c, outs)
         if cuda:
             self.stats = {
@@ -698,7 +709,7 @@ class StepFunction:
         c = self.compiled
         if c.profile_fn is None:
             gen = generate(c.converted, c.plan_json, profile=True, timeline=c.timeline)
-            rt = _Runtime(c.captured.device, profile=True)
+            rt = _Runtime(c.captured.device, profile=True, latest_host=c.runtime.latest_host)
             glb = {"__builtins__": __builtins__, "_ph": [ph.tensor for ph in c.captured.placeholders],
                    **gen.globals, **rt.bind(), "_H": c.host}
             exec(compile(gen.source, "<outcore step (profiled)>", "exec"), glb)  # noqa: S102
@@ -709,8 +720,7 @@ class StepFunction:
         rt.op_transient_bytes.clear()
         for _ in range(iterations):
             self._enter_residency(c)
-            with torch.no_grad():
-                outs = c.profile_fn(x.clone(), y.clone())
+            outs = self._run(c, c.profile_fn, x.clone(), y.clone())
             self._install_new_state(c, outs)
         ops, copies = rt.resolve_times()
         entries = [
