@@ -11,7 +11,8 @@
 //! (`layers=8`), `device=` (default v100-16gb-pcie3), `population=`,
 //! `p=` (mutation probability), `adapt=self|fixed` (`P` adapts per
 //! individual, the default, or stays fixed as in the paper), `search=joint|order-only|alloc-only`,
-//! `seeding=seeded|random`, `generations=`, `seed=`, `order=random` (plan
+//! `seeding=seeded|random`, `generations=`, `seed=`, `polish=` (the share of
+//! the time the pool's polish may take, 0 for none), `order=random` (plan
 //! on a seeded random topological order instead of the graph's: the seed
 //! individual's order, and the fixed order of `alloc-only`).
 
@@ -64,6 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             "generations" => planner.max_generations = Some(v.parse()?),
+            "polish" => planner.polish_share = v.parse()?,
             "seed" => seed = v.parse()?,
             "order" if v == "random" => random_order = true,
             "search" => {
@@ -141,6 +143,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 s["swap_ins"],
                 s["delayed_prefetches"],
             );
+            println!("# pool polish: {}", s["polish"]);
         }
         PlanOutcome::Infeasible(why) => println!("# infeasible after {secs:.1} s: {why}"),
     }

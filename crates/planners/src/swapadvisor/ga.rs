@@ -285,6 +285,26 @@ pub struct GenerationStats {
     pub mean_p: Rates,
 }
 
+/// A local search run on the best individual between phases of the GA
+/// (`run`'s doc): given the best and its time and a deadline, it answers
+/// an individual no slower, its time, and whether the deadline stopped it.
+pub struct Polisher<'p, E> {
+    /// The share of the time left that each polish may take: a GA phase
+    /// ends when the time left falls to this share of what it was when the
+    /// phase began.
+    pub share: f64,
+    #[allow(clippy::type_complexity)]
+    pub polish: &'p mut dyn FnMut(&Individual, f64, Instant) -> Result<Polished, E>,
+}
+
+/// What one polish gives back.
+#[derive(Debug, Clone)]
+pub struct Polished {
+    pub best: Individual,
+    pub time_s: f64,
+    pub cut_by_time: bool,
+}
+
 /// What the search ends with.
 #[derive(Debug)]
 pub struct Outcome {
@@ -364,6 +384,16 @@ pub fn elitist_survivors(times: &[f64], best: f64, keep: usize, rng: &mut impl R
 /// Runs the search from `initial` (scored first); `eval` scores one
 /// individual with a per-thread scratch; `on_generation` sees each
 /// generation's statistics as they are recorded.
+///
+/// With a `polisher`, the search runs in phases: a GA phase ends once the
+/// time left has fallen to the polisher's share of what it was at the
+/// phase's start (or at a generation or evaluation limit); then the best
+/// individual, if it changed since the last polish and is feasible, is
+/// polished until the deadline, and a polished individual faster than the
+/// best takes the place of the slowest one alive. The GA goes on from there
+/// while time is left: a polish that ends early gives its time back to the
+/// genetic search, and one that meets the deadline ends the search.
+#[allow(clippy::too_many_arguments)]
 pub fn run<S: Send, E: Send>(
     breeder: &Breeder<'_>,
     initial: Vec<Individual>,
@@ -372,6 +402,7 @@ pub fn run<S: Send, E: Send>(
     make_scratch: impl Fn() -> S + Sync + Send,
     eval: impl Fn(&Individual, &mut S) -> Result<Fitness, E> + Sync + Send,
     on_generation: impl Fn(&GenerationStats),
+    mut polisher: Option<Polisher<'_, E>>,
 ) -> Result<Outcome, E> {
     let started = Instant::now();
     let np = initial.len().max(2);
@@ -403,6 +434,43 @@ pub fn run<S: Send, E: Send>(
     on_generation(&history[0]);
     let mut generation = 0u64;
     let pairs = (np / 4).max(1);
+    let phase_end = |from: Instant, share: f64| {
+        let left = limits.deadline.saturating_duration_since(from);
+        from + left.mul_f64((1.0 - share).clamp(0.0, 1.0))
+    };
+    let mut phase_deadline = polisher.as_ref().map(|p| phase_end(started, p.share));
+    // The time of the best individual last polished (`None`: none yet).
+    let mut polished_s: Option<f64> = None;
+    let mut polish_now = |population: &mut Vec<Individual>,
+                          fitness: &mut Vec<Fitness>,
+                          mut_p: &mut Vec<Rates>,
+                          best: &mut (Individual, Fitness),
+                          polisher: &mut Polisher<'_, E>|
+     -> Result<bool, E> {
+        if !best.1.feasible || polished_s == Some(best.1.time_s) {
+            return Ok(false);
+        }
+        let r = (polisher.polish)(&best.0, best.1.time_s, limits.deadline)?;
+        if r.time_s < best.1.time_s {
+            let fit = Fitness {
+                time_s: r.time_s,
+                feasible: true,
+            };
+            // The slowest alive (ties: the last) makes room.
+            let worst = (0..fitness.len())
+                .rev()
+                .max_by(|&a, &b| fitness[a].time_s.total_cmp(&fitness[b].time_s))
+                .unwrap_or(0);
+            if worst < population.len() {
+                population[worst] = r.best.clone();
+                fitness[worst] = fit;
+                mut_p[worst] = breeder.first_rates();
+            }
+            *best = (r.best, fit);
+        }
+        polished_s = Some(best.1.time_s);
+        Ok(r.cut_by_time)
+    };
     let cut_by_time = loop {
         if limits.max_generations.is_some_and(|g| generation >= g) {
             break false;
@@ -412,6 +480,14 @@ pub fn run<S: Send, E: Send>(
             .is_some_and(|e| evaluations + 4 * pairs as u64 > e)
         {
             break false;
+        }
+        if let (Some(p), Some(end)) = (polisher.as_mut(), phase_deadline)
+            && Instant::now() >= end
+        {
+            if polish_now(&mut population, &mut fitness, &mut mut_p, &mut best, p)? {
+                break true;
+            }
+            phase_deadline = Some(phase_end(Instant::now(), p.share));
         }
         if Instant::now() >= limits.deadline {
             break true;
@@ -465,6 +541,11 @@ pub fn run<S: Send, E: Send>(
         on_generation(&entry);
         history.push(entry);
     };
+    // A search stopped by its generation or evaluation limit polishes its
+    // best once more with the time it has left.
+    if !cut_by_time && let Some(p) = polisher.as_mut() {
+        polish_now(&mut population, &mut fitness, &mut mut_p, &mut best, p)?;
+    }
     Ok(Outcome {
         best: best.0,
         best_fitness: best.1,

@@ -76,6 +76,7 @@ mod edf;
 mod encoding;
 mod ga;
 mod h2d_order;
+pub mod polish;
 mod schedule_ops;
 mod swap_planner;
 
@@ -111,6 +112,11 @@ pub const HOT_OPS: usize = 8;
 /// The seeds' pools with the largest sizes merged: the 2 largest in one
 /// class, the 3 largest, ..., up to this many (module doc).
 pub const TOP_MERGED: usize = 5;
+
+/// The share of the time limit the pool's polish gets by default (module
+/// doc of [`polish`]; measured in RESULTS.md, "The pool polished after the
+/// GA").
+pub const POLISH_SHARE: f64 = 1.0 / 3.0;
 
 /// How the first generation is made (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +154,9 @@ pub struct SwapAdvisor {
     pub max_generations: Option<u64>,
     /// Stop before a generation would score more than this many individuals.
     pub max_evaluations: Option<u64>,
+    /// The share of the time limit left to the pool's polish after the GA
+    /// ([`polish`]; 0 turns it off). It runs wherever the pool is searched.
+    pub polish_share: f64,
 }
 
 impl SwapAdvisor {
@@ -162,6 +171,7 @@ impl SwapAdvisor {
             seeding: Seeding::Seeded,
             max_generations: None,
             max_evaluations: None,
+            polish_share: POLISH_SHARE,
         }
     }
 
@@ -183,6 +193,12 @@ impl SwapAdvisor {
         if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
             return bad(format!(
                 "mutation probability {p} is out of range; give 0 to 1 (the paper uses 0.1)"
+            ));
+        }
+        let share = self.polish_share;
+        if !(share.is_finite() && (0.0..1.0).contains(&share)) {
+            return bad(format!(
+                "pool polish share {share} is out of range; give 0 (no polish) up to but not including 1 (the default is {POLISH_SHARE:.3})"
             ));
         }
         Ok(())
@@ -703,6 +719,42 @@ impl<'a, 'g> Env<'a, 'g> {
         })
     }
 
+    /// The pool of `best` polished on its order until `deadline` ([`polish`]).
+    fn polish(
+        &self,
+        best: &Individual,
+        best_s: f64,
+        deadline: Instant,
+    ) -> Result<(AllocGene, polish::PolishStats), PlannerError> {
+        use rayon::prelude::*;
+        let space = polish::PoolSpace {
+            ts: &self.ts,
+            demand: &self.demand,
+            budget_bytes: self.request.budget_bytes,
+        };
+        let score = |genes: &[AllocGene]| -> Result<Vec<Option<f64>>, PlannerError> {
+            genes
+                .par_iter()
+                .map_init(Scratch::default, |scratch, alloc| {
+                    let ind = Individual {
+                        order: best.order.clone(),
+                        alloc: alloc.clone(),
+                    };
+                    let f = self.fitness(&ind, scratch)?;
+                    Ok(f.feasible.then_some(f.time_s))
+                })
+                .collect()
+        };
+        polish::polish(
+            &space,
+            &best.order,
+            best.alloc.clone(),
+            best_s,
+            deadline,
+            score,
+        )
+    }
+
     fn fitness(&self, ind: &Individual, scratch: &mut Scratch) -> Result<Fitness, PlannerError> {
         Ok(match self.judge(ind, scratch)? {
             Judged::Feasible { sim, .. } => Fitness {
@@ -722,6 +774,24 @@ impl<'a, 'g> Env<'a, 'g> {
         let now = Instant::now();
         let limit = Duration::try_from_secs_f64(self.request.time_limit_s.max(0.0))
             .unwrap_or(Duration::from_secs(u64::MAX / 4));
+        let polishes = self.search_space.allocations() && self.planner.polish_share > 0.0;
+        let mut polished: Vec<polish::PolishStats> = Vec::new();
+        let mut polish_best = |best: &Individual, best_s: f64, deadline: Instant| {
+            let (alloc, stats) = self.polish(best, best_s, deadline)?;
+            polished.push(stats);
+            Ok(ga::Polished {
+                best: Individual {
+                    order: best.order.clone(),
+                    alloc,
+                },
+                time_s: stats.after_s,
+                cut_by_time: stats.cut_by_time,
+            })
+        };
+        let polisher = polishes.then_some(ga::Polisher {
+            share: self.planner.polish_share,
+            polish: &mut polish_best,
+        });
         let limits = Limits {
             deadline: now.checked_add(limit).unwrap_or(now),
             max_generations: self.planner.max_generations,
@@ -736,6 +806,7 @@ impl<'a, 'g> Env<'a, 'g> {
             Scratch::default,
             |ind, scratch| self.fitness(ind, scratch),
             |h| progress.show(h),
+            polisher,
         );
         progress.clear();
         let outcome = outcome?;
@@ -756,6 +827,7 @@ impl<'a, 'g> Env<'a, 'g> {
             "evaluations": outcome.evaluations,
             "time_limit_cut_search": outcome.cut_by_time,
             "history": outcome.history,
+            "polish": polishes.then_some(&polished),
         });
         match judged {
             Judged::Feasible {
