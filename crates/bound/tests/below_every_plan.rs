@@ -3,10 +3,10 @@
 //! behaves as its derivation says at the ends (the compute time with room to
 //! spare; no plan when one op's working set exceeds the budget).
 
-use outcore_bound::{Bound, TimeBound, lower_bound};
+use outcore_bound::{Bound, TimeBound, lower_bound, swap_only_bound};
 use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
 use outcore_graph::{Graph, OpId, footprint, zoo};
-use outcore_plan::{AllocatorSpec, PlanOutcome, PlanRequest, verify};
+use outcore_plan::{AllocatorSpec, Instr, PlanOutcome, PlanRequest, verify};
 use outcore_sim::{SimOptions, simulate};
 use std::collections::BTreeMap;
 
@@ -67,7 +67,8 @@ fn no_plan_is_faster_than_the_bound() {
 }
 
 /// Every planner's verified plan for `g` under `budget_bytes` (each with
-/// `time_limit_s`) simulates no faster than `bound`.
+/// `time_limit_s`) simulates no faster than `bound`, and one that recomputes
+/// nothing no faster than the swap-only bound.
 fn assert_no_plan_below(
     g: &Graph,
     cost: &dyn CostModel,
@@ -75,6 +76,10 @@ fn assert_no_plan_below(
     bound: &TimeBound,
     time_limit_s: f64,
 ) {
+    let swap_only_s = swap_only_bound(g, cost, budget_bytes)
+        .time_s()
+        .expect("the same working sets as the bound");
+    assert!(swap_only_s >= bound.compute_s);
     for planner in outcore_planners::all() {
         let request = PlanRequest {
             graph: g,
@@ -114,6 +119,20 @@ fn assert_no_plan_below(
             bound.cut,
             bound.program
         );
+        let recomputes = plan
+            .streams
+            .iter()
+            .flatten()
+            .any(|step| matches!(step.instr, Instr::Recompute { .. }));
+        if !recomputes {
+            assert!(
+                sim.report.iter_time_s >= swap_only_s * (1.0 - 1e-12),
+                "{} under {budget_bytes} B: {} recomputes nothing and simulates {} s, below the swap-only bound {swap_only_s} s",
+                g.meta.model,
+                planner.name(),
+                sim.report.iter_time_s,
+            );
+        }
     }
 }
 

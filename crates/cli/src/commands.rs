@@ -718,6 +718,7 @@ fn cmd_compare(
             "allocator": c.allocator,
             "ideal_time_s": c.ideal_time_s,
             "lower_bound": c.lower_bound,
+            "swap_only_bound": c.swap_only_bound,
             "results": results,
         }))?;
     } else {
@@ -814,6 +815,15 @@ fn print_comparison(c: &Comparison) {
             "lower bound: no plan exists: op `{op}` needs {} at once",
             fmt_bytes(*working_set_bytes)
         ),
+    }
+    // Only where it says more: a swap-only planner's room to gain.
+    if let (Some(any_s), Some(swap_s)) = (c.lower_bound.time_s(), c.swap_only_bound.time_s())
+        && swap_s > any_s * 1.001
+    {
+        say!(
+            "swap-only bound {swap_s:.4} s/iteration ({:.1}% of ideal throughput at most) for plans that recompute nothing",
+            100.0 * c.ideal_time_s / swap_s.max(f64::MIN_POSITIVE)
+        );
     }
     say!(
         "{:<16} {:>9} {:>10} {:>9} {:>8} {:>11} {:>11} {:>10} {:>9}",

@@ -231,6 +231,9 @@ pub struct Comparison {
     /// The lower bound on any plan's iteration time under this budget
     /// (`outcore_bound`), or the op that rules every plan out.
     pub lower_bound: outcore_bound::Bound,
+    /// The same for plans that recompute nothing (`outcore_bound::swap_only_bound`):
+    /// what a swap-only planner's gap is better measured against.
+    pub swap_only_bound: outcore_bound::Bound,
     pub results: Vec<PlannerOutcome>,
 }
 
@@ -344,6 +347,7 @@ pub fn compare(
         allocator: target.allocator.name().to_string(),
         ideal_time_s,
         lower_bound: outcore_bound::lower_bound(g, cost.as_ref(), target.budget_bytes),
+        swap_only_bound: outcore_bound::swap_only_bound(g, cost.as_ref(), target.budget_bytes),
         results,
     })
 }
