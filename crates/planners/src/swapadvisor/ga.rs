@@ -456,7 +456,7 @@ pub fn run<S: Send, E: Send>(
                 time_s: r.time_s,
                 feasible: true,
             };
-            // The slowest alive (ties: the last) makes room.
+            // The slowest alive (ties: the first) makes room.
             let worst = (0..fitness.len())
                 .rev()
                 .max_by(|&a, &b| fitness[a].time_s.total_cmp(&fitness[b].time_s))
