@@ -204,41 +204,14 @@ fn op_times_s(graph: &Graph, cost: &dyn CostModel) -> Vec<f64> {
 
 /// The lower bound for `graph` on `cost`'s device under `budget_bytes`.
 pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bound {
+    if let Some(no_plan) = no_plan(graph, budget_bytes) {
+        return no_plan;
+    }
     let op_time_s = op_times_s(graph, cost);
-    if let Some((op, working_set_bytes)) = largest_working_set_over(graph, budget_bytes) {
-        return Bound::NoPlan {
-            op,
-            working_set_bytes,
-            budget_bytes,
-        };
-    }
-    let compute_s: f64 = op_time_s.iter().sum();
     let link = Link::of(&cost.copy_rates());
-    let (in_rate, out_rate) = (link.in_bytes_per_s, link.out_bytes_per_s);
-    let mut best = TimeBound {
-        time_s: compute_s,
-        compute_s,
-        cut: None,
-        program: None,
-    };
     let cuts = cut_candidates(graph);
-    for &c in &cuts {
-        let items = cut_items(graph, &op_time_s, c);
-        let absent_bytes = items.total_bytes().saturating_sub(budget_bytes);
-        if absent_bytes == 0 {
-            continue;
-        }
-        let relaxed = solve(&items, absent_bytes as f64, compute_s, in_rate, out_rate);
-        if relaxed.time_s > best.time_s {
-            best.time_s = relaxed.time_s;
-            best.cut = Some(CutBound {
-                op: graph.op(c).name.clone(),
-                absent_bytes,
-                relaxed,
-            });
-        }
-    }
-    let programs = LpGraph::new(graph, &op_time_s, compute_s);
+    let mut best = relaxed_over_cuts(graph, &op_time_s, &cuts, budget_bytes, link, false);
+    let programs = LpGraph::new(graph, &op_time_s, best.compute_s);
     for &c in &cuts {
         let Some(optimum) = programs.solve(c, budget_bytes, link) else {
             continue;
@@ -260,37 +233,69 @@ pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bo
 /// planners plan): step 3 of the derivation with no recomputation (`R =
 /// 0`), so every absent storage is swapped (an activation copied out before
 /// the cut and in after it), relaxed as in step 4, at the same cuts as
-/// [`lower_bound`]. The cut's program (step 5) is left out: its rows are
-/// about recomputations' inputs and would only raise this bound.
+/// [`lower_bound`]. The cut's program (step 5) is left out: it is built
+/// around recomputations' inputs, and leaving a bound's rows out only
+/// lowers it.
 ///
 /// Why a second bound: a swap-only planner's gap to [`lower_bound`] mixes
 /// what it could still gain by swapping better with what only
 /// recomputation could give. On NasNet-25 (batch 64, `v100-16gb-pcie3`,
 /// 16 GiB) [`lower_bound`] allows 0.88 of ideal throughput (by recomputing
-/// 0.70 s), and no swap-only plan passes 0.205: at the loss, 172.6 GB of
-/// activations are needed later and at least 155.4 GB of them are off the
-/// device, copied out at 12 GB/s before the loss and back in after it.
+/// 0.70 s), and no swap-only plan passes 0.203 (26.14 s against 5.30 s of
+/// compute): at the loss, 172.6 GB of activations are needed later and at
+/// least 155.4 GB of them are off the device, copied out at 12 GB/s before
+/// the loss and back in after it.
 pub fn swap_only_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bound {
-    let op_time_s = op_times_s(graph, cost);
-    if let Some((op, working_set_bytes)) = largest_working_set_over(graph, budget_bytes) {
-        return Bound::NoPlan {
-            op,
-            working_set_bytes,
-            budget_bytes,
-        };
+    if let Some(no_plan) = no_plan(graph, budget_bytes) {
+        return no_plan;
     }
-    let compute_s: f64 = op_time_s.iter().sum();
+    let op_time_s = op_times_s(graph, cost);
     let link = Link::of(&cost.copy_rates());
+    let cuts = cut_candidates(graph);
+    Bound::Time(relaxed_over_cuts(
+        graph,
+        &op_time_s,
+        &cuts,
+        budget_bytes,
+        link,
+        true,
+    ))
+}
+
+/// Step 2: [`Bound::NoPlan`] when some op's working set exceeds the budget.
+fn no_plan(graph: &Graph, budget_bytes: u64) -> Option<Bound> {
+    let (op, working_set_bytes) = largest_working_set_over(graph, budget_bytes)?;
+    Some(Bound::NoPlan {
+        op,
+        working_set_bytes,
+        budget_bytes,
+    })
+}
+
+/// The larger of the compute time (step 1) and every cut's relaxation
+/// (steps 3 and 4) over `cuts`; with `swaps_only`, nothing is recomputed
+/// (every absent storage is swapped).
+fn relaxed_over_cuts(
+    graph: &Graph,
+    op_time_s: &[f64],
+    cuts: &[OpId],
+    budget_bytes: u64,
+    link: Link,
+    swaps_only: bool,
+) -> TimeBound {
+    let compute_s: f64 = op_time_s.iter().sum();
     let mut best = TimeBound {
         time_s: compute_s,
         compute_s,
         cut: None,
         program: None,
     };
-    for c in cut_candidates(graph) {
-        let mut items = cut_items(graph, &op_time_s, c);
-        for group in &mut items.activations {
-            group.1 = Recompute::Never;
+    for &c in cuts {
+        let mut items = cut_items(graph, op_time_s, c);
+        if swaps_only {
+            for group in &mut items.activations {
+                group.1 = Recompute::Never;
+            }
         }
         let absent_bytes = items.total_bytes().saturating_sub(budget_bytes);
         if absent_bytes == 0 {
@@ -312,7 +317,7 @@ pub fn swap_only_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -
             });
         }
     }
-    Bound::Time(best)
+    best
 }
 
 /// The first op whose inputs, outputs (storage owners, each once) and

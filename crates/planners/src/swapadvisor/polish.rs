@@ -234,14 +234,35 @@ mod tests {
         outcore_graph::zoo::build("resnet18", Some(16), &BTreeMap::new(), None).expect("zoo model")
     }
 
-    /// The graph's sizes, its demand, its order and a budget of 80% of its
-    /// footprint; the start gene has the five largest sizes in one class.
-    fn setting(g: &Graph) -> (Vec<u64>, SizeDemand, Vec<OpId>, u64) {
-        let ts = encoding::tensor_sizes(g);
-        let demand = SizeDemand::new(g, &ts);
-        let order: Vec<OpId> = g.ops.iter().map(|o| o.id).collect();
-        let (fp, _) = footprint(g);
-        (ts, demand, order, fp * 8 / 10)
+    /// A graph's sizes, its demand, its order and a budget of 80% of its
+    /// footprint.
+    struct Setting {
+        ts: Vec<u64>,
+        demand: SizeDemand,
+        order: Vec<OpId>,
+        budget_bytes: u64,
+    }
+
+    impl Setting {
+        fn of(g: &Graph) -> Setting {
+            let ts = encoding::tensor_sizes(g);
+            let demand = SizeDemand::new(g, &ts);
+            let (fp, _) = footprint(g);
+            Setting {
+                ts,
+                demand,
+                order: g.ops.iter().map(|o| o.id).collect(),
+                budget_bytes: fp * 8 / 10,
+            }
+        }
+
+        fn space(&self) -> PoolSpace<'_> {
+            PoolSpace {
+                ts: &self.ts,
+                demand: &self.demand,
+                budget_bytes: self.budget_bytes,
+            }
+        }
     }
 
     fn start(space: &PoolSpace<'_>, order: &[OpId]) -> AllocGene {
@@ -253,21 +274,17 @@ mod tests {
     #[test]
     fn neighbours_are_distinct_valid_pools_within_the_budget() {
         let g = resnet18();
-        let (ts, demand, order, budget_bytes) = setting(&g);
-        let space = PoolSpace {
-            ts: &ts,
-            demand: &demand,
-            budget_bytes,
-        };
-        let gene = start(&space, &order);
+        let setting = Setting::of(&g);
+        let (space, order) = (setting.space(), &setting.order[..]);
+        let gene = start(&space, order);
         let k = encoding::n_classes(&gene.cls);
-        let all = neighbours(&space, &gene, &order);
+        let all = neighbours(&space, &gene, order);
         let distinct: std::collections::HashSet<&AllocGene> = all.iter().collect();
         assert_eq!(distinct.len(), all.len());
         assert!(!distinct.contains(&gene));
         for n in &all {
             assert!(encoding::cls_valid(&n.cls), "{:?}", n.cls);
-            let b = demand.bounds(&n.cls, &order);
+            let b = setting.demand.bounds(&n.cls, order);
             assert_eq!(n.cnt.len(), b.min.len());
             for (c, &x) in n.cnt.iter().enumerate() {
                 assert!(
@@ -275,8 +292,8 @@ mod tests {
                     "class {c}: {x}"
                 );
             }
-            let sizes = encoding::class_sizes(&ts, &n.cls);
-            assert!(encoding::pool_bytes(&sizes, &n.cnt) <= budget_bytes);
+            let sizes = encoding::class_sizes(&setting.ts, &n.cls);
+            assert!(encoding::pool_bytes(&sizes, &n.cnt) <= setting.budget_bytes);
         }
         // Each kind is there: a split (one class more), a merge (one fewer)
         // and a transfer (the same classes, other counts).
@@ -291,22 +308,18 @@ mod tests {
     #[test]
     fn the_polish_ends_in_a_local_optimum_and_counts_its_evaluations() {
         let g = resnet18();
-        let (ts, demand, order, budget_bytes) = setting(&g);
-        let space = PoolSpace {
-            ts: &ts,
-            demand: &demand,
-            budget_bytes,
-        };
+        let setting = Setting::of(&g);
+        let (space, order) = (setting.space(), &setting.order[..]);
         // Fewer classes is faster; among equals, fewer objects of the
         // largest class.
         let time = |gene: &AllocGene| {
             encoding::n_classes(&gene.cls) as f64 + 1e-3 * *gene.cnt.last().unwrap_or(&0) as f64
         };
-        let gene = start(&space, &order);
+        let gene = start(&space, order);
         let start_s = time(&gene);
         let mut calls = 0u64;
         let deadline = Instant::now() + Duration::from_secs(600);
-        let (best, stats) = polish(&space, &order, gene, start_s, deadline, |genes| {
+        let (best, stats) = polish(&space, order, gene, start_s, deadline, |genes| {
             calls += genes.len() as u64;
             Ok::<_, ()>(genes.iter().map(|g| Some(time(g))).collect())
         })
@@ -317,7 +330,7 @@ mod tests {
         assert_eq!(stats.before_s, start_s);
         assert_eq!(stats.after_s, time(&best));
         assert!(stats.after_s < start_s);
-        for n in neighbours(&space, &best, &order) {
+        for n in neighbours(&space, &best, order) {
             assert!(time(&n) >= stats.after_s * (1.0 - MIN_GAIN), "{n:?}");
         }
     }
@@ -325,14 +338,10 @@ mod tests {
     #[test]
     fn a_passed_deadline_leaves_the_pool_as_it_was() {
         let g = resnet18();
-        let (ts, demand, order, budget_bytes) = setting(&g);
-        let space = PoolSpace {
-            ts: &ts,
-            demand: &demand,
-            budget_bytes,
-        };
-        let gene = start(&space, &order);
-        let (best, stats) = polish(&space, &order, gene.clone(), 1.0, Instant::now(), |genes| {
+        let setting = Setting::of(&g);
+        let (space, order) = (setting.space(), &setting.order[..]);
+        let gene = start(&space, order);
+        let (best, stats) = polish(&space, order, gene.clone(), 1.0, Instant::now(), |genes| {
             Ok::<_, ()>(vec![Some(0.0); genes.len()])
         })
         .expect("scored");
