@@ -71,8 +71,9 @@
 //!   the polished individual in place of its slowest and with whatever time
 //!   the polish did not use. Why: on NasNet-25 the GA's best pool wasted a
 //!   third of its largest class on rounding and did not move from 100 s to
-//!   300 s; the polish took it from 27.79 s to 27.26 s per iteration in a
-//!   20 s run (ahead of `odswap`'s 27.43 s). `polish_share: 0.0` turns it off.
+//!   300 s; with the polish, 60 s searches end at 27.08 / 27.36 / 27.35 s
+//!   per iteration (seeds 0 to 2) where they ended at 27.69 / 27.64 s,
+//!   ahead of `odswap`'s 27.43 s. `polish_share: 0.0` turns it off.
 //! - On a terminal, standard error shows one progress line per generation
 //!   (best and mean time, evaluations per second), cleared at the end; nothing
 //!   is written when standard error is not a terminal.
@@ -123,9 +124,9 @@ pub const HOT_OPS: usize = 8;
 /// class, the 3 largest, ..., up to this many (module doc).
 pub const TOP_MERGED: usize = 5;
 
-/// The share of the time limit the pool's polish gets by default (module
-/// doc of [`polish`]; measured in RESULTS.md, "The pool polished after the
-/// GA").
+/// By default, the share of the time left at a GA phase's start that the
+/// phase leaves to the pool's polish (module doc; measured in RESULTS.md,
+/// "The pool polished between GA phases").
 pub const POLISH_SHARE: f64 = 1.0 / 3.0;
 
 /// How the first generation is made (module doc).
@@ -164,8 +165,9 @@ pub struct SwapAdvisor {
     pub max_generations: Option<u64>,
     /// Stop before a generation would score more than this many individuals.
     pub max_evaluations: Option<u64>,
-    /// The share of the time limit left to the pool's polish after the GA
-    /// ([`polish`]; 0 turns it off). It runs wherever the pool is searched.
+    /// The share of the time left at a GA phase's start that the phase
+    /// leaves to the pool's polish ([`polish`]; 0 turns the polish off). It
+    /// runs wherever the pool is searched.
     pub polish_share: f64,
 }
 

@@ -1,5 +1,7 @@
-//! A local search over the best individual's memory pool, after the genetic
-//! algorithm: outcore's addition to SwapAdvisor (the paper stops at the GA).
+//! A local search over the best individual's memory pool, run between the
+//! genetic algorithm's phases (`ga::run`, with the share of the time each
+//! phase leaves it): outcore's addition to SwapAdvisor (the paper has only
+//! the GA).
 //!
 //! The order stays the GA's; only `CLS` / `CNT` move, by three kinds of
 //! neighbour ([`neighbours`]):
