@@ -242,9 +242,10 @@ pub fn lower_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bo
 /// recomputation could give. On NasNet-25 (batch 64, `v100-16gb-pcie3`,
 /// 16 GiB) [`lower_bound`] allows 0.88 of ideal throughput (by recomputing
 /// 0.70 s), and no swap-only plan passes 0.203 (26.14 s against 5.30 s of
-/// compute): at the loss, 172.6 GB of activations are needed later and at
-/// least 155.4 GB of them are off the device, copied out at 12 GB/s before
-/// the loss and back in after it.
+/// compute): at the end of the loss, 158.2 GB of what is needed later are
+/// off the device, at the optimum 155.4 GB of activations (copied out at
+/// 12 GB/s before the loss and back in after it) and 2.8 GB of persistent
+/// tensors (copied in after it).
 pub fn swap_only_bound(graph: &Graph, cost: &dyn CostModel, budget_bytes: u64) -> Bound {
     if let Some(no_plan) = no_plan(graph, budget_bytes) {
         return no_plan;

@@ -554,6 +554,24 @@ pub fn repair_counts(class_sizes: &[u64], cnt: &mut [u64], b: &Bounds, budget_by
     false
 }
 
+/// `gene`'s counts repaired to `bounds` (its `CLS`'s bounds) and the budget,
+/// then the spare budget filled ([`repair_counts`], [`fill_largest`]):
+/// whether the repaired pool fits the budget (unfilled when it does not).
+pub fn repair_and_fill(
+    ts: &[u64],
+    gene: &mut AllocGene,
+    bounds: &Bounds,
+    budget_bytes: u64,
+) -> bool {
+    let sizes = class_sizes(ts, &gene.cls);
+    gene.cnt.resize(bounds.min.len(), 0);
+    let fits = repair_counts(&sizes, &mut gene.cnt, bounds, budget_bytes);
+    if fits {
+        fill_largest(&sizes, &mut gene.cnt, &bounds.max, budget_bytes);
+    }
+    fits
+}
+
 /// The fill of the module doc: the budget the pool leaves unused given to
 /// the classes largest first, each gaining objects while one fits and it is
 /// below its maximum (`max`). Never removes an object.

@@ -146,11 +146,7 @@ impl Breeder<'_> {
     /// `encoding` says why).
     pub fn repair(&self, gene: &mut AllocGene, order: &[OpId]) {
         let bounds = self.demand.bounds(&gene.cls, order);
-        let sizes = encoding::class_sizes(self.ts, &gene.cls);
-        gene.cnt.resize(bounds.min.len(), 0);
-        if encoding::repair_counts(&sizes, &mut gene.cnt, &bounds, self.budget_bytes) {
-            encoding::fill_largest(&sizes, &mut gene.cnt, &bounds.max, self.budget_bytes);
-        }
+        encoding::repair_and_fill(self.ts, gene, &bounds, self.budget_bytes);
     }
 
     /// A random allocation gene, repaired for `order`.

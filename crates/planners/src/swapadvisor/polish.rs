@@ -70,17 +70,18 @@ pub struct PoolSpace<'a> {
 }
 
 impl PoolSpace<'_> {
-    /// `gene` with counts repaired to `bounds` and the budget, then filled;
-    /// `None` when even the minimum does not fit.
-    fn repaired(&self, cls: Vec<u32>, mut cnt: Vec<u64>, order: &[OpId]) -> Option<AllocGene> {
-        let bounds: Bounds = self.demand.bounds(&cls, order);
-        let sizes = encoding::class_sizes(self.ts, &cls);
-        cnt.resize(bounds.min.len(), 0);
-        if !encoding::repair_counts(&sizes, &mut cnt, &bounds, self.budget_bytes) {
-            return None;
-        }
-        encoding::fill_largest(&sizes, &mut cnt, &bounds.max, self.budget_bytes);
-        Some(AllocGene { cls, cnt })
+    /// `CLS` / `CNT` repaired as the GA's children are
+    /// ([`encoding::repair_and_fill`]) with `bounds`, `cls`'s bounds on the
+    /// order; `None` when even the minimum does not fit.
+    fn repaired(&self, cls: Vec<u32>, cnt: Vec<u64>, bounds: &Bounds) -> Option<AllocGene> {
+        let mut gene = AllocGene { cls, cnt };
+        encoding::repair_and_fill(self.ts, &mut gene, bounds, self.budget_bytes).then_some(gene)
+    }
+
+    /// [`PoolSpace::repaired`] with `cls`'s bounds on `order`.
+    fn repaired_on(&self, cls: Vec<u32>, cnt: Vec<u64>, order: &[OpId]) -> Option<AllocGene> {
+        let bounds = self.demand.bounds(&cls, order);
+        self.repaired(cls, cnt, &bounds)
     }
 }
 
@@ -102,14 +103,15 @@ pub fn neighbours(space: &PoolSpace<'_>, gene: &AllocGene, order: &[OpId]) -> Ve
         for x in cls.iter_mut().skip(i) {
             *x += 1;
         }
-        let lowest_upper = space.demand.bounds(&cls, order).min[c + 1];
+        let bounds = space.demand.bounds(&cls, order);
+        let lowest_upper = bounds.min[c + 1];
         let all = gene.cnt[c];
         for j in 1..=SPLIT_COUNTS {
             let upper = lowest_upper + all.saturating_sub(lowest_upper) * j / SPLIT_COUNTS;
             let mut cnt = gene.cnt.clone();
             cnt[c] = all.saturating_sub(upper);
             cnt.insert(c + 1, upper);
-            if let Some(g) = space.repaired(cls.clone(), cnt, order) {
+            if let Some(g) = space.repaired(cls.clone(), cnt, &bounds) {
                 out.push((held(c), g));
             }
         }
@@ -127,7 +129,7 @@ pub fn neighbours(space: &PoolSpace<'_>, gene: &AllocGene, order: &[OpId]) -> Ve
         let mut cnt = gene.cnt.clone();
         cnt[c] += cnt[c + 1];
         cnt.remove(c + 1);
-        if let Some(g) = space.repaired(cls, cnt, order) {
+        if let Some(g) = space.repaired_on(cls, cnt, order) {
             out.push((held(c).max(held(c + 1)), g));
         }
     }
@@ -153,7 +155,7 @@ pub fn neighbours(space: &PoolSpace<'_>, gene: &AllocGene, order: &[OpId]) -> Ve
                 let mut cnt = gene.cnt.clone();
                 cnt[from] -= give;
                 cnt[to] += gain;
-                if let Some(g) = space.repaired(gene.cls.clone(), cnt, order) {
+                if let Some(g) = space.repaired_on(gene.cls.clone(), cnt, order) {
                     out.push((held(from).max(held(to)), g));
                 }
             }
@@ -270,7 +272,9 @@ mod tests {
     fn start(space: &PoolSpace<'_>, order: &[OpId]) -> AllocGene {
         let cls = encoding::top_merged(space.ts.len(), 5);
         let cnt = vec![0; encoding::n_classes(&cls)];
-        space.repaired(cls, cnt, order).expect("the minimum fits")
+        space
+            .repaired_on(cls, cnt, order)
+            .expect("the minimum fits")
     }
 
     #[test]
