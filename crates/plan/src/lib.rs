@@ -16,7 +16,8 @@ mod verify;
 pub use layout::{Layout, LayoutError, lay_out, lay_out_timed, scratch_pieces};
 pub use lower::{frees_after_op, frees_at_end, lower_in_order, uses_by_owner};
 pub use order::{
-    check_order, defer_ops, eager_update_order, order_predecessors, random_topological_order,
+    check_order, defer_ops, eager_update_order, framework_default_order, order_predecessors,
+    random_topological_order,
 };
 pub use peak::peak_over_all_timings;
 pub use pin::{PinError, TimedStep, pin_frees};

@@ -14,7 +14,11 @@
 //! `seeding=seeded|random`, `generations=`, `seed=`, `polish=` (the share of
 //! the time the pool's polish may take, 0 for none), `order=random` (plan
 //! on a seeded random topological order instead of the graph's: the seed
-//! individual's order, and the fixed order of `alloc-only`).
+//! individual's order, and the fixed order of `alloc-only`), `order=framework`
+//! (the same with `outcore_plan::framework_default_order`, MXNet's default
+//! schedule), `fixed=framework|seed` (the order `alloc-only` keeps when
+//! no `order=` is given: MXNet's default schedule, the default, or the
+//! fastest seed's).
 
 // An example prints its measurement; the workspace lint is for library code.
 #![allow(clippy::print_stdout)]
@@ -23,7 +27,7 @@ use outcore_cost::{DeviceProfile, RooflineModel};
 use outcore_graph::footprint;
 use outcore_plan::{PlanOutcome, PlanRequest, Planner};
 use outcore_planners::SwapAdvisor;
-use outcore_planners::swapadvisor::{Adaptation, SearchSpace, Seeding};
+use outcore_planners::swapadvisor::{Adaptation, FixedOrder, SearchSpace, Seeding};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -48,7 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut planner = SwapAdvisor::new(SearchSpace::Joint);
     let mut device = "v100-16gb-pcie3".to_string();
     let mut seed = 0u64;
-    let mut random_order = false;
+    let mut fixed_order: Option<&str> = None;
     for kv in rest {
         let (k, v) = kv
             .split_once('=')
@@ -66,8 +70,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             "generations" => planner.max_generations = Some(v.parse()?),
             "polish" => planner.polish_share = v.parse()?,
+            "fixed" => {
+                planner.fixed_order = match v {
+                    "framework" => FixedOrder::FrameworkDefault,
+                    "seed" => FixedOrder::FastestSeed,
+                    _ => return Err(format!("fixed `{v}`").into()),
+                }
+            }
             "seed" => seed = v.parse()?,
-            "order" if v == "random" => random_order = true,
+            "order" if v == "random" || v == "framework" => fixed_order = Some(v),
             "search" => {
                 planner.search = match v {
                     "joint" => SearchSpace::Joint,
@@ -91,7 +102,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let graph = outcore_graph::zoo::build(model, Some(batch.parse()?), &knobs, None)?;
     let cost = RooflineModel::new(DeviceProfile::builtin(&device)?);
     let (fp, _) = footprint(&graph);
-    let order = random_order.then(|| outcore_plan::random_topological_order(&graph, seed));
+    let order = match fixed_order {
+        Some("random") => Some(outcore_plan::random_topological_order(&graph, seed)),
+        Some(_) => Some(outcore_plan::framework_default_order(&graph)),
+        None => None,
+    };
     let request = PlanRequest {
         seed,
         order: order.as_deref(),

@@ -13,11 +13,11 @@ use outcore_graph::{
 };
 use outcore_plan::{
     AllocatorSpec, Gap, Instr, Plan, PlanOutcome, PlanRequest, Planner, Schedule, Stream,
-    check_order, eager_update_order, random_topological_order, verify,
+    check_order, eager_update_order, framework_default_order, random_topological_order, verify,
 };
 use outcore_planners::swapadvisor::{
-    Adaptation, AllocGene, Breeder, Dag, Facts, PoolModel, SearchSpace, SizeDemand, SwapAdvisor,
-    cls_valid, plan_first_pass, plan_swaps, tensor_sizes,
+    Adaptation, AllocGene, Breeder, Dag, Facts, FixedOrder, PoolModel, SearchSpace, SizeDemand,
+    SwapAdvisor, cls_valid, plan_first_pass, plan_swaps, tensor_sizes,
 };
 use outcore_sim::{SimOptions, simulate};
 use rand::SeedableRng;
@@ -561,21 +561,38 @@ fn the_ablations_keep_their_fixed_half() {
     let (fp, _) = footprint(&g);
     // The seed's finest pool (one class per size) needs room: 90%.
     let request = PlanRequest::new(&g, &cost, fp * 9 / 10);
-    // Allocation only: the fastest seed's order, the graph's or the
-    // eager-update one.
+    let computed = |plan: &Plan| -> Vec<OpId> {
+        plan.stream(Stream::Compute)
+            .iter()
+            .filter_map(|s| match s.instr {
+                Instr::Compute(op) => Some(op),
+                _ => None,
+            })
+            .collect()
+    };
+    // Allocation only, by default: MXNet's default schedule (the paper's
+    // setting), which differs from the graph's order on this graph.
     let plan = feasible(&quick(SearchSpace::AllocationOnly), &request);
-    let computed: Vec<OpId> = plan
-        .stream(Stream::Compute)
-        .iter()
-        .filter_map(|s| match s.instr {
-            Instr::Compute(op) => Some(op),
-            _ => None,
-        })
-        .collect();
+    let framework = framework_default_order(&g);
     let graph_order: Vec<OpId> = g.ops.iter().map(|o| o.id).collect();
+    assert_ne!(framework, graph_order);
+    assert_eq!(computed(&plan), framework);
+    assert_eq!(
+        plan.planner.settings["fixed_order"], "framework default",
+        "{}",
+        plan.planner.settings
+    );
+    check_plan(&g, &plan, &cost);
+    // Or the fastest seed's order, the graph's or the eager-update one.
+    let seeded = SwapAdvisor {
+        fixed_order: FixedOrder::FastestSeed,
+        ..quick(SearchSpace::AllocationOnly)
+    };
+    let plan = feasible(&seeded, &request);
     let eager = eager_update_order(&g);
+    let order = computed(&plan);
     assert!(
-        computed == graph_order || computed == eager,
+        order == graph_order || order == eager,
         "allocation only planned in an order of its own"
     );
     check_plan(&g, &plan, &cost);

@@ -78,8 +78,17 @@
 //!   (best and mean time, evaluations per second), cleared at the end; nothing
 //!   is written when standard error is not a terminal.
 //! - Ablations (Sec. 6.4): `swapadvisor-order-only` keeps the seed's pool and
-//!   searches the schedule; `swapadvisor-alloc-only` keeps the seed's
-//!   schedule and searches the pool.
+//!   searches the schedule; `swapadvisor-alloc-only` keeps a schedule and
+//!   searches the pool. Which schedule ([`FixedOrder`]): by default the
+//!   framework's default one, as in the paper ("without searching a good
+//!   schedule": MXNet's, which Sec. 6.2 says interleaves the layers of an
+//!   RNN like a random topological order does), that is
+//!   [`outcore_plan::framework_default_order`] (the post-order depth-first
+//!   visit from the outputs by which nnvm indexes the graph MXNet's executor
+//!   runs); or the fastest seed's ([`FixedOrder::FastestSeed`], the graph's
+//!   or the eager-update order), which tells how much the pool search adds
+//!   to a good schedule rather than how much the schedule search adds. A
+//!   request that sets an order fixes that one either way.
 
 mod copy_queue;
 mod d2h_order;
@@ -129,6 +138,25 @@ pub const TOP_MERGED: usize = 5;
 /// "The pool polished between GA phases").
 pub const POLISH_SHARE: f64 = 1.0 / 3.0;
 
+/// The schedule `swapadvisor-alloc-only` keeps (module doc, "Ablations").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixedOrder {
+    /// [`outcore_plan::framework_default_order`]: MXNet's default schedule,
+    /// the paper's setting.
+    FrameworkDefault,
+    /// The fastest seed's order (the graph's or the eager-update one).
+    FastestSeed,
+}
+
+impl FixedOrder {
+    fn name(self) -> &'static str {
+        match self {
+            FixedOrder::FrameworkDefault => "framework default",
+            FixedOrder::FastestSeed => "fastest seed",
+        }
+    }
+}
+
 /// How the first generation is made (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seeding {
@@ -169,6 +197,8 @@ pub struct SwapAdvisor {
     /// leaves to the pool's polish ([`polish`]; 0 turns the polish off). It
     /// runs wherever the pool is searched.
     pub polish_share: f64,
+    /// The schedule the allocation-only search keeps (module doc).
+    pub fixed_order: FixedOrder,
 }
 
 impl SwapAdvisor {
@@ -184,6 +214,7 @@ impl SwapAdvisor {
             max_generations: None,
             max_evaluations: None,
             polish_share: POLISH_SHARE,
+            fixed_order: FixedOrder::FrameworkDefault,
         }
     }
 
@@ -235,7 +266,7 @@ impl Planner for SwapAdvisor {
                 "SwapAdvisor searching the operator order only, pool fixed (Sec. 6.4 ablation)"
             }
             SearchSpace::AllocationOnly => {
-                "SwapAdvisor searching the size-class pool only, order fixed (Sec. 6.4 ablation)"
+                "SwapAdvisor searching the size-class pool only, order fixed to MXNet's default schedule (Sec. 6.4 ablation)"
             }
         }
     }
@@ -560,7 +591,15 @@ impl<'a, 'g> Env<'a, 'g> {
     /// eager-update order, `v100-16gb-pcie3`, 16 GiB): BRNN-4-8K 0.589 ->
     /// 0.677 of ideal, Inception-4 0.743 -> 0.766, WResNet-152-10 0.835 ->
     /// 0.837. The seeds of both orders compete; the fastest leads.
+    /// The allocation-only search with [`FixedOrder::FrameworkDefault`]
+    /// (and no order in the request) has one seed order, the framework's.
     fn seed_orders(&self) -> Vec<Vec<OpId>> {
+        if self.search_space == SearchSpace::AllocationOnly
+            && self.planner.fixed_order == FixedOrder::FrameworkDefault
+            && self.request.order.is_none()
+        {
+            return vec![outcore_plan::framework_default_order(self.graph())];
+        }
         let mut orders = vec![self.ctx.order.clone()];
         orders.extend(crate::framework::eager_order_if_other(self.request));
         orders
@@ -835,6 +874,8 @@ impl<'a, 'g> Env<'a, 'g> {
             "mutation_adaptation": self.planner.adaptation,
             "search": self.search_space,
             "seeding": self.planner.seeding.name(),
+            "fixed_order": (self.search_space == SearchSpace::AllocationOnly)
+                .then(|| self.planner.fixed_order.name()),
             "generations": outcome.generations,
             "evaluations": outcome.evaluations,
             "time_limit_cut_search": outcome.cut_by_time,
