@@ -1,5 +1,5 @@
 //! One planner on a zoo model in a chosen operator order, printing the
-//! simulated iteration time and its fraction of ideal: how much of a
+//! verified plan's simulated iteration time and its fraction of ideal: how much of a
 //! planner's result is its order's (SwapAdvisor Sec. 6.2: ODSwap on MXNet's
 //! default schedule).
 //!
@@ -67,6 +67,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let planner = outcore_planners::by_name(planner)?;
     match planner.plan(&request)? {
         PlanOutcome::Feasible(plan) => {
+            if let Some(v) = outcore_plan::verify(&plan, &graph).first() {
+                return Err(format!("{} does not verify: {v}", planner.name()).into());
+            }
             let report = outcore_sim::simulate(&graph, &plan, &cost, &Default::default())?.report;
             println!(
                 "# {} {model} b{batch} budget {budget_bytes} order {}: {:.4} s/iteration, {:.4} of ideal {:.4} s; swapped in {} bytes",
