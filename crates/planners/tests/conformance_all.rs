@@ -161,6 +161,7 @@ fn quick_outcore() -> outcore_planners::Joint {
         home_runs: 1,
         streamed_seeds: true,
         offloaded_seeds: true,
+        mixed_seeds: true,
         kept_link_seeds: true,
         prioritised: true,
         polish_swap_timing: true,

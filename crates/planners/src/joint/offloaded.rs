@@ -73,11 +73,29 @@ pub const LINK_SHARES: [f64; 3] = [1.0, 0.75, 0.5];
 /// intervals are cut (step 4), then lower by the merge's excess.
 pub const ROUNDS: usize = 8;
 
+/// No swaps placed around these seeds' merges.
+#[allow(clippy::type_complexity)]
+const NOTHING_AROUND: Around<'static, fn(Schedule) -> Vec<Gap>, fn(Vec<Gap>) -> Vec<Gap>> =
+    Around {
+        beside: &[],
+        merge: schedule_gaps,
+        finish: identity,
+        rounds: ROUNDS,
+    };
+
+fn schedule_gaps(schedule: Schedule) -> Vec<Gap> {
+    schedule.gaps
+}
+
+fn identity(gaps: Vec<Gap>) -> Vec<Gap> {
+    gaps
+}
+
 /// A taken tensor with its interval off the device: after its last forward
 /// use, before its first backward use.
 #[derive(Debug, Clone, Copy)]
-struct Taken {
-    tensor: TensorId,
+pub(super) struct Taken {
+    pub(super) tensor: TensorId,
     after: usize,
     before: usize,
 }
@@ -106,7 +124,9 @@ pub fn offloaded_seeds(
             continue;
         }
         last_taken = Some(taken.len());
-        if let Some(schedule) = merge_rounds(request, &ctx, &facts, &taken, until) {
+        if let Some(schedule) = merge_rounds(request, &ctx, &facts, &taken, NOTHING_AROUND, until)
+            .map(|(_, schedule)| schedule)
+        {
             let name = format!(
                 "offloaded activations ({:.0}% of the link) + dtr",
                 share * 100.0
@@ -122,6 +142,18 @@ pub fn offloaded_seeds(
 
 /// Step 1 and 2 of the module docs: the tensors taken at link share `share`.
 fn chosen(ctx: &Ctx<'_>, facts: &RematFacts, cost: &dyn CostModel, share: f64) -> Vec<Taken> {
+    chosen_beside(ctx, facts, cost, share, &Occupancy::default())
+}
+
+/// [`chosen`] beside copies the link carries already (`busy`): a taken
+/// tensor's copies fit `share` of the link with `busy`'s counted in.
+pub(super) fn chosen_beside(
+    ctx: &Ctx<'_>,
+    facts: &RematFacts,
+    cost: &dyn CostModel,
+    share: f64,
+    busy: &Occupancy,
+) -> Vec<Taken> {
     let mut candidates: Vec<(f64, Taken)> = ctx
         .saved_activations()
         .into_iter()
@@ -147,7 +179,7 @@ fn chosen(ctx: &Ctx<'_>, facts: &RematFacts, cost: &dyn CostModel, share: f64) -
     let mut taken: Vec<Taken> = Vec::new();
     for (_, c) in candidates {
         taken.push(c);
-        if !fits_link(ctx, cost, &taken, share) {
+        if !fits_link(ctx, cost, &taken, share, busy) {
             taken.pop();
         }
     }
@@ -159,7 +191,13 @@ fn chosen(ctx: &Ctx<'_>, facts: &RematFacts, cost: &dyn CostModel, share: f64) -
 /// backward pass's start (the turn); the copy-ins, all released at the turn,
 /// each done by its first backward use. Times are the order's compute
 /// prefix sums.
-fn fits_link(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken], share: f64) -> bool {
+fn fits_link(
+    ctx: &Ctx<'_>,
+    cost: &dyn CostModel,
+    taken: &[Taken],
+    share: f64,
+    busy: &Occupancy,
+) -> bool {
     let turn_s = ctx.prefix_time_s[ctx.backward_start];
     let outs = taken.iter().map(|t| {
         let release_s = ctx.prefix_time_s[t.after + 1];
@@ -169,7 +207,10 @@ fn fits_link(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken], share: f64) -
         let due_s = ctx.prefix_time_s[t.before];
         (due_s - turn_s, cost.h2d_time_s(ctx.size(t.tensor)))
     });
-    fits_beside_the_turn(outs.collect(), share) && fits_beside_the_turn(ins.collect(), share)
+    let busy_out = |window_s: f64| Occupancy::within(&busy.d2h, turn_s - window_s, turn_s);
+    let busy_in = |window_s: f64| Occupancy::within(&busy.h2d, turn_s, turn_s + window_s);
+    fits_beside_the_turn(outs.collect(), share, busy_out)
+        && fits_beside_the_turn(ins.collect(), share, busy_in)
 }
 
 /// Whether copies on one link, each `(window_s, copy_s)` with its window
@@ -177,27 +218,95 @@ fn fits_link(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken], share: f64) -
 /// before the turn and due at it, a copy-in released at the turn and due
 /// that long after), can all be done within `share` of their windows: with
 /// one end common to all windows, that holds iff for every window the
-/// copies whose windows are no longer fit into `share` of it.
-fn fits_beside_the_turn(mut copies: Vec<(f64, f64)>, share: f64) -> bool {
+/// copies whose windows are no longer fit into `share` of it, beside the
+/// link time `busy(window_s)` that other copies take within that window.
+fn fits_beside_the_turn(
+    mut copies: Vec<(f64, f64)>,
+    share: f64,
+    busy: impl Fn(f64) -> f64,
+) -> bool {
     copies.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut queued_s = 0.0;
     copies.into_iter().all(|(window_s, copy_s)| {
         queued_s += copy_s;
-        queued_s <= share * window_s.max(0.0)
+        queued_s + busy(window_s.max(0.0)) <= share * window_s.max(0.0)
     })
 }
 
-/// Steps 3 to 5 of the module docs: the first merge within the budget.
-fn merge_rounds(
+/// The link time copies already placed take, per direction, as intervals
+/// on the order's compute clock (step 2 of [`super::mixed`]'s docs).
+#[derive(Debug, Clone, Default)]
+pub struct Occupancy {
+    /// `(start_s, end_s)` of each copy-out.
+    pub d2h: Vec<(f64, f64)>,
+    /// `(start_s, end_s)` of each copy-in.
+    pub h2d: Vec<(f64, f64)>,
+}
+
+impl Occupancy {
+    /// The copies of `gaps`' swaps: each copy-out from the end of the op
+    /// after which it starts, each copy-in ending at the start of the op
+    /// that needs it.
+    pub fn of(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> Self {
+        let mut busy = Occupancy::default();
+        for g in gaps.iter().filter(|g| g.how == Restore::Swap) {
+            let bytes = ctx.size(g.tensor);
+            if let Some(a) = g.after {
+                let from = g.copy_out_after.map_or(a, |c| c.min(a));
+                let start_s = ctx.prefix_time_s[from + 1];
+                busy.d2h.push((start_s, start_s + cost.d2h_time_s(bytes)));
+            }
+            if let Some(b) = g.before {
+                let end_s = ctx.prefix_time_s[b];
+                busy.h2d.push((end_s - cost.h2d_time_s(bytes), end_s));
+            }
+        }
+        busy
+    }
+
+    /// Seconds of `intervals` that fall within `[from_s, to_s]`.
+    pub fn within(intervals: &[(f64, f64)], from_s: f64, to_s: f64) -> f64 {
+        intervals
+            .iter()
+            .map(|&(s, e)| (e.min(to_s) - s.max(from_s)).max(0.0))
+            .sum()
+    }
+}
+
+/// What [`merge_rounds`] plans around: swaps placed already (`beside`:
+/// none for these seeds, [`super::mixed`]'s streamed offloads), counted
+/// off the device when DTR plans; `merge`, which adds them to DTR's
+/// schedule; `finish`, applied to every merge's gaps and to what DTR is told
+/// is off the device (the identity here; [`queued_swap_ins`] for the mixed
+/// seeds); and the rounds at most.
+pub(super) struct Around<'a, M, F> {
+    pub beside: &'a [Gap],
+    pub merge: M,
+    pub finish: F,
+    pub rounds: usize,
+}
+
+/// Steps 3 to 5 of the module docs: the first merge within the budget, with
+/// its time, planned [`Around`] what the caller placed.
+pub(super) fn merge_rounds(
     request: &PlanRequest<'_>,
     ctx: &Ctx<'_>,
     facts: &RematFacts,
     taken: &[Taken],
+    around: Around<'_, impl Fn(Schedule) -> Vec<Gap>, impl Fn(Vec<Gap>) -> Vec<Gap>>,
     until: Instant,
-) -> Option<Schedule> {
+) -> Option<(f64, Schedule)> {
+    let Around {
+        beside,
+        merge,
+        finish,
+        rounds,
+    } = around;
     let held = held_facts(facts, taken);
     let absent_of = |intervals: &[Taken]| {
-        crate::framework::absent_bytes(ctx, &queued_swaps(ctx, request.cost, intervals))
+        let mut gaps = beside.to_vec();
+        gaps.extend(queued_swaps(ctx, request.cost, intervals));
+        crate::framework::absent_bytes(ctx, &finish(gaps))
     };
     let mut intervals = taken.to_vec();
     let mut absent = absent_of(&intervals);
@@ -217,12 +326,42 @@ fn merge_rounds(
             absent = absent_of(&intervals);
             return Some(Round::Again);
         }
-        let mut gaps = dtr;
+        let mut gaps = merge(ctx.schedule(dtr));
         gaps.extend(queued_swaps(ctx, request.cost, &cut));
-        Some(Round::Merged(ctx.schedule(gaps)))
+        Some(Round::Merged(ctx.schedule(finish(gaps))))
     };
-    super::run_merge_rounds(request, ctx, request.budget_bytes, ROUNDS, until, round)
-        .map(|(_, schedule)| schedule)
+    super::run_merge_rounds(request, ctx, request.budget_bytes, rounds, until, round)
+}
+
+/// `gaps` with every swap-in retimed as one queue on the h2d link: latest
+/// need first, each done by its use and before the next one on the link
+/// starts, never triggered before its gap opens (or its reclaim point).
+pub(super) fn queued_swap_ins(ctx: &Ctx<'_>, cost: &dyn CostModel, mut gaps: Vec<Gap>) -> Vec<Gap> {
+    let mut idx: Vec<usize> = (0..gaps.len())
+        .filter(|&i| gaps[i].how == Restore::Swap && gaps[i].before.is_some_and(|b| b > 0))
+        .collect();
+    idx.sort_by_key(|&i| (std::cmp::Reverse(gaps[i].before), gaps[i].tensor));
+    let mut link_free_from_s = f64::INFINITY;
+    for i in idx {
+        let g = &mut gaps[i];
+        let Some(before) = g.before else { continue };
+        let finish_s = ctx.prefix_time_s[before].min(link_free_from_s);
+        let begin_s = finish_s - cost.h2d_time_s(ctx.size(g.tensor));
+        link_free_from_s = begin_s;
+        let floor = match (g.after, g.reclaim_before) {
+            (_, Some(r)) => r.min(before) - 1,
+            (Some(a), None) => a,
+            (None, None) => 0,
+        };
+        let floor = floor.max(g.after.unwrap_or(0));
+        let latest = before - 1;
+        let prefetch = ctx
+            .ending_by(before, begin_s)
+            .saturating_sub(1)
+            .clamp(floor.min(latest), latest);
+        g.prefetch_after = Some(prefetch);
+    }
+    gaps
 }
 
 /// The taken tensors' intervals cut short before the first of DTR's
@@ -335,7 +474,7 @@ mod tests {
         for share in LINK_SHARES {
             let taken = chosen(&ctx, &facts, &cost, share);
             assert!(!taken.is_empty(), "share {share}");
-            assert!(fits_link(&ctx, &cost, &taken, share));
+            assert!(fits_link(&ctx, &cost, &taken, share, &Occupancy::default()));
             let out_s: f64 = taken
                 .iter()
                 .map(|t| cost.d2h_time_s(ctx.size(t.tensor)))
@@ -389,12 +528,24 @@ mod tests {
             .iter()
             .find(|t| turn_s - ctx.prefix_time_s[t.after + 1] < cost.d2h_time_s(ctx.size(t.tensor)))
             .expect("a feature map used up to the turn");
-        assert!(!fits_link(&ctx, &cost, &[*late], 1.0));
+        assert!(!fits_link(
+            &ctx,
+            &cost,
+            &[*late],
+            1.0,
+            &Occupancy::default()
+        ));
         let early = saved.iter().min_by_key(|t| t.after).expect("saved");
         assert!(
             turn_s - ctx.prefix_time_s[early.after + 1] >= cost.d2h_time_s(ctx.size(early.tensor))
         );
-        assert!(fits_link(&ctx, &cost, &[*early], 1.0));
+        assert!(fits_link(
+            &ctx,
+            &cost,
+            &[*early],
+            1.0,
+            &Occupancy::default()
+        ));
     }
 
     /// On ResNet-50 b32 at a quarter of its footprint, the seeds are

@@ -131,7 +131,7 @@ pub enum OffloadSet {
 }
 
 impl OffloadSet {
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             OffloadSet::OptimizerState => "optimizer state",
             OffloadSet::All => "all persistent",
@@ -362,8 +362,17 @@ struct Merge {
 /// whether the parameters are off the device until their updates.
 fn seed_name(kind: &str, set: OffloadSet, planner: &str, variant: Variant) -> String {
     format!(
-        "{kind} {} + {planner}, {} timing{}",
+        "{kind} {} + {planner}, {}",
         set.label(),
+        variant_label(variant)
+    )
+}
+
+/// A variant's timing, and whether the parameters are off the device until
+/// their updates.
+pub(super) fn variant_label(variant: Variant) -> String {
+    format!(
+        "{} timing{}",
         variant.timing.label(),
         match variant.updates {
             UpdateGaps::No => "",
@@ -440,8 +449,7 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
             }
         };
         // Where the offloads alone keep each tensor off the device.
-        let empty = ctx.schedule(Vec::new());
-        let offloads = merged_gaps(ctx, request, &empty, chosen, variant);
+        let offloads = offload_gaps(ctx, request, chosen, variant);
         Some(BasePlanner::DtrByPosition {
             ctx,
             facts: Box::new(crate::remat::RematFacts::new(ctx)),
@@ -515,7 +523,11 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
 /// position, for those used after the first position (one used by the first
 /// op gains nothing from starting on the host); `budget_bytes` sets what is
 /// large.
-fn offloaded(ctx: &Ctx<'_>, set: OffloadSet, budget_bytes: u64) -> Vec<(TensorId, usize, usize)> {
+pub(super) fn offloaded(
+    ctx: &Ctx<'_>,
+    set: OffloadSet,
+    budget_bytes: u64,
+) -> Vec<(TensorId, usize, usize)> {
     let large = large_bytes(budget_bytes);
     ctx.owners()
         .filter(|&t| ctx.persistent(t) && ctx.size(t) > 0)
@@ -609,7 +621,7 @@ fn optimizer_only(ctx: &Ctx<'_>, t: TensorId) -> bool {
 /// queue: queueing the parameters' round trips too started their swap-ins
 /// earlier, and on BERT-base b32 at 25% the extra memory left no feasible
 /// merge (0.64 of ideal, against 0.74).
-fn merged_gaps(
+pub(super) fn merged_gaps(
     ctx: &Ctx<'_>,
     request: &PlanRequest<'_>,
     base: &Schedule,
@@ -651,6 +663,17 @@ fn merged_gaps(
         }
     }
     gaps
+}
+
+/// The offloads of `chosen` alone, before any recomputation plan: what
+/// [`merged_gaps`] adds to an empty schedule.
+pub(super) fn offload_gaps(
+    ctx: &Ctx<'_>,
+    request: &PlanRequest<'_>,
+    chosen: &[(TensorId, usize, usize)],
+    variant: Variant,
+) -> Vec<Gap> {
+    merged_gaps(ctx, request, &ctx.schedule(Vec::new()), chosen, variant)
 }
 
 /// The interval from a persistent tensor's last use in the backward pass
