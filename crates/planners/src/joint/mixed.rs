@@ -197,10 +197,10 @@ mod tests {
     }
 
     /// BERT-base b32 at an eighth of its footprint (the benchmark suite's
-    /// case these seeds were made for), where the
-    /// parameters and Adam state alone are over the budget: there is a
-    /// mixed seed, and each is a verified plan within the budget that swaps
-    /// activations besides the streamed persistent tensors.
+    /// case these seeds were made for), where the parameters and Adam state
+    /// alone are over the budget: there is a mixed seed, and each is a
+    /// verified plan within the budget that swaps activations besides the
+    /// streamed persistent tensors.
     #[test]
     fn mixed_seeds_are_verified_plans_that_swap_activations() {
         let g = bert(32);
