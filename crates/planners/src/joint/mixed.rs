@@ -43,10 +43,11 @@
 //! bench-suite --planners outcore --only bert-base,gpt2,densenet121
 //! --seconds 5` they moved 4 cases up and 3 down (GPT-2 b8 at 25% on
 //! `h100-80gb` 0.825 to 0.801), so they were dropped (RESULTS.md, issue-16
-//! section, "A 60 s search ... and what did not help"). With it, on BERT-base
-//! b32 at 12.5% on `h100-80gb` the mixed seed runs 0.0763 s against the
-//! streamed seed's 0.0964 s and `outcore` 0.0740 s (0.735 of ideal) against
-//! 0.0790 s. One seed per variant, not per share: six shares' seeds of the
+//! section, "A 60 s search on the cases above 25%, and streamed seeds with
+//! offloaded activations, first version"). With it, on BERT-base b32 at
+//! 12.5% on `h100-80gb` the mixed seed runs 0.0763 s against the fastest
+//! seed's before (the streamed one turned around) 0.0932 s, and `outcore`
+//! 0.0740 s (0.735 of ideal) against 0.0798 s (0.681). One seed per variant, not per share: six shares' seeds of the
 //! optimizer state's variant took the turned-around slots among the
 //! fastest seeds on the PyTorch GPT-2 export at 50% on `h100-80gb`, and the
 //! plan fell from 0.923 to 0.896 of ideal; the jobs run after the streamed

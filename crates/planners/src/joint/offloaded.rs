@@ -236,18 +236,18 @@ fn fits_beside_the_turn(
 /// The link time copies already placed take, per direction, as intervals
 /// on the order's compute clock (step 2 of [`super::mixed`]'s docs).
 #[derive(Debug, Clone, Default)]
-pub struct Occupancy {
+pub(super) struct Occupancy {
     /// `(start_s, end_s)` of each copy-out.
-    pub d2h: Vec<(f64, f64)>,
+    pub(super) d2h: Vec<(f64, f64)>,
     /// `(start_s, end_s)` of each copy-in.
-    pub h2d: Vec<(f64, f64)>,
+    pub(super) h2d: Vec<(f64, f64)>,
 }
 
 impl Occupancy {
     /// The copies of `gaps`' swaps: each copy-out from the end of the op
     /// after which it starts, each copy-in ending at the start of the op
     /// that needs it.
-    pub fn of(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> Self {
+    pub(super) fn of(ctx: &Ctx<'_>, cost: &dyn CostModel, gaps: &[Gap]) -> Self {
         let mut busy = Occupancy::default();
         for g in gaps.iter().filter(|g| g.how == Restore::Swap) {
             let bytes = ctx.size(g.tensor);
@@ -265,7 +265,7 @@ impl Occupancy {
     }
 
     /// Seconds of `intervals` that fall within `[from_s, to_s]`.
-    pub fn within(intervals: &[(f64, f64)], from_s: f64, to_s: f64) -> f64 {
+    pub(super) fn within(intervals: &[(f64, f64)], from_s: f64, to_s: f64) -> f64 {
         intervals
             .iter()
             .map(|&(s, e)| (e.min(to_s) - s.max(from_s)).max(0.0))
@@ -336,6 +336,9 @@ pub(super) fn merge_rounds(
 /// `gaps` with every swap-in retimed as one queue on the h2d link: latest
 /// need first, each done by its use and before the next one on the link
 /// starts, never triggered before its gap opens (or its reclaim point).
+/// The one copy-in queue of these seeds' swaps ([`queued_swaps`]), the
+/// streamed seeds' offloads (`streamed::queued_offloads`) and a mixed
+/// seed's whole merge. Times are the order's compute prefix sums.
 pub(super) fn queued_swap_ins(ctx: &Ctx<'_>, cost: &dyn CostModel, mut gaps: Vec<Gap>) -> Vec<Gap> {
     let mut idx: Vec<usize> = (0..gaps.len())
         .filter(|&i| gaps[i].how == Restore::Swap && gaps[i].before.is_some_and(|b| b > 0))
@@ -401,8 +404,9 @@ fn held_facts(facts: &RematFacts, taken: &[Taken]) -> RematFacts {
 /// Swap gaps for `taken`, their copies timed as queues on each link: the
 /// copy-outs in the order their tensors' last forward uses end, each
 /// starting when that use ends or the link is free and waited for by the
-/// first op that starts after it is done; the copy-ins, latest need first,
-/// each done by its first backward use and before the next copy-in starts.
+/// first op that starts after it is done; the copy-ins as
+/// [`queued_swap_ins`] times them (latest need first, each done by its
+/// first backward use and before the next copy-in starts).
 /// Times are the order's compute prefix sums, without stalls.
 fn queued_swaps(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken]) -> Vec<Gap> {
     let mut by_after = taken.to_vec();
@@ -419,29 +423,19 @@ fn queued_swaps(ctx: &Ctx<'_>, cost: &dyn CostModel, taken: &[Taken]) -> Vec<Gap
     }
     let mut by_before = taken.to_vec();
     by_before.sort_by_key(|t| (std::cmp::Reverse(t.before), t.tensor));
-    let mut link_free_from_s = f64::INFINITY;
-    let mut gaps = Vec::with_capacity(taken.len());
-    for t in &by_before {
-        let finish_s = ctx.prefix_time_s[t.before].min(link_free_from_s);
-        let begin_s = finish_s - cost.h2d_time_s(ctx.size(t.tensor));
-        link_free_from_s = begin_s;
-        let reclaim_before = reclaim[t.tensor.index()];
-        let floor = reclaim_before.unwrap_or(t.after + 1).min(t.before) - 1;
-        let prefetch = ctx
-            .ending_by(t.before, begin_s)
-            .saturating_sub(1)
-            .clamp(floor.max(t.after), t.before.saturating_sub(1).max(t.after));
-        gaps.push(Gap {
+    let gaps = by_before
+        .iter()
+        .map(|t| Gap {
             tensor: t.tensor,
             after: Some(t.after),
             before: Some(t.before),
             how: Restore::Swap,
-            prefetch_after: Some(prefetch),
-            reclaim_before,
+            prefetch_after: None,
+            reclaim_before: reclaim[t.tensor.index()],
             copy_out_after: None,
-        });
-    }
-    gaps
+        })
+        .collect();
+    queued_swap_ins(ctx, cost, gaps)
 }
 
 #[cfg(test)]

@@ -726,33 +726,25 @@ fn queued_offloads(
     cost: &dyn outcore_cost::CostModel,
     offloads: &[(TensorId, usize, usize)],
 ) -> Vec<Gap> {
-    let start_s = |p: usize| ctx.prefix_time_s[p];
     let end_s = |p: usize| ctx.prefix_time_s[p + 1];
-    let mut gaps = Vec::with_capacity(2 * offloads.len());
-    // Swap-ins, backwards from the last need.
+    // Swap-ins, backwards from the last need (`first > 0`: [`offloaded`]
+    // leaves out what the first op uses).
     let mut by_first = offloads.to_vec();
     by_first.sort_by_key(|&(t, first, _)| (std::cmp::Reverse(first), t));
-    let mut link_free_from_s = f64::INFINITY;
-    for &(t, first, _) in &by_first {
-        let finish_s = start_s(first).min(link_free_from_s);
-        let begin_s = finish_s - cost.h2d_time_s(ctx.size(t));
-        link_free_from_s = begin_s;
-        // The last position whose op ends by `begin_s` (the swap-in starts
-        // after it), before `first`.
-        let prefetch = ctx
-            .ending_by(first, begin_s)
-            .saturating_sub(1)
-            .min(first.saturating_sub(1));
-        gaps.push(Gap {
+    let swap_ins = by_first
+        .iter()
+        .map(|&(t, first, _)| Gap {
             tensor: t,
             after: None,
             before: Some(first),
             how: Restore::Swap,
-            prefetch_after: Some(prefetch),
+            prefetch_after: None,
             reclaim_before: None,
             copy_out_after: None,
-        });
-    }
+        })
+        .collect();
+    let mut gaps = super::offloaded::queued_swap_ins(ctx, cost, swap_ins);
+    gaps.reserve(offloads.len());
     // Swap-outs, forwards from the first.
     let mut by_last = offloads.to_vec();
     by_last.sort_by_key(|&(t, _, last)| (last, t));
