@@ -102,6 +102,11 @@ pub struct SuiteRow {
     /// Iteration time over the lower bound, minus one.
     pub gap_to_bound: Option<f64>,
     pub planner_time_s: f64,
+    /// Where the plan's search started, for a planner that says
+    /// (`outcore`'s `settings.start`: the seed or repair start whose local
+    /// search gave the plan), so that a suite run shows which starts win.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
 }
 
 /// One case's bound.
@@ -175,6 +180,12 @@ pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
                         throughput_vs_ideal: o.report.as_ref().map(|r| r.throughput_vs_ideal),
                         gap_to_bound: c.gap_to_bound(o),
                         planner_time_s: o.planner_time_s,
+                        start: o
+                            .plan
+                            .as_ref()
+                            .and_then(|p| p.planner.settings.get("start"))
+                            .and_then(|v| v.as_str())
+                            .map(str::to_string),
                     });
                 }
                 done = done.saturating_add(1);
