@@ -1283,16 +1283,19 @@ impl Joint {
                 share: if out.is_empty() { 2.0 } else { 1.0 },
             });
         }
-        if self.held_starts
-            && let Some(fastest) = out.first()
-        {
-            let ctx = Ctx::new(request.graph, request.cost, fastest.schedule.order.clone());
-            if let Some(schedule) = held::held_exchanges(&ctx, &fastest.schedule) {
-                out.push(Start {
-                    label: format!("{} + held exchanges", fastest.label),
-                    schedule,
-                    share: 1.0,
-                });
+        if self.held_starts {
+            let seeds_taken = out.len();
+            for k in 0..seeds_taken.min(HELD_STARTS) {
+                let from = &out[k];
+                let ctx = Ctx::new(request.graph, request.cost, from.schedule.order.clone());
+                if let Some(schedule) = held::held_exchanges(&ctx, &from.schedule) {
+                    let label = format!("{} + held exchanges", from.label);
+                    out.push(Start {
+                        label,
+                        schedule,
+                        share: 1.0,
+                    });
+                }
             }
         }
         if !self.repair_starts {
@@ -1583,6 +1586,10 @@ impl Joint {
 /// as a start").
 const PROGRAM_SHARE: f64 = 2.0;
 
+/// The fastest seeds' starts that also get a start with their chained
+/// recomputations traded for held ones ([`held::held_exchanges`]).
+const HELD_STARTS: usize = 2;
+
 /// Share of the local search's time that the first phase spreads over every
 /// start (see [`Joint::improve_best`]).
 const FIRST_PHASE_SHARE: f64 = 0.5;
@@ -1653,6 +1660,7 @@ fn summary(start: &str, from: Cost, to: Cost, stats: &local::LocalStats) -> Valu
         "moves_infeasible": stats.moves_infeasible,
         "accepted_drop_toswap_torecompute_retime_exchange_repair": stats.accepted_by_kind,
         "converged": stats.converged,
+        "repair_given_up": stats.repair_given_up,
         "kicks": stats.kicks,
         "kicks_improved": stats.kicks_improved,
         // [moves scored, current time, batch mean, batch worst] (s);
