@@ -43,7 +43,11 @@
 //!   b256 at 25%: no recomputation plan fits), this is where mixed plans
 //!   come from; where the program finds a cheaper mix than every rule (the
 //!   PyTorch MobileNet v2 export at 50%: 0.854 of ideal before, 0.907 from
-//!   the program's start), so does the program's start.
+//!   the program's start), so does the program's start. A repair too slow
+//!   to reach the budget in its share is given up
+//!   (`local::RepairPace`), its time left to the starts after it: far below
+//!   the footprint (12.5%) these starts ended over the budget with their
+//!   whole share spent.
 //! - **Time split.** 70% of the first 5 s of the time limit goes to the
 //!   seeds, and 20% of the rest (at `--seconds 60`, 14.5 s): the rule-based
 //!   ones first, then the searches ([`SEARCH_SEEDS`]); each seed gets its
@@ -126,9 +130,13 @@
 //!   neighbourhood does not retime; the polish starts it earlier, and the
 //!   plan goes from 0.8999 to 0.903 of ideal (RESULTS.md, issue-16
 //!   section, "Swap-ins' triggers polished").
-//! - **Held exchanges** ([`held`]): the fastest seed's schedule with its
-//!   chained recomputations traded for cheaper ones whose dead inputs the
-//!   lowering holds is one more start. In DenseNet-121 the seeds recompute
+//! - **Held exchanges** ([`held`]): the two fastest seeds' schedules
+//!   (`HELD_STARTS`) with their chained recomputations traded for cheaper
+//!   ones whose dead inputs the lowering holds are two more starts (one,
+//!   from the fastest, until the mixed seeds made a faster seed than the
+//!   offloaded one on DenseNet-121 at 25% on `v100-16gb-pcie3`, whose plan
+//!   came from the offloaded seed's trade: 0.852 of ideal with it, 0.777
+//!   without). In DenseNet-121 the seeds recompute
 //!   the batch norm and ReLU after each concatenation (two ops per byte
 //!   freed) where recomputing the concatenation from the held features is
 //!   one; the first such trade in a block is over the budget alone, so no
