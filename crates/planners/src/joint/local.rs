@@ -109,7 +109,7 @@ pub struct LocalStats {
     /// The last climb stopped because no move improved (else: the time limit).
     pub converged: bool,
     /// The repair of a start over the budget was given up as too slow to
-    /// reach the budget in its time ([`RepairPace`]).
+    /// reach the budget in its time (`RepairPace`).
     pub repair_given_up: bool,
     /// Kicks (iterated local search restarts) tried, and those that led to a
     /// better schedule.
