@@ -81,6 +81,7 @@ const NOTHING_AROUND: Around<'static, fn(Schedule) -> Vec<Gap>, fn(Vec<Gap>) -> 
         merge: schedule_gaps,
         finish: identity,
         rounds: ROUNDS,
+        fit_bytes: None,
     };
 
 fn schedule_gaps(schedule: Schedule) -> Vec<Gap> {
@@ -329,6 +330,10 @@ pub(super) struct Around<'a, M, F> {
     pub merge: M,
     pub finish: F,
     pub rounds: usize,
+    /// Where given, each merge's swap-ins are then started no earlier than
+    /// the resident bytes leave room for them under these bytes
+    /// ([`fitted_to`]).
+    pub fit_bytes: Option<u64>,
 }
 
 /// Steps 3 to 5 of the module docs: the first merge within the budget, with
@@ -346,6 +351,7 @@ pub(super) fn merge_rounds(
         merge,
         finish,
         rounds,
+        fit_bytes,
     } = around;
     let held = held_facts(facts, taken);
     let absent_of = |intervals: &[Taken]| {
@@ -373,9 +379,51 @@ pub(super) fn merge_rounds(
         }
         let mut gaps = merge(ctx.schedule(dtr));
         gaps.extend(queued_swaps(ctx, request.cost, &cut));
-        Some(Round::Merged(ctx.schedule(finish(gaps))))
+        let gaps = finish(gaps);
+        let gaps = match fit_bytes {
+            Some(bytes) => fitted_to(ctx, gaps, bytes),
+            None => gaps,
+        };
+        Some(Round::Merged(ctx.schedule(gaps)))
     };
     super::run_merge_rounds(request, ctx, request.budget_bytes, rounds, until, round)
+}
+
+/// `gaps` with swap-ins started later where the resident bytes
+/// ([`crate::framework::pressure::resident_bytes`], a model; verify
+/// judges) are over `budget_bytes` between a swap-in's start and its use:
+/// latest need first, each started after the last such position (and no
+/// later than just before its use), its bytes then taken off those
+/// positions before the next is looked at.
+pub(super) fn fitted_to(ctx: &Ctx<'_>, mut gaps: Vec<Gap>, budget_bytes: u64) -> Vec<Gap> {
+    let mut resident = crate::framework::pressure::resident_bytes(ctx, &gaps);
+    let room = i128::from(budget_bytes);
+    let mut idx: Vec<usize> = (0..gaps.len())
+        .filter(|&i| gaps[i].how == Restore::Swap && gaps[i].before.is_some())
+        .collect();
+    idx.sort_by_key(|&i| (std::cmp::Reverse(gaps[i].before), gaps[i].tensor));
+    for i in idx {
+        let g = &mut gaps[i];
+        let (Some(before), Some(trigger)) = (g.before, g.prefetch_after) else {
+            continue;
+        };
+        let Some(over) = (trigger + 1..before)
+            .rev()
+            .find(|&q| resident.get(q).is_some_and(|&r| r > room))
+        else {
+            continue;
+        };
+        let (base_lo, base_hi) = ctx.base_interval(g.tensor);
+        let size = i128::from(ctx.size(g.tensor));
+        let (lo, hi) = ((trigger + 1).max(base_lo), over.min(base_hi));
+        if lo <= hi {
+            for r in &mut resident[lo..=hi] {
+                *r -= size;
+            }
+        }
+        g.prefetch_after = Some(over);
+    }
+    gaps
 }
 
 /// `gaps` with every swap-in retimed as one queue on the h2d link: latest
@@ -597,6 +645,53 @@ mod tests {
             left_out += 1;
         }
         assert!(left_out > 0);
+    }
+
+    /// Swap-ins fitted to a budget start no earlier than before and still
+    /// before their use, and afterwards no position between a swap-in's
+    /// start and its use holds more resident bytes than the budget (each
+    /// was moved past the last position over it, and later moves only take
+    /// bytes away); under an unbounded budget nothing moves. On ResNet-50
+    /// b32's persistent tensors streamed, at the median of their resident
+    /// profile.
+    #[test]
+    fn fitted_swap_ins_keep_their_windows_under_the_budget() {
+        let g = resnet50(32);
+        let cost = v100();
+        let ctx = Ctx::new(&g, &cost, eager_update_order(&g));
+        let budget = footprint(&g).0 / 4;
+        let request = PlanRequest::new(&g, &cost, budget);
+        let variant = super::super::mixed::MIXED_VARIANTS[0];
+        let chosen = super::super::streamed::offloaded(&ctx, variant.set, budget);
+        let gaps = queued_swap_ins(
+            &ctx,
+            &cost,
+            super::super::streamed::offload_gaps(&ctx, &request, &chosen, variant),
+        );
+        assert_eq!(fitted_to(&ctx, gaps.clone(), u64::MAX), gaps);
+        let mut profile = crate::framework::pressure::resident_bytes(&ctx, &gaps);
+        profile.sort_unstable();
+        let fit = u64::try_from(profile[profile.len() / 2]).expect("bytes");
+        let fitted = fitted_to(&ctx, gaps.clone(), fit);
+        let resident = crate::framework::pressure::resident_bytes(&ctx, &fitted);
+        let mut moved = 0;
+        for (old, new) in gaps.iter().zip(&fitted) {
+            assert_eq!(
+                (old.tensor, old.before, old.after),
+                (new.tensor, new.before, new.after)
+            );
+            let (Some(before), Some(from), Some(to)) =
+                (new.before, old.prefetch_after, new.prefetch_after)
+            else {
+                continue;
+            };
+            assert!(from <= to && to < before, "{from} -> {to}, use at {before}");
+            moved += usize::from(to > from);
+            for (q, &r) in resident.iter().enumerate().take(before).skip(to + 1) {
+                assert!(r <= i128::from(fit), "{r} over {fit} at {q}");
+            }
+        }
+        assert!(moved > 0);
     }
 
     /// A copy-out released too close to the turn for its copy does not fit
