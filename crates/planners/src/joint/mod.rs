@@ -77,7 +77,11 @@
 //!   (RESULTS.md, "HOME's floor"): BERT-base at 12.5% rose 0.011 of ideal on
 //!   `v100-16gb-pcie3`, the PyTorch GPT-2 export at 25% 0.008; GPT-2 b8 at
 //!   25% on `h100-80gb` fell 0.005 (the longer search ended in another
-//!   local optimum).
+//!   local optimum). Above the floor, `home`'s first swarm may take half
+//!   of its share (`HOME_FIRST_SHARE`); where no swarm finds a plan, the
+//!   rest goes to the local search too (DenseNet-121 at 12.5% on
+//!   `h100-80gb`: the one swarm of 32 particles had run 1.73 s and found
+//!   no plan; `outcore` 0.0908 to 0.0898 s).
 //! - **Streamed seeds** ([`streamed`]): the parameters and optimizer state
 //!   kept on the host and streamed around their uses, the activations
 //!   recomputed by a recomputation planner planned for the memory that
@@ -673,6 +677,8 @@ pub const HOME_MAX_PARTICLES: usize = 1024;
 /// 50% on `h100-80gb`: 32, 64 and 128 particles); the bound
 /// keeps a long time limit from restarting a converged search for hours.
 pub const HOME_RUNS: usize = 6;
+/// The part of HOME's share its first swarm inside `outcore` may take.
+const HOME_FIRST_SHARE: f64 = 0.5;
 /// A restart is not begun with less than this left of HOME's share.
 const HOME_MIN_RESTART_S: f64 = 0.05;
 
@@ -1124,8 +1130,13 @@ impl Joint {
                         .unwrap_or_default()
                         .saturating_sub(started.elapsed());
                     until = until.checked_sub(unused).unwrap_or(until);
-                } else {
-                    self.home_restarts(&sub, request, &mut out)?;
+                } else if !self.home_restarts(&sub, request, &mut out)? {
+                    // No swarm found a plan: the rest of the share goes
+                    // to the local search too.
+                    let unused = Duration::try_from_secs_f64(share_s)
+                        .unwrap_or_default()
+                        .saturating_sub(started.elapsed());
+                    until = until.checked_sub(unused).unwrap_or(until);
                 }
                 continue;
             }
@@ -1196,17 +1207,22 @@ impl Joint {
     /// time and 0.987 in 5 s; on the PyTorch MobileNet v2 export (same
     /// device) it is the other way round (128 particles 0.934 in 1.2 s, 64
     /// particles 0.922, 512 particles 0.943 in 5 s). Small swarms first give a good plan soon;
-    /// larger ones follow as long as time is left.
+    /// larger ones follow as long as time is left. The first swarm gets
+    /// [`HOME_FIRST_SHARE`] of the share; whether any swarm found a plan is
+    /// returned, so that the caller can hand on what is left where none did.
+    /// (Most first swarms converge well within it: three or four restarts
+    /// run on ResNet-50 b64 at 50% on `h100-80gb` at `--seconds 5`.)
     fn home_restarts(
         &self,
         sub: &PlanRequest<'_>,
         request: &PlanRequest<'_>,
         out: &mut SeedSet,
-    ) -> Result<(), PlannerError> {
+    ) -> Result<bool, PlannerError> {
         let started = Instant::now();
         let share = Duration::try_from_secs_f64(sub.time_limit_s.max(0.0)).unwrap_or(Duration::MAX);
         let until = started.checked_add(share).unwrap_or(started);
         let mut particles = self.home.particles.max(1);
+        let mut feasible = false;
         for restart in 0..self.home_runs.max(1) as u64 {
             let left_s = until
                 .saturating_duration_since(Instant::now())
@@ -1214,6 +1230,13 @@ impl Joint {
             if restart > 0 && left_s < HOME_MIN_RESTART_S {
                 break;
             }
+            // The first swarm gets a part of the share: where it finds no
+            // plan in that time the rest is handed on (`HOME_FIRST_SHARE`).
+            let left_s = if restart == 0 {
+                left_s * HOME_FIRST_SHARE
+            } else {
+                left_s
+            };
             let home = crate::Home {
                 particles,
                 ..self.home
@@ -1232,6 +1255,7 @@ impl Joint {
             // swarms of the same space.
             let stop = match &outcome {
                 Ok(PlanOutcome::Feasible(plan)) => {
+                    feasible = true;
                     plan.planner.settings.get("iterations_run").is_none()
                 }
                 Ok(PlanOutcome::Infeasible(_)) | Err(_) => true,
@@ -1243,7 +1267,7 @@ impl Joint {
             }
             particles = (particles * 2).min(HOME_MAX_PARTICLES);
         }
-        Ok(())
+        Ok(feasible)
     }
 
     /// The eager-update order, when the request plans in the graph's own
