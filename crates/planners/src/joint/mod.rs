@@ -1123,16 +1123,17 @@ impl Joint {
                 // near the budget) `swapadvisor` seldom gives the fastest
                 // seed, and the local search from the others is what moves
                 // the plan.
-                if let Some(why) = crate::home::below_floor(&sub)? {
-                    let outcome = Ok(PlanOutcome::Infeasible(why));
-                    out.record(self.name(), request, "home".into(), outcome)?;
-                    let unused = Duration::try_from_secs_f64(share_s)
-                        .unwrap_or_default()
-                        .saturating_sub(started.elapsed());
-                    until = until.checked_sub(unused).unwrap_or(until);
-                } else if !self.home_restarts(&sub, request, &mut out)? {
-                    // No swarm found a plan: the rest of the share goes
-                    // to the local search too.
+                let planned = match crate::home::below_floor(&sub)? {
+                    Some(why) => {
+                        let outcome = Ok(PlanOutcome::Infeasible(why));
+                        out.record(self.name(), request, "home".into(), outcome)?;
+                        false
+                    }
+                    None => self.home_restarts(&sub, request, &mut out)?,
+                };
+                // The same where no swarm found a plan: the rest of the
+                // share goes to the local search too.
+                if !planned {
                     let unused = Duration::try_from_secs_f64(share_s)
                         .unwrap_or_default()
                         .saturating_sub(started.elapsed());
