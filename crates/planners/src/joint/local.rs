@@ -264,9 +264,9 @@ impl Limits {
 /// a mix, but far below a graph's footprint they take their whole share
 /// and end over the budget, which gives nothing. On BERT-base b32 at 12.5%
 /// on `v100-16gb-pcie3` (5 s) the bound's program's start shed 0.19 of its
-/// 1.69 GB excess in the first quarter of its 0.51 s and 0.03 GB in the
+/// 1.69 GB excess in the first quarter of its 0.51 s and 0.04 GB in the
 /// rest; keep-all's shed 3.1 of 4.0 GB, a fifteenth of it in its last
-/// eighth. Judged from the last check rather than from the start, since a
+/// quarter. Judged from the last check rather than from the start, since a
 /// repair sheds most at first (its first moves take the largest tensors
 /// off). The factor 2 leaves room for a repair whose pace picks up again.
 #[derive(Debug, Clone, Copy)]

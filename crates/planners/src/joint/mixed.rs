@@ -164,6 +164,9 @@ fn variant_seeds(
     }
     let offloads = streamed::offload_gaps(ctx, request, &chosen, variant);
     let busy = Occupancy::of(ctx, request.cost, &offloads);
+    // Where no merge fits, once more with the swap-ins held to
+    // `FIT_SHARE` of the budget ([`offloaded::fitted_to`]).
+    let fit_bytes = (request.budget_bytes as f64 * FIT_SHARE) as u64;
     let mut last_taken: Option<usize> = None;
     let mut best: Option<(f64, f64, Schedule)> = None;
     for share in MIXED_SHARES {
@@ -184,9 +187,6 @@ fn variant_seeds(
             rounds: ROUNDS,
             fit_bytes,
         };
-        // Where no merge fits, once more with the swap-ins held to
-        // `FIT_SHARE` of the budget ([`offloaded::fitted_to`]).
-        let fit_bytes = (request.budget_bytes as f64 * FIT_SHARE) as u64;
         let merged = offloaded::merge_rounds(request, ctx, facts, &taken, around(None), until)
             .or_else(|| {
                 offloaded::merge_rounds(request, ctx, facts, &taken, around(Some(fit_bytes)), until)

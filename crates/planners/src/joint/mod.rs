@@ -1317,19 +1317,19 @@ impl Joint {
             });
         }
         if self.held_starts {
-            let seeds_taken = out.len();
-            for k in 0..seeds_taken.min(HELD_STARTS) {
-                let from = &out[k];
-                let ctx = Ctx::new(request.graph, request.cost, from.schedule.order.clone());
-                if let Some(schedule) = held::held_exchanges(&ctx, &from.schedule) {
-                    let label = format!("{} + held exchanges", from.label);
-                    out.push(Start {
-                        label,
+            let held: Vec<Start> = out
+                .iter()
+                .take(HELD_STARTS)
+                .filter_map(|from| {
+                    let ctx = Ctx::new(request.graph, request.cost, from.schedule.order.clone());
+                    held::held_exchanges(&ctx, &from.schedule).map(|schedule| Start {
+                        label: format!("{} + held exchanges", from.label),
                         schedule,
                         share: 1.0,
-                    });
-                }
-            }
+                    })
+                })
+                .collect();
+            out.extend(held);
         }
         if !self.repair_starts {
             return out;

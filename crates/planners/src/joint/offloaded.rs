@@ -394,7 +394,9 @@ pub(super) fn merge_rounds(
 /// judges) are over `budget_bytes` between a swap-in's start and its use:
 /// latest need first, each started after the last such position (and no
 /// later than just before its use), its bytes then taken off those
-/// positions before the next is looked at.
+/// positions before the next is looked at. The other direction of
+/// [`super::moves::fitted_swap_ins`], which starts swap-ins earlier only as
+/// far as the same model leaves room.
 pub(super) fn fitted_to(ctx: &Ctx<'_>, mut gaps: Vec<Gap>, budget_bytes: u64) -> Vec<Gap> {
     let mut resident = crate::framework::pressure::resident_bytes(ctx, &gaps);
     let room = i128::from(budget_bytes);
