@@ -170,6 +170,52 @@ pub(crate) fn latest_slot(
     (s + TIME_EPS_S >= lo_s).then_some(s.max(lo_s))
 }
 
+/// Busy time of `busy` (sorted, disjoint) inside `[s, e]`.
+fn busy_within(busy: &[(f64, f64)], s: f64, e: f64) -> f64 {
+    let from = busy.partition_point(|&(_, b1)| b1 <= s);
+    busy[from..]
+        .iter()
+        .take_while(|&&(b0, _)| b0 < e)
+        .map(|&(b0, b1)| (b1.min(e) - b0.max(s)).max(0.0))
+        .sum()
+}
+
+/// The start `s` in `[lo_s, hi_s - duration_s]` whose stretch `[s, s +
+/// duration_s]` overlaps the least busy time of `busy` (sorted, disjoint),
+/// the earliest of equals, with that overlap; `None` when the range is
+/// shorter than `duration_s`. Where [`earliest_slot`] finds no clear
+/// stretch (a long copy among many short ones), this is where it delays
+/// the fewest of them. The overlap is piecewise linear in `s`, so its
+/// least value is at a bend: `lo_s`, the range's last start, an
+/// interval's end, or where the stretch's end meets an interval's start.
+pub(crate) fn least_busy_slot(
+    busy: &[(f64, f64)],
+    lo_s: f64,
+    hi_s: f64,
+    duration_s: f64,
+) -> Option<(f64, f64)> {
+    let last_s = hi_s - duration_s;
+    if last_s + TIME_EPS_S < lo_s {
+        return None;
+    }
+    let last_s = last_s.max(lo_s);
+    let bends = busy
+        .iter()
+        .flat_map(|&(b0, b1)| [b1, b0 - duration_s])
+        .filter(|&s| s > lo_s && s < last_s);
+    let mut best: Option<(f64, f64)> = None;
+    for s in [lo_s, last_s].into_iter().chain(bends) {
+        let overlap_s = busy_within(busy, s, s + duration_s);
+        let better = best.is_none_or(|(b, o)| {
+            overlap_s < o - TIME_EPS_S || (overlap_s <= o + TIME_EPS_S && s < b)
+        });
+        if better {
+            best = Some((s, overlap_s));
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +243,26 @@ mod tests {
         assert_eq!(latest_slot(&busy, 1.0, 3.2, 1.5), None);
         // Latest slot ending by 10: [8.5, 10].
         assert_eq!(latest_slot(&busy, 0.0, 10.0, 1.5), Some(8.5));
+    }
+
+    #[test]
+    fn the_least_busy_slot_overlaps_the_fewest_copies() {
+        // Busy [1, 2), [2.5, 3), [4, 4.2), [5, 6): no clear 1.5 s stretch
+        // in [0, 6].
+        let busy = [(1.0, 2.0), (2.5, 3.0), (4.0, 4.2), (5.0, 6.0)];
+        assert_eq!(earliest_slot(&busy, 0.0, 6.0, 1.5), None);
+        // Stretches from the bends: 0 ([0, 1.5]) 0.5 busy; 1 ([1, 2.5])
+        // 1.0; 2 0.5; 2.5 0.5; 3 ([3, 4.5]) 0.2; 3.5 ([3.5, 5]) 0.2; 4.2
+        // 0.7; 4.5 (the last start) 1.0. The least is 0.2, first from 3.
+        let (s, overlap_s) = least_busy_slot(&busy, 0.0, 6.0, 1.5).expect("a slot");
+        assert!((s - 3.0).abs() < 1e-9, "{s}");
+        assert!((overlap_s - 0.2).abs() < 1e-9, "{overlap_s}");
+        // Where a clear stretch exists it is found with no overlap (the
+        // earliest such: [6, 7.5] here, the range's last start).
+        let (s, overlap_s) = least_busy_slot(&busy, 0.0, 7.5, 1.5).expect("a slot");
+        assert_eq!((s, overlap_s), (6.0, 0.0));
+        // A range shorter than the copy has none.
+        assert_eq!(least_busy_slot(&busy, 0.0, 1.0, 1.5), None);
     }
 
     #[test]
