@@ -81,7 +81,12 @@
 //!   of its share (`HOME_FIRST_SHARE`); where no swarm finds a plan, the
 //!   rest goes to the local search too (DenseNet-121 at 12.5% on
 //!   `h100-80gb`: the one swarm of 32 particles had run 1.73 s and found
-//!   no plan; `outcore` 0.0908 to 0.0898 s).
+//!   no plan; `outcore` 0.0908 to 0.0898 s). `swapadvisor`, which keeps
+//!   and swaps only, does not run where its plan could not be a start:
+//!   where the swap-only lower bound (`outcore_bound::swap_only_bound`, no
+//!   plan without recomputation is faster) is slower than the
+//!   [`IMPROVED_SEEDS`]-th fastest family's seed so far
+//!   (`Joint::swap_only_skip`); its share goes to the local search.
 //! - **Streamed seeds** ([`streamed`]): the parameters and optimizer state
 //!   kept on the host and streamed around their uses, the activations
 //!   recomputed by a recomputation planner planned for the memory that
@@ -411,6 +416,27 @@ pub const EAGER_ORDER_SEEDS: [&str; 6] = [
 /// (ResNet-50 b64 at 75%: `home` ran 0.52 s inside `outcore` and 5 s alone,
 /// where it ended 1% faster than `outcore`).
 pub const SEARCH_SEEDS: [&str; 2] = ["home", "swapadvisor"];
+
+/// The searches among the seeds whose plans only keep and swap, skipped
+/// where the swap-only bound says they cannot give a start
+/// (`Joint::swap_only_skip`).
+pub const SWAP_ONLY_SEARCHES: [&str; 1] = ["swapadvisor"];
+
+/// The time of the `n`-th fastest seed family (one per [`seed_family`], its
+/// fastest seed with a schedule, as [`Joint::starts`] takes them); `None`
+/// with fewer families.
+fn nth_family_time_s(seeds: &[Seed], n: usize) -> Option<f64> {
+    let mut fastest: Vec<(&str, f64)> = Vec::new();
+    for s in seeds.iter().filter(|s| s.plan.lowered_from.is_some()) {
+        let family = seed_family(s);
+        match fastest.iter_mut().find(|(f, _)| *f == family) {
+            Some((_, t)) => *t = t.min(s.iter_time_s),
+            None => fastest.push((family, s.iter_time_s)),
+        }
+    }
+    fastest.sort_by(|a, b| a.1.total_cmp(&b.1));
+    fastest.get(n.checked_sub(1)?).map(|&(_, t)| t)
+}
 
 /// The fastest variant of `schedule` with its offloaded states turned
 /// around ([`early_out`]) and its large offloaded parameters kept across the
@@ -894,6 +920,8 @@ struct SeedSet {
     seeds: Vec<Seed>,
     infeasible: Vec<Infeasible>,
     errors: Vec<Value>,
+    /// Seed planners not run, with why (`Joint::swap_only_skip`).
+    skipped: Vec<Value>,
 }
 
 impl SeedSet {
@@ -966,7 +994,12 @@ impl Planner for Joint {
         let total = Duration::try_from_secs_f64(request.time_limit_s.max(0.0))
             .unwrap_or(Duration::from_secs(u64::MAX / 4));
         let seeds_until = started + seeds_time(total);
-        let (mut seeds, infeasible, mut seed_errors) = self.run_seeds(request, seeds_until)?;
+        let SeedSet {
+            mut seeds,
+            infeasible,
+            errors: mut seed_errors,
+            skipped,
+        } = self.run_seeds(request, seeds_until)?;
         if seeds.is_empty() {
             return Ok(PlanOutcome::Infeasible(no_seed(request, infeasible)));
         }
@@ -983,30 +1016,29 @@ impl Planner for Joint {
             request,
             seed_summary: &seed_summary,
             seed_errors: &seed_errors,
+            seeds_skipped: &skipped,
         };
         self.improve_best(&context, seeds, deadline)
     }
 }
-
-/// The feasible seeds, the infeasibilities, and the seeds' errors as JSON.
-type Seeds = (Vec<Seed>, Vec<Infeasible>, Vec<Value>);
 
 /// What every candidate's settings record.
 struct Context<'a, 'r> {
     request: &'a PlanRequest<'r>,
     seed_summary: &'a [Value],
     seed_errors: &'a [Value],
+    seeds_skipped: &'a [Value],
 }
 
 impl Joint {
     /// Runs every other planner until `until`; returns the feasible seeds (with
-    /// their schedules' times under the evaluator), the infeasibilities, and the
-    /// seeds' errors as JSON.
+    /// their schedules' times under the evaluator), the infeasibilities, the
+    /// seeds' errors and the planners skipped, as JSON.
     fn run_seeds(
         &self,
         request: &PlanRequest<'_>,
         mut until: Instant,
-    ) -> Result<Seeds, PlannerError> {
+    ) -> Result<SeedSet, PlannerError> {
         let planners: Vec<Box<dyn Planner>> = crate::all()
             .into_iter()
             .filter(|p| self.seeds_from(p.name()))
@@ -1141,11 +1173,54 @@ impl Joint {
                 }
                 continue;
             }
+            if let Some(why) = self.swap_only_skip(request, planner.name(), &out.seeds) {
+                out.skipped.push(why);
+                let unused = Duration::try_from_secs_f64(share_s).unwrap_or_default();
+                until = until.checked_sub(unused).unwrap_or(until);
+                continue;
+            }
             let name = format!("{}{}", planner.name(), order_name(order));
             let outcome = planner.plan(&sub);
             out.record(self.name(), request, name, outcome)?;
         }
-        Ok((out.seeds, out.infeasible, out.errors))
+        Ok(out)
+    }
+
+    /// Why `planner`, a seed that keeps and swaps only, need not run: the
+    /// swap-only lower bound is slower than the [`IMPROVED_SEEDS`]-th
+    /// fastest family among `seeds`, so its plan (and any early-out
+    /// variant of it, which only keeps and swaps too) could not be one of
+    /// the local search's starts ([`Joint::starts`]). `None`: it runs.
+    ///
+    /// Why: far below the footprint the swap-only planners' plans are the
+    /// slowest seeds (BERT-base b32 at 12.5% on `h100-80gb`: the swap-only
+    /// bound 0.1195 s, the third family's seed 0.0964 s), and `swapadvisor`
+    /// spent its whole share (0.4 to 0.8 s of a 5 s limit) on them.
+    fn swap_only_skip(
+        &self,
+        request: &PlanRequest<'_>,
+        planner: &str,
+        seeds: &[Seed],
+    ) -> Option<Value> {
+        if !SWAP_ONLY_SEARCHES.contains(&planner) {
+            return None;
+        }
+        let floor_s = nth_family_time_s(seeds, self.improved_seeds)?;
+        let bound_s =
+            outcore_bound::swap_only_bound(request.graph, request.cost, request.budget_bytes)
+                .time_s()?;
+        (bound_s > floor_s).then(|| {
+            json!({
+                "planner": planner,
+                "swap_only_bound_s": bound_s,
+                "start_floor_s": floor_s,
+                "why": format!(
+                    "no plan that only keeps and swaps is faster than {bound_s:.4} s, \
+                     and the {} fastest seed families are at {floor_s:.4} s or faster",
+                    self.improved_seeds
+                ),
+            })
+        })
     }
 
     /// Seeds with their offloaded optimizer states turned around
@@ -1478,6 +1553,7 @@ impl Joint {
                     "start": r.label,
                     "seeds": context.seed_summary,
                     "seed_errors": context.seed_errors,
+                    "seeds_skipped": context.seeds_skipped,
                     "local_search": tried,
                 });
                 prove(self.name(), request, settings, r.schedule, r.cost.time_s)
@@ -1814,6 +1890,7 @@ fn renamed(
         "seed_settings": seed.plan.planner.settings,
         "seeds": context.seed_summary,
         "seed_errors": context.seed_errors,
+        "seeds_skipped": context.seeds_skipped,
         "local_search": tried,
         "note": "no local search improved on the fastest seed",
     });
