@@ -81,12 +81,16 @@
 //!   of its share (`HOME_FIRST_SHARE`); where no swarm finds a plan, the
 //!   rest goes to the local search too (DenseNet-121 at 12.5% on
 //!   `h100-80gb`: the one swarm of 32 particles had run 1.73 s and found
-//!   no plan; `outcore` 0.0908 to 0.0898 s). `swapadvisor`, which keeps
-//!   and swaps only, does not run where its plan could not be a start:
-//!   where the swap-only lower bound (`outcore_bound::swap_only_bound`, no
-//!   plan without recomputation is faster) is slower than the
-//!   [`IMPROVED_SEEDS`]-th fastest family's seed so far
-//!   (`Joint::swap_only_skip`); its share goes to the local search.
+//!   no plan; `outcore` 0.0908 to 0.0898 s). The seeds that keep and swap
+//!   only ([`SWAP_ONLY_SEEDS`]: the `vdnn` family, `lms`, `window`,
+//!   `odswap`, `swapadvisor`) do not run where their plans could not be
+//!   starts: where the swap-only lower bound
+//!   (`outcore_bound::swap_only_bound`: no plan without recomputation is
+//!   faster) is slower than the [`IMPROVED_SEEDS`]-th fastest seed family
+//!   so far (`Joint::swap_only_skip`). So that those families are known,
+//!   the rule-based ones among them run after the streamed and mixed seeds
+//!   ([`Job::SwapOnly`], with no weight in the shares of the seeds before
+//!   them); `swapadvisor`'s share then goes to the local search.
 //! - **Streamed seeds** ([`streamed`]): the parameters and optimizer state
 //!   kept on the host and streamed around their uses, the activations
 //!   recomputed by a recomputation planner planned for the memory that
@@ -417,10 +421,20 @@ pub const EAGER_ORDER_SEEDS: [&str; 6] = [
 /// where it ended 1% faster than `outcore`).
 pub const SEARCH_SEEDS: [&str; 2] = ["home", "swapadvisor"];
 
-/// The searches among the seeds whose plans only keep and swap, skipped
-/// where the swap-only bound says they cannot give a start
-/// (`Joint::swap_only_skip`).
-pub const SWAP_ONLY_SEARCHES: [&str; 1] = ["swapadvisor"];
+/// The seed planners whose plans only keep and swap (no recomputation),
+/// skipped where the swap-only bound says they cannot give a start
+/// (`Joint::swap_only_skip`); the rule-based ones among them run after the
+/// streamed and mixed seeds ([`Job::SwapOnly`]).
+pub const SWAP_ONLY_SEEDS: [&str; 8] = [
+    "vdnn-all",
+    "vdnn-conv",
+    "vdnn-all-sync",
+    "vdnn-conv-sync",
+    "lms",
+    "window",
+    "odswap",
+    "swapadvisor",
+];
 
 /// The time of the `n`-th fastest seed family (one per [`seed_family`], its
 /// fastest seed with a schedule, as [`Joint::starts`] takes them); `None`
@@ -893,6 +907,10 @@ const EARLY_OUT_PREFIX: &str = "early-out ";
 enum Job<'a> {
     /// A planner on an order (`None`: the request's).
     Planner(&'a dyn Planner, Option<&'a [OpId]>),
+    /// A rule-based planner of [`SWAP_ONLY_SEEDS`] on an order, run after
+    /// the streamed and mixed seeds and skipped where the swap-only bound
+    /// rules its plan out as a start (`Joint::swap_only_skip`).
+    SwapOnly(&'a dyn Planner, Option<&'a [OpId]>),
     /// The streamed seeds ([`streamed`]) on an order.
     Streamed(Option<&'a [OpId]>),
     /// The offloaded-activation seeds ([`offloaded`]) on an order.
@@ -904,12 +922,24 @@ enum Job<'a> {
 }
 
 impl Job<'_> {
-    /// Its weight in the split of the seeds' time.
+    /// Its weight in the split of the seeds' time among the jobs before
+    /// it: 0 for a [`Job::SwapOnly`], which takes milliseconds to a few
+    /// tenths of a second and hands the rest on, so that moving it after
+    /// the streamed seeds takes nothing from their share.
     fn weight(&self) -> f64 {
         match self {
             Job::Planner(p, _) => seed_weight(p.name()),
+            Job::SwapOnly(..) => 0.0,
             Job::Streamed(_) => STREAMED_WEIGHT,
             Job::Offloaded(_) | Job::Kept(_) | Job::Mixed(_) => 1.0,
+        }
+    }
+
+    /// Its own weight when its share is taken: that of any rule-based seed.
+    fn own_weight(&self) -> f64 {
+        match self {
+            Job::SwapOnly(..) => 1.0,
+            _ => self.weight(),
         }
     }
 }
@@ -1055,15 +1085,26 @@ impl Joint {
         // (in the same orders); then the searches, which share what the
         // others leave of the seeds' time.
         let mut jobs: Vec<Job<'_>> = Vec::new();
+        // The rule-based planners that keep and swap only run after the
+        // streamed and mixed seeds (`Job::SwapOnly`), where the swap-only
+        // bound can tell that they could not give a start.
+        let mut swap_only: Vec<Job<'_>> = Vec::new();
         for planner in planners
             .iter()
             .filter(|p| !SEARCH_SEEDS.contains(&p.name()))
         {
-            jobs.push(Job::Planner(planner.as_ref(), request.order));
-            if let Some(eager) = &eager
-                && EAGER_ORDER_SEEDS.contains(&planner.name())
-            {
-                jobs.push(Job::Planner(planner.as_ref(), Some(eager.as_slice())));
+            let orders = std::iter::once(request.order).chain(
+                eager
+                    .as_deref()
+                    .filter(|_| EAGER_ORDER_SEEDS.contains(&planner.name()))
+                    .map(Some),
+            );
+            for order in orders {
+                if SWAP_ONLY_SEEDS.contains(&planner.name()) {
+                    swap_only.push(Job::SwapOnly(planner.as_ref(), order));
+                } else {
+                    jobs.push(Job::Planner(planner.as_ref(), order));
+                }
             }
         }
         // The offloaded-activation seeds before the streamed ones: they take
@@ -1100,16 +1141,20 @@ impl Joint {
                 jobs.push(Job::Mixed(Some(eager.as_slice())));
             }
         }
+        jobs.append(&mut swap_only);
         for planner in planners.iter().filter(|p| SEARCH_SEEDS.contains(&p.name())) {
             jobs.push(Job::Planner(planner.as_ref(), request.order));
         }
         let mut out = SeedSet::default();
+        // The swap-only lower bound, computed once where first asked for.
+        let mut bound_s: Option<Option<f64>> = None;
         for (i, job) in jobs.iter().enumerate() {
             let left_s = until
                 .saturating_duration_since(Instant::now())
                 .as_secs_f64();
-            let weight = |j: usize| jobs[j].weight();
-            let share_s = left_s * weight(i) / (i..jobs.len()).map(weight).sum::<f64>();
+            let own = jobs[i].own_weight();
+            let rest: f64 = jobs[i + 1..].iter().map(Job::weight).sum();
+            let share_s = left_s * own / (own + rest);
             let order_name = |order: Option<&[OpId]>| {
                 if order.is_some() && request.order.is_none() {
                     " (eager order)"
@@ -1118,7 +1163,7 @@ impl Joint {
                 }
             };
             let (planner, order) = match *job {
-                Job::Planner(planner, order) => (planner, order),
+                Job::Planner(planner, order) | Job::SwapOnly(planner, order) => (planner, order),
                 Job::Streamed(order)
                 | Job::Offloaded(order)
                 | Job::Kept(order)
@@ -1173,13 +1218,20 @@ impl Joint {
                 }
                 continue;
             }
-            if let Some(why) = self.swap_only_skip(request, planner.name(), &out.seeds) {
+            let name = format!("{}{}", planner.name(), order_name(order));
+            if let Some(why) =
+                self.swap_only_skip(request, &name, planner.name(), &out.seeds, &mut bound_s)
+            {
                 out.skipped.push(why);
-                let unused = Duration::try_from_secs_f64(share_s).unwrap_or_default();
-                until = until.checked_sub(unused).unwrap_or(until);
+                // A search's share goes to the local search; a rule-based
+                // seed's (a few tenths of a second at most) to the seeds
+                // after it, as when it runs.
+                if matches!(job, Job::Planner(..)) {
+                    let unused = Duration::try_from_secs_f64(share_s).unwrap_or_default();
+                    until = until.checked_sub(unused).unwrap_or(until);
+                }
                 continue;
             }
-            let name = format!("{}{}", planner.name(), order_name(order));
             let outcome = planner.plan(&sub);
             out.record(self.name(), request, name, outcome)?;
         }
@@ -1193,25 +1245,30 @@ impl Joint {
     /// the local search's starts ([`Joint::starts`]). `None`: it runs.
     ///
     /// Why: far below the footprint the swap-only planners' plans are the
-    /// slowest seeds (BERT-base b32 at 12.5% on `h100-80gb`: the swap-only
-    /// bound 0.1195 s, the third family's seed 0.0964 s), and `swapadvisor`
-    /// spent its whole share (0.4 to 0.8 s of a 5 s limit) on them.
+    /// slowest seeds, and their time came out of the local search's. On
+    /// DenseNet-121 b64 at 12.5% on `v100-16gb-pcie3` (the swap-only bound
+    /// 1.217 s, the third family's seed 0.489 s) `swapadvisor` spent 0.78 s
+    /// of a 5 s limit, and `odswap`, `window` and `lms` 0.5 s, on plans of
+    /// 1.27 s and more; the local search had 1.4 s.
     fn swap_only_skip(
         &self,
         request: &PlanRequest<'_>,
+        name: &str,
         planner: &str,
         seeds: &[Seed],
+        bound_s: &mut Option<Option<f64>>,
     ) -> Option<Value> {
-        if !SWAP_ONLY_SEARCHES.contains(&planner) {
+        if !SWAP_ONLY_SEEDS.contains(&planner) {
             return None;
         }
         let floor_s = nth_family_time_s(seeds, self.improved_seeds)?;
-        let bound_s =
+        let bound_s = (*bound_s.get_or_insert_with(|| {
             outcore_bound::swap_only_bound(request.graph, request.cost, request.budget_bytes)
-                .time_s()?;
+                .time_s()
+        }))?;
         (bound_s > floor_s).then(|| {
             json!({
-                "planner": planner,
+                "planner": name,
                 "swap_only_bound_s": bound_s,
                 "start_floor_s": floor_s,
                 "why": format!(
