@@ -1081,13 +1081,13 @@ impl Joint {
             .collect();
         let eager = self.eager_order(request);
         // The rule-based planners first, each in the request's order and the
-        // fast ones again in the eager-update order; then the streamed seeds
-        // (in the same orders); then the searches, which share what the
-        // others leave of the seeds' time.
+        // fast ones again in the eager-update order; then the kept-link,
+        // offloaded, streamed and mixed seeds (in the same orders); then the
+        // rule-based planners that keep and swap only (`Job::SwapOnly`),
+        // where the swap-only bound can tell that they could not give a
+        // start; then the searches, which share what the others leave of the
+        // seeds' time.
         let mut jobs: Vec<Job<'_>> = Vec::new();
-        // The rule-based planners that keep and swap only run after the
-        // streamed and mixed seeds (`Job::SwapOnly`), where the swap-only
-        // bound can tell that they could not give a start.
         let mut swap_only: Vec<Job<'_>> = Vec::new();
         for planner in planners
             .iter()
