@@ -161,7 +161,8 @@ pub fn turned_around(
 /// eighth of its footprint on `h100-80gb` the token embedding's two Adam
 /// moments (94 MB, 1.7 ms each) found none, were copied out after the
 /// last op, and the iteration ended with 3.4 ms of copies alone.
-/// `None` when the stretch before `first` is shorter than the copy.
+/// `None` when the stretch before `first` is shorter than the copy, or no
+/// op up to `first` starts once it is done.
 pub(crate) fn placed_early(
     ctx: &Ctx<'_>,
     cost: &dyn CostModel,
@@ -227,8 +228,10 @@ fn reclaimed_in_stream_order(
                 reclaim
             }
             // No clear stretch before the first use (`placed_early` took
-            // the least busy one): the copy runs when the copies queued
-            // before it are done, and delays those queued after it.
+            // the least busy one, or the stream order pushed a clear one
+            // past it, which gave no schedule before): the copy runs when
+            // the copies queued before it are done, and delays those queued
+            // after it (not modelled here; the score weighs it).
             None => {
                 let queued_s = earliest_slot(busy_out, ready_s, f64::INFINITY, 0.0)?;
                 clock_s = queued_s + out_s;

@@ -436,6 +436,11 @@ pub const SWAP_ONLY_SEEDS: [&str; 8] = [
     "swapadvisor",
 ];
 
+/// The relative margin by which the swap-only bound must exceed the start
+/// floor for `Joint::swap_only_skip` (and by which a swap-only seed may
+/// fall below the bound before the skip is distrusted): rounding only.
+const SKIP_MARGIN: f64 = 1e-6;
+
 /// The time of the `n`-th fastest seed family (one per [`seed_family`], its
 /// fastest seed with a schedule, as [`Joint::starts`] takes them); `None`
 /// with fewer families.
@@ -923,9 +928,9 @@ enum Job<'a> {
 
 impl Job<'_> {
     /// Its weight in the split of the seeds' time among the jobs before
-    /// it: 0 for a [`Job::SwapOnly`], which takes milliseconds to a few
-    /// tenths of a second and hands the rest on, so that moving it after
-    /// the streamed seeds takes nothing from their share.
+    /// it: 0 for a [`Job::SwapOnly`] (a rule-based seed, which hands on
+    /// what it does not use), so that moving it after the streamed seeds
+    /// takes nothing from their share.
     fn weight(&self) -> f64 {
         match self {
             Job::Planner(p, _) => seed_weight(p.name()),
@@ -1152,8 +1157,15 @@ impl Joint {
             let left_s = until
                 .saturating_duration_since(Instant::now())
                 .as_secs_f64();
+            // A swap-only job counts the swap-only jobs after it at their
+            // own weight, so that each gets its part of what is left rather
+            // than that of the searches alone.
             let own = jobs[i].own_weight();
-            let rest: f64 = jobs[i + 1..].iter().map(Job::weight).sum();
+            let weight_after = match job {
+                Job::SwapOnly(..) => Job::own_weight,
+                _ => Job::weight,
+            };
+            let rest: f64 = jobs[i + 1..].iter().map(weight_after).sum();
             let share_s = left_s * own / (own + rest);
             let order_name = |order: Option<&[OpId]>| {
                 if order.is_some() && request.order.is_none() {
@@ -1222,14 +1234,10 @@ impl Joint {
             if let Some(why) =
                 self.swap_only_skip(request, &name, planner.name(), &out.seeds, &mut bound_s)
             {
+                // Its share goes to the jobs after it, or (`swapadvisor`,
+                // the last) to the local search, which starts when the
+                // seeds end.
                 out.skipped.push(why);
-                // A search's share goes to the local search; a rule-based
-                // seed's (a few tenths of a second at most) to the seeds
-                // after it, as when it runs.
-                if matches!(job, Job::Planner(..)) {
-                    let unused = Duration::try_from_secs_f64(share_s).unwrap_or_default();
-                    until = until.checked_sub(unused).unwrap_or(until);
-                }
                 continue;
             }
             let outcome = planner.plan(&sub);
@@ -1266,7 +1274,14 @@ impl Joint {
             outcore_bound::swap_only_bound(request.graph, request.cost, request.budget_bytes)
                 .time_s()
         }))?;
-        (bound_s > floor_s).then(|| {
+        // The bound is on the simulator's time; a swap-only seed scored
+        // below it by this planner's evaluator would say that the two
+        // disagree here, and then nothing is skipped.
+        let agrees = seeds
+            .iter()
+            .filter(|s| SWAP_ONLY_SEEDS.contains(&s.plan.planner.name.as_str()))
+            .all(|s| s.iter_time_s >= bound_s * (1.0 - SKIP_MARGIN));
+        (agrees && bound_s > floor_s * (1.0 + SKIP_MARGIN)).then(|| {
             json!({
                 "planner": name,
                 "swap_only_bound_s": bound_s,

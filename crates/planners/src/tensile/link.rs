@@ -183,9 +183,10 @@ fn busy_within(busy: &[(f64, f64)], s: f64, e: f64) -> f64 {
 /// The start `s` in `[lo_s, hi_s - duration_s]` whose stretch `[s, s +
 /// duration_s]` overlaps the least busy time of `busy` (sorted, disjoint),
 /// the earliest of equals, with that overlap; `None` when the range is
-/// shorter than `duration_s`. Where [`earliest_slot`] finds no clear
-/// stretch (a long copy among many short ones), this is where it delays
-/// the fewest of them. The overlap is piecewise linear in `s`, so its
+/// shorter than `duration_s` (or either is NaN). Where [`earliest_slot`]
+/// finds no clear stretch (a long copy among many short ones), this is
+/// where it shares the least busy time with them. The overlap is
+/// piecewise linear in `s`, so its
 /// least value is at a bend: `lo_s`, the range's last start, an
 /// interval's end, or where the stretch's end meets an interval's start.
 pub(crate) fn least_busy_slot(
@@ -195,7 +196,9 @@ pub(crate) fn least_busy_slot(
     duration_s: f64,
 ) -> Option<(f64, f64)> {
     let last_s = hi_s - duration_s;
-    if last_s + TIME_EPS_S < lo_s {
+    // A NaN anywhere makes the comparison `None`: no slot.
+    let fits = (last_s + TIME_EPS_S).partial_cmp(&lo_s);
+    if !fits.is_some_and(std::cmp::Ordering::is_ge) {
         return None;
     }
     let last_s = last_s.max(lo_s);
@@ -261,8 +264,9 @@ mod tests {
         // earliest such: [6, 7.5] here, the range's last start).
         let (s, overlap_s) = least_busy_slot(&busy, 0.0, 7.5, 1.5).expect("a slot");
         assert_eq!((s, overlap_s), (6.0, 0.0));
-        // A range shorter than the copy has none.
+        // A range shorter than the copy has none, nor a NaN duration.
         assert_eq!(least_busy_slot(&busy, 0.0, 1.0, 1.5), None);
+        assert_eq!(least_busy_slot(&busy, 0.0, 6.0, f64::NAN), None);
     }
 
     #[test]
