@@ -441,20 +441,34 @@ pub const SWAP_ONLY_SEEDS: [&str; 8] = [
 /// fall below the bound before the skip is distrusted): rounding only.
 const SKIP_MARGIN: f64 = 1e-6;
 
-/// The time of the `n`-th fastest seed family (one per [`seed_family`], its
-/// fastest seed with a schedule, as [`Joint::starts`] takes them); `None`
+/// One seed per [`seed_family`], fastest first: each family's fastest seed
+/// with a schedule (ties to the earlier seed). [`Joint::starts`] starts the
+/// local search from the first [`IMPROVED_SEEDS`] of them, and
+/// `Joint::swap_only_skip` asks where the last of those would be.
+fn family_leaders(seeds: &[Seed]) -> Vec<&Seed> {
+    let mut by_time: Vec<&Seed> = seeds
+        .iter()
+        .filter(|s| s.plan.lowered_from.is_some())
+        .collect();
+    by_time.sort_by(|a, b| a.iter_time_s.total_cmp(&b.iter_time_s));
+    let mut families: Vec<&str> = Vec::new();
+    by_time.retain(|s| {
+        let family = seed_family(s);
+        let first = !families.contains(&family);
+        if first {
+            families.push(family);
+        }
+        first
+    });
+    by_time
+}
+
+/// The time of the `n`-th fastest seed family ([`family_leaders`]); `None`
 /// with fewer families.
 fn nth_family_time_s(seeds: &[Seed], n: usize) -> Option<f64> {
-    let mut fastest: Vec<(&str, f64)> = Vec::new();
-    for s in seeds.iter().filter(|s| s.plan.lowered_from.is_some()) {
-        let family = seed_family(s);
-        match fastest.iter_mut().find(|(f, _)| *f == family) {
-            Some((_, t)) => *t = t.min(s.iter_time_s),
-            None => fastest.push((family, s.iter_time_s)),
-        }
-    }
-    fastest.sort_by(|a, b| a.1.total_cmp(&b.1));
-    fastest.get(n.checked_sub(1)?).map(|&(_, t)| t)
+    family_leaders(seeds)
+        .get(n.checked_sub(1)?)
+        .map(|s| s.iter_time_s)
 }
 
 /// The fastest variant of `schedule` with its offloaded states turned
@@ -1441,20 +1455,11 @@ impl Joint {
         // 50% the two fastest seeds were `window` in both orders; with this
         // rule the second start is `capuchin`. Both choices ended at 0.395
         // of ideal in 5 s, so this is a choice, not a measured gain).
-        let mut planners_taken: Vec<&str> = Vec::new();
         let mut out: Vec<Start> = Vec::new();
-        for s in seeds {
-            if out.len() == self.improved_seeds {
-                break;
-            }
+        for s in family_leaders(seeds).into_iter().take(self.improved_seeds) {
             let Some(schedule) = s.plan.lowered_from.as_deref() else {
                 continue;
             };
-            let family = seed_family(s);
-            if planners_taken.contains(&family) {
-                continue;
-            }
-            planners_taken.push(family);
             // The fastest seed's start gets a double share: it is the
             // likeliest to end fastest.
             out.push(Start {
