@@ -124,8 +124,9 @@ pub(crate) fn capuchin_choice(
             .recompute_s
             .filter(|_| exposed_s > 0.0)
             .map(|r| (r, Choice::Recompute));
-        // An array, not a vector: this runs for every candidate of every
-        // eviction, and the allocation was a sixth of `capuchin`'s time.
+        // Chained, not collected into a vector: this runs for every
+        // candidate of every eviction, and the allocation was a sixth of
+        // `capuchin`'s time.
         for (cost_s, choice) in std::iter::once((exposed_s, swap)).chain(recompute) {
             let per_byte = cost_s / size;
             let better = best

@@ -668,13 +668,18 @@ mod tests {
     use crate::framework::testing::v100;
     use outcore_graph::footprint;
 
-    /// The loop with its candidates kept ([`after_eviction`]) chooses what
-    /// it chooses with them rebuilt at every eviction, on three graphs at
-    /// three budgets, under `capuchin`'s policy (with and without
-    /// recomputation) and under one that recomputes the last candidate it
-    /// can (so that many recomputations' pins and gaps, which
-    /// [`after_eviction`] must follow, change the candidates at one
-    /// position); and the cases include recomputations.
+    /// What the policy is shown at each call: the position, and of each
+    /// candidate what is not a function of the position alone.
+    type Shown = Vec<(usize, Vec<(TensorId, usize, usize, bool, Option<f64>)>)>;
+
+    /// The loop with its candidates kept ([`after_eviction`]) shows its
+    /// policy the same candidates in the same order, and so chooses what it
+    /// chooses with them rebuilt at every eviction, on three graphs at three
+    /// budgets, under `capuchin`'s policy (with and without recomputation)
+    /// and under one that recomputes the last candidate it can (so that
+    /// many recomputations' pins and gaps, which [`after_eviction`] must
+    /// follow, change the candidates at one position); and the cases
+    /// include recomputations.
     #[test]
     fn kept_candidates_choose_as_rebuilt_ones_do() {
         let cost = v100();
@@ -688,25 +693,31 @@ mod tests {
                 let budget_bytes = (footprint_bytes as f64 * share) as u64;
                 for (allow_recompute, policy) in [(true, 0), (false, 0), (true, 1)] {
                     let run = |how| {
-                        evict_with(&ctx, budget_bytes, allow_recompute, how, |_q, cands| {
-                            if policy == 0 {
-                                return crate::capuchin::capuchin_choice(&cost, 1.0, cands);
-                            }
-                            match cands.iter().rposition(|c| c.recompute_s.is_some()) {
-                                Some(i) => Some((i, Choice::Recompute)),
-                                None => {
-                                    (!cands.is_empty()).then_some((0, Choice::Swap { lead_s: 0.0 }))
+                        let mut shown: Shown = Vec::new();
+                        let gaps =
+                            evict_with(&ctx, budget_bytes, allow_recompute, how, |q, cands| {
+                                let seen = cands
+                                    .iter()
+                                    .map(|c| (c.tensor, c.after, c.before, c.wraps, c.recompute_s));
+                                shown.push((q, seen.collect()));
+                                if policy == 0 {
+                                    return crate::capuchin::capuchin_choice(&cost, 1.0, cands);
                                 }
-                            }
-                        })
+                                match cands.iter().rposition(|c| c.recompute_s.is_some()) {
+                                    Some(i) => Some((i, Choice::Recompute)),
+                                    None => (!cands.is_empty())
+                                        .then_some((0, Choice::Swap { lead_s: 0.0 })),
+                                }
+                            });
+                        (gaps, shown)
                     };
-                    let kept = run(Candidates::Kept);
-                    let rebuilt = run(Candidates::Rebuilt);
-                    assert_eq!(
-                        format!("{kept:?}"),
-                        format!("{rebuilt:?}"),
+                    let (kept, kept_shown) = run(Candidates::Kept);
+                    let (rebuilt, rebuilt_shown) = run(Candidates::Rebuilt);
+                    let case = format!(
                         "{model} at {share} (recompute: {allow_recompute}, policy {policy})"
                     );
+                    assert!(kept_shown == rebuilt_shown, "the candidates differ: {case}");
+                    assert_eq!(format!("{kept:?}"), format!("{rebuilt:?}"), "{case}");
                     if let Ok(gaps) = &kept {
                         recomputed += gaps
                             .iter()
