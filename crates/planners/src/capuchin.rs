@@ -125,8 +125,8 @@ pub(crate) fn capuchin_choice(
             .filter(|_| exposed_s > 0.0)
             .map(|r| (r, Choice::Recompute));
         // Chained, not collected into a vector: this runs for every
-        // candidate of every eviction, and the allocation was a sixth of
-        // `capuchin`'s time.
+        // candidate of every eviction, and with a vector `malloc` and
+        // `free` took 15% of `capuchin`'s samples.
         for (cost_s, choice) in std::iter::once((exposed_s, swap)).chain(recompute) {
             let per_byte = cost_s / size;
             let better = best
