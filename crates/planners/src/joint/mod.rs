@@ -892,6 +892,28 @@ enum Verdict {
     Stop,
 }
 
+/// The seeds this planner makes itself for `job` (a streamed, offloaded,
+/// kept-link or mixed job) on `order`, planned for `share_s` seconds, each
+/// named after its kind.
+fn own_seeds(
+    request: &PlanRequest<'_>,
+    job: &Job<'_>,
+    order: Option<&[OpId]>,
+    share_s: f64,
+) -> Vec<(String, Result<PlanOutcome, PlannerError>)> {
+    let share = Duration::try_from_secs_f64(share_s).unwrap_or_default();
+    let until = Instant::now() + share;
+    match job {
+        Job::Streamed(_) => streamed::streamed_seeds(request, order, until),
+        Job::Offloaded(_) => offloaded::offloaded_seeds(request, order, until),
+        Job::Mixed(_) => mixed::mixed_seeds(request, order, until),
+        _ => kept::kept_link_seed(request, order, until)
+            .map(|outcome| (kept::NAME.to_string(), outcome))
+            .into_iter()
+            .collect(),
+    }
+}
+
 /// What counts as one planner when the starts are chosen
 /// ([`Joint::starts`]): the planner's name, or for the seeds this planner
 /// makes itself (streamed, offloaded) the kind, the first word of the
@@ -1080,15 +1102,10 @@ struct Context<'a, 'r> {
 }
 
 impl Joint {
-    /// Runs every other planner until `until`; returns the feasible seeds (with
-    /// their schedules' times under the evaluator), the infeasibilities, the
-    /// seeds' errors and the planners skipped, as JSON.
-    fn run_seeds(
-        &self,
-        request: &PlanRequest<'_>,
-        mut until: Instant,
-    ) -> Result<SeedSet, PlannerError> {
-        let planners: Vec<Box<dyn Planner>> = crate::all()
+    /// The planners whose plans are seeds, `swapadvisor` with this
+    /// planner's settings.
+    fn seed_planners(&self) -> Vec<Box<dyn Planner>> {
+        crate::all()
             .into_iter()
             .filter(|p| self.seeds_from(p.name()))
             // `home`'s entry only places it among the jobs: its runs are
@@ -1097,8 +1114,17 @@ impl Joint {
                 "swapadvisor" => Box::new(self.swapadvisor.clone()) as Box<dyn Planner>,
                 _ => p,
             })
-            .collect();
-        let eager = self.eager_order(request);
+            .collect()
+    }
+
+    /// The seed jobs in the order they run, on `order` (the request's) and
+    /// `eager` (the eager-update order, where it differs).
+    fn seed_jobs<'a>(
+        &self,
+        order: Option<&'a [OpId]>,
+        planners: &'a [Box<dyn Planner>],
+        eager: Option<&'a [OpId]>,
+    ) -> Vec<Job<'a>> {
         // The rule-based planners first, each in the request's order and the
         // fast ones again in the eager-update order; then the kept-link,
         // offloaded, streamed and mixed seeds (in the same orders); then the
@@ -1106,15 +1132,14 @@ impl Joint {
         // where the swap-only bound can tell that they could not give a
         // start; then the searches, which share what the others leave of the
         // seeds' time.
-        let mut jobs: Vec<Job<'_>> = Vec::new();
-        let mut swap_only: Vec<Job<'_>> = Vec::new();
+        let mut jobs: Vec<Job<'a>> = Vec::new();
+        let mut swap_only: Vec<Job<'a>> = Vec::new();
         for planner in planners
             .iter()
             .filter(|p| !SEARCH_SEEDS.contains(&p.name()))
         {
-            let orders = std::iter::once(request.order).chain(
+            let orders = std::iter::once(order).chain(
                 eager
-                    .as_deref()
                     .filter(|_| EAGER_ORDER_SEEDS.contains(&planner.name()))
                     .map(Some),
             );
@@ -1132,15 +1157,15 @@ impl Joint {
         // the PyTorch GPT-2 export at 25% that share is what decides whether
         // its only streamed seed is made in 5 s).
         if self.kept_link_seeds {
-            jobs.push(Job::Kept(request.order));
-            if let Some(eager) = &eager {
-                jobs.push(Job::Kept(Some(eager.as_slice())));
+            jobs.push(Job::Kept(order));
+            if let Some(eager) = eager {
+                jobs.push(Job::Kept(Some(eager)));
             }
         }
         if self.offloaded_seeds {
-            jobs.push(Job::Offloaded(request.order));
-            if let Some(eager) = &eager {
-                jobs.push(Job::Offloaded(Some(eager.as_slice())));
+            jobs.push(Job::Offloaded(order));
+            if let Some(eager) = eager {
+                jobs.push(Job::Offloaded(Some(eager)));
             }
         }
         // Streamed seeds in both orders: neither wins everywhere (at 25% on
@@ -1148,22 +1173,36 @@ impl Joint {
         // order and 0.65 in the graph's; at 12.5% ViT-B/16 b64 got a plan
         // only in the graph's order).
         if self.streamed_seeds {
-            jobs.push(Job::Streamed(request.order));
-            if let Some(eager) = &eager {
-                jobs.push(Job::Streamed(Some(eager.as_slice())));
+            jobs.push(Job::Streamed(order));
+            if let Some(eager) = eager {
+                jobs.push(Job::Streamed(Some(eager)));
             }
         }
         // After the streamed seeds, whose time they would otherwise take.
         if self.mixed_seeds {
-            jobs.push(Job::Mixed(request.order));
-            if let Some(eager) = &eager {
-                jobs.push(Job::Mixed(Some(eager.as_slice())));
+            jobs.push(Job::Mixed(order));
+            if let Some(eager) = eager {
+                jobs.push(Job::Mixed(Some(eager)));
             }
         }
         jobs.append(&mut swap_only);
         for planner in planners.iter().filter(|p| SEARCH_SEEDS.contains(&p.name())) {
-            jobs.push(Job::Planner(planner.as_ref(), request.order));
+            jobs.push(Job::Planner(planner.as_ref(), order));
         }
+        jobs
+    }
+
+    /// Runs every other planner until `until`; returns the feasible seeds (with
+    /// their schedules' times under the evaluator), the infeasibilities, the
+    /// seeds' errors and the planners skipped, as JSON.
+    fn run_seeds(
+        &self,
+        request: &PlanRequest<'_>,
+        mut until: Instant,
+    ) -> Result<SeedSet, PlannerError> {
+        let planners = self.seed_planners();
+        let eager = self.eager_order(request);
+        let jobs = self.seed_jobs(request.order, &planners, eager.as_deref());
         let mut out = SeedSet::default();
         // The swap-only lower bound, computed once where first asked for.
         let mut bound_s: Option<Option<f64>> = None;
@@ -1194,18 +1233,7 @@ impl Joint {
                 | Job::Offloaded(order)
                 | Job::Kept(order)
                 | Job::Mixed(order) => {
-                    let share = Duration::try_from_secs_f64(share_s).unwrap_or_default();
-                    let until = Instant::now() + share;
-                    let got = match job {
-                        Job::Streamed(_) => streamed::streamed_seeds(request, order, until),
-                        Job::Offloaded(_) => offloaded::offloaded_seeds(request, order, until),
-                        Job::Mixed(_) => mixed::mixed_seeds(request, order, until),
-                        _ => kept::kept_link_seed(request, order, until)
-                            .map(|outcome| (kept::NAME.to_string(), outcome))
-                            .into_iter()
-                            .collect(),
-                    };
-                    for (name, outcome) in got {
+                    for (name, outcome) in own_seeds(request, job, order, share_s) {
                         let name = format!("{name}{}", order_name(order));
                         out.record(self.name(), request, name, outcome)?;
                     }
@@ -1218,30 +1246,8 @@ impl Joint {
                 ..*request
             };
             if planner.name() == "home" {
-                let started = Instant::now();
-                // No policy of HOME's fits (known before any search): what
-                // its swarm would have spent goes to the local search, not
-                // to the seeds after it. Where even every feature map off
-                // the device leaves too much (the persistent tensors alone
-                // near the budget) `swapadvisor` seldom gives the fastest
-                // seed, and the local search from the others is what moves
-                // the plan.
-                let planned = match crate::home::below_floor(&sub)? {
-                    Some(why) => {
-                        let outcome = Ok(PlanOutcome::Infeasible(why));
-                        out.record(self.name(), request, "home".into(), outcome)?;
-                        false
-                    }
-                    None => self.home_restarts(&sub, request, &mut out)?,
-                };
-                // The same where no swarm found a plan: the rest of the
-                // share goes to the local search too.
-                if !planned {
-                    let unused = Duration::try_from_secs_f64(share_s)
-                        .unwrap_or_default()
-                        .saturating_sub(started.elapsed());
-                    until = until.checked_sub(unused).unwrap_or(until);
-                }
+                let unused = self.home_seeds(&sub, request, &mut out)?;
+                until = until.checked_sub(unused).unwrap_or(until);
                 continue;
             }
             let name = format!("{}{}", planner.name(), order_name(order));
@@ -1353,6 +1359,40 @@ impl Joint {
         seeds.append(&mut out.seeds);
         errors.append(&mut out.errors);
         Ok(())
+    }
+
+    /// `home`'s seeds, in `sub`'s share of the time; returns the part of
+    /// the share to hand to the local search rather than to the seeds after
+    /// it: all that is left of it where no swarm found a plan, none
+    /// otherwise.
+    ///
+    /// No policy of HOME's fits (known before any search): what its swarm
+    /// would have spent goes to the local search, not to the seeds after
+    /// it. Where even every feature map off the device leaves too much (the
+    /// persistent tensors alone near the budget) `swapadvisor` seldom gives
+    /// the fastest seed, and the local search from the others is what moves
+    /// the plan. The same where no swarm found a plan.
+    fn home_seeds(
+        &self,
+        sub: &PlanRequest<'_>,
+        request: &PlanRequest<'_>,
+        out: &mut SeedSet,
+    ) -> Result<Duration, PlannerError> {
+        let started = Instant::now();
+        let planned = match crate::home::below_floor(sub)? {
+            Some(why) => {
+                let outcome = Ok(PlanOutcome::Infeasible(why));
+                out.record(self.name(), request, "home".into(), outcome)?;
+                false
+            }
+            None => self.home_restarts(sub, request, out)?,
+        };
+        if planned {
+            return Ok(Duration::ZERO);
+        }
+        Ok(Duration::try_from_secs_f64(sub.time_limit_s)
+            .unwrap_or_default()
+            .saturating_sub(started.elapsed()))
     }
 
     /// HOME as a seed, restarted with a doubling swarm (IPOP-style) until its
