@@ -445,260 +445,33 @@ pub(crate) fn schedule(
     budget_bytes: u64,
     policy: Policy,
 ) -> Result<Scheduled, Shortfall> {
-    let graph = ctx.graph;
-    let n = ctx.n;
     let mut gaps: Vec<Gap> = rule.to_vec();
     // Lowering order: by tensor, then start.
     gaps.sort_by_key(|g| (g.tensor, g.after.map_or(0, |a| a + 1)));
-
-    // Allocations per op (outputs that own storage, and workspace).
-    let mut out_bytes = vec![0i128; n];
-    let mut work_bytes = vec![0i128; n];
-    let mut written: Vec<Vec<TensorId>> = vec![Vec::new(); n];
-    for (p, op) in ctx.order.iter().map(|&id| graph.op(id)).enumerate() {
-        work_bytes[p] = op.workspace_bytes as i128;
-        for &o in &op.outputs {
-            let t = graph.tensor(o);
-            if t.allocates() {
-                out_bytes[p] += t.size_bytes as i128;
-            }
-            if let Some(target) = t.inplace_update_of {
-                written[p].push(graph.storage_owner(target));
-            }
-        }
-    }
-    let mut alloc_prefix = vec![0i128; n + 1];
-    for p in 0..n {
-        alloc_prefix[p + 1] = alloc_prefix[p] + out_bytes[p] + work_bytes[p];
-    }
-    // Allocations of ops lo..hi (exclusive).
-    let alloc_between = |lo: usize, hi: usize| -> i128 {
-        let hi = hi.min(n);
-        if hi <= lo {
-            0
-        } else {
-            alloc_prefix[hi] - alloc_prefix[lo]
-        }
-    };
-
-    // Who starts on the host, final frees, gaps by start and end.
-    let output_storage = graph.output_storage();
-    let mut starts_host = vec![false; graph.tensors.len()];
-    for g in &gaps {
-        if g.after.is_none() {
-            starts_host[g.tensor.index()] = true;
-        }
-    }
-    let mut cur: i128 = 0;
-    let mut host_current = vec![false; graph.tensors.len()];
-    let mut final_free: Vec<Vec<TensorId>> = vec![Vec::new(); n];
-    for t in graph.tensors.iter().filter(|t| t.allocates()) {
-        let persistent = t.is_persistent();
-        let batch_input = t.producer.is_none() && !persistent;
-        host_current[t.id.index()] = batch_input || starts_host[t.id.index()];
-        if batch_input || (persistent && !starts_host[t.id.index()]) {
-            cur += t.size_bytes as i128;
-        }
-        if !persistent
-            && !output_storage[t.id.index()]
-            && let Some(&last) = ctx.uses[t.id.index()].last()
-        {
-            final_free[last].push(t.id);
-        }
-    }
-    let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut waiting = Waiting::new(n);
-    for (gi, g) in gaps.iter().enumerate() {
-        if g.how != Restore::Swap {
-            return Err(bad_rule(format!("gap on {} is not a swap", g.tensor)));
-        }
-        match g.after {
-            Some(a) if a < n => starts[a].push(gi),
-            Some(_) => return Err(bad_rule(format!("gap on {} starts out of range", g.tensor))),
-            None => waiting.add(&gaps, gi),
-        }
-        if let Some(b) = g.before {
-            if b >= n || g.after.is_some_and(|a| a >= b) || g.prefetch_after.is_none() {
-                return Err(bad_rule(format!("gap on {} ends out of range", g.tensor)));
-            }
-            ends[b].push(gi);
-        }
-    }
-
-    // Lower bound per op: every swap gap absent from the op after its start to
-    // the op before its end.
-    let mut min_delta = vec![0i128; n + 1];
-    for t in ctx.owners() {
-        let (lo, hi) = ctx.base_interval(t);
-        min_delta[lo] += ctx.size(t) as i128;
-        min_delta[hi + 1] -= ctx.size(t) as i128;
-    }
-    for g in &gaps {
-        let lo = g.after.map_or(0, |a| a + 1);
-        let hi = g.before.unwrap_or(n); // exclusive
-        if lo < hi {
-            min_delta[lo] -= ctx.size(g.tensor) as i128;
-            min_delta[hi] += ctx.size(g.tensor) as i128;
-        }
-    }
-    let mut min_live = vec![0i128; n];
-    let mut acc = 0i128;
-    for p in 0..n {
-        acc += min_delta[p];
-        min_live[p] = acc + work_bytes[p];
-    }
-
+    let allocs = OpAllocs::new(ctx);
+    let start = IterationStart::new(ctx, &gaps);
+    let (index, mut waiting) = GapIndex::new(ctx.n, &gaps)?;
+    let min_live = min_live_bytes(ctx, &gaps, &allocs.work_bytes);
     let n_gaps = gaps.len();
     let mut sw = Sweep {
         ctx,
         budget: budget_bytes as i128,
         gaps,
         state: vec![State::default(); n_gaps],
-        cur,
-        host_current,
+        cur: start.cur,
+        host_current: start.host_current,
         d2h: Vec::new(),
         cf: 0,
         hf: 0,
         ahead: RangeMax::new(&min_live),
         counted: PrefixSums::new(n_gaps),
     };
-    let mut cancelled = 0usize;
-    let mut delayed = 0usize;
-
-    for p in 0..n {
-        let name = &ctx.op_at(p).name;
-        // Compute op p: its swap-ins' frees are ordered before it.
-        for &gi in &ends[p] {
-            if sw.state[gi].issued {
-                let upto = sw.state[gi].frontier;
-                sw.cover(p, upto, false);
-            }
-        }
-        let mut need = sw.cur + out_bytes[p] + work_bytes[p];
-        while need > sw.budget {
-            if !sw.can_wait_at(p) {
-                let needed_bytes = u64::try_from(need).unwrap_or(u64::MAX);
-                return Err(Shortfall {
-                    needed_bytes: Some(needed_bytes),
-                    at: Some(format!("op `{name}`")),
-                    message: format!(
-                        "op `{name}` needs {} with every earlier swap-out waited for, over the planning budget of {}",
-                        fmt_bytes(needed_bytes),
-                        fmt_bytes(budget_bytes)
-                    ),
-                });
-            }
-            let upto = sw.cf + 1;
-            need -= sw.cover(p, upto, true);
-        }
-        sw.cur += out_bytes[p];
-        for &t in &written[p] {
-            sw.host_current[t.index()] = false;
-        }
-        // What a swap-in triggered after op p finds: nothing freed after op p yet.
-        let mut snap = sw.cur;
-        for &t in &final_free[p] {
-            sw.cur -= sw.size(t);
-        }
-        for &gi in &starts[p] {
-            let t = sw.gaps[gi].tensor;
-            sw.state[gi].host_current_before = sw.host_current[t.index()];
-            if sw.host_current[t.index()] {
-                sw.cur -= sw.size(t); // a free on the compute stream
-            } else {
-                let k = sw.d2h.len();
-                sw.state[gi].d2h = Some(k);
-                sw.state[gi].old_counted = true;
-                let s = sw.size(t);
-                sw.counted.add(k, s);
-                sw.d2h.push(gi);
-                sw.host_current[t.index()] = true;
-            }
-            if sw.gaps[gi].before.is_some() {
-                waiting.add(&sw.gaps, gi);
-            }
-        }
-
-        // Swap-ins the window wants by now, in order of need (h2d is FIFO).
+    let mut tally = Tally::default();
+    for p in 0..ctx.n {
+        sw.compute(p, &index.ends[p], &allocs)?;
+        let snap = sw.start_gaps(&index.starts[p], &start.final_free[p], &mut waiting);
         waiting.release(&sw.gaps, p);
-        let mut same_trigger = 0i128;
-        while let Some(gi) = waiting.first_due() {
-            let g = sw.gaps[gi].clone();
-            let b = g.before.unwrap_or(n);
-            let bytes = sw.size(g.tensor);
-            let forced = b <= p + 1;
-            let want = g.prefetch_after.unwrap_or(p);
-            // Fig. 2d: nobody waited for the swap-out yet: keep the tensor instead.
-            if let Some(k) = sw.state[gi].d2h
-                && k >= sw.cf.max(sw.hf)
-                && sw.state[gi].old_counted
-                && sw.fits_ahead(p + 1, b, bytes)
-            {
-                sw.state[gi].cancelled = true;
-                sw.uncount(gi, k); // now the tensor's own buffer
-                sw.host_current[g.tensor.index()] = sw.state[gi].host_current_before;
-                sw.commit_ahead(p + 1, b, bytes);
-                cancelled += 1;
-                waiting.done(&sw.gaps, gi);
-                continue;
-            }
-            // Its own free (compute stream) is ordered before it.
-            let own_free = if g.after == Some(p) && sw.state[gi].d2h.is_none() {
-                bytes
-            } else {
-                0
-            };
-            let frontier = sw.hf.max(sw.cf).max(sw.state[gi].d2h.map_or(0, |k| k + 1));
-            let swap_in_bytes = |sw: &Sweep<'_, '_>, snap: i128| {
-                snap - sw.counted_between(frontier) - own_free
-                    + same_trigger
-                    + alloc_between(p + 1, b)
-                    + bytes
-            };
-            let ahead_ok = sw.fits_ahead(p + 1, b, bytes);
-            let mut ok = ahead_ok && swap_in_bytes(&sw, snap) <= sw.budget;
-            if !ok && (ahead_ok || forced) && (policy == Policy::ReclaimFirst || forced) {
-                // Fig. 2b: wait at op p for the oldest swap-outs until it fits.
-                while !ok && sw.can_wait_at(p) {
-                    let upto = sw.cf + 1;
-                    snap -= sw.cover(p, upto, true);
-                    ok = (ahead_ok || forced) && swap_in_bytes(&sw, snap) <= sw.budget;
-                }
-            }
-            if forced && !ok {
-                let bytes_needed = swap_in_bytes(&sw, snap);
-                if bytes_needed > sw.budget {
-                    let needed_bytes = u64::try_from(bytes_needed).unwrap_or(u64::MAX);
-                    let before = &ctx.op_at(b.min(n - 1)).name;
-                    return Err(Shortfall {
-                        needed_bytes: Some(needed_bytes),
-                        at: Some(format!("the swap-in of {} before op `{before}`", g.tensor)),
-                        message: format!(
-                            "the swap-in of {} before op `{before}` needs {}, over the planning budget of {}",
-                            g.tensor,
-                            fmt_bytes(needed_bytes),
-                            fmt_bytes(budget_bytes)
-                        ),
-                    });
-                }
-                ok = true; // the compute ops ahead wait for swap-outs as they come
-            }
-            if !ok {
-                break; // delay this and every later prefetch (step b)
-            }
-            if want < p {
-                delayed += 1;
-            }
-            sw.gaps[gi].prefetch_after = Some(p);
-            sw.state[gi].issued = true;
-            sw.state[gi].frontier = frontier;
-            sw.hf = frontier;
-            sw.cur += bytes;
-            same_trigger += bytes;
-            sw.commit_ahead(p + 1, b, bytes);
-            waiting.done(&sw.gaps, gi);
-        }
+        sw.issue_swap_ins(p, snap, &mut waiting, &allocs, policy, &mut tally)?;
     }
     if let Some(gi) = waiting.any_left() {
         return Err(bad_rule(format!(
@@ -714,9 +487,370 @@ pub(crate) fn schedule(
     }
     Ok(Scheduled {
         gaps: out,
-        cancelled,
-        delayed,
+        cancelled: tally.cancelled,
+        delayed: tally.delayed,
     })
+}
+
+/// What the sweep counts as it goes ([`Scheduled`]'s counts).
+#[derive(Debug, Default)]
+struct Tally {
+    cancelled: usize,
+    delayed: usize,
+}
+
+/// What each compute op allocates and writes, by position.
+struct OpAllocs {
+    /// Its outputs that own storage.
+    out_bytes: Vec<i128>,
+    /// Its workspace.
+    work_bytes: Vec<i128>,
+    /// The storages it updates in place (their host copies go stale).
+    written: Vec<Vec<TensorId>>,
+    /// `prefix[p]`: the allocations of ops `0..p`.
+    prefix: Vec<i128>,
+}
+
+impl OpAllocs {
+    fn new(ctx: &Ctx<'_>) -> Self {
+        let graph = ctx.graph;
+        let n = ctx.n;
+        let mut out_bytes = vec![0i128; n];
+        let mut work_bytes = vec![0i128; n];
+        let mut written: Vec<Vec<TensorId>> = vec![Vec::new(); n];
+        for (p, op) in ctx.order.iter().map(|&id| graph.op(id)).enumerate() {
+            work_bytes[p] = op.workspace_bytes as i128;
+            for &o in &op.outputs {
+                let t = graph.tensor(o);
+                if t.allocates() {
+                    out_bytes[p] += t.size_bytes as i128;
+                }
+                if let Some(target) = t.inplace_update_of {
+                    written[p].push(graph.storage_owner(target));
+                }
+            }
+        }
+        let mut prefix = vec![0i128; n + 1];
+        for p in 0..n {
+            prefix[p + 1] = prefix[p] + out_bytes[p] + work_bytes[p];
+        }
+        OpAllocs {
+            out_bytes,
+            work_bytes,
+            written,
+            prefix,
+        }
+    }
+
+    /// Allocations of ops `lo..hi` (exclusive).
+    fn between(&self, lo: usize, hi: usize) -> i128 {
+        let hi = hi.min(self.out_bytes.len());
+        if hi <= lo {
+            0
+        } else {
+            self.prefix[hi] - self.prefix[lo]
+        }
+    }
+}
+
+/// The device when the iteration starts, and the frees the ops end with.
+struct IterationStart {
+    /// Bytes resident: batch inputs and the persistent tensors that do not
+    /// start on the host.
+    cur: i128,
+    /// Which storages have a current host copy (batch inputs, and what
+    /// starts on the host).
+    host_current: Vec<bool>,
+    /// Per op, the storages whose last use it is (freed after it).
+    final_free: Vec<Vec<TensorId>>,
+}
+
+impl IterationStart {
+    fn new(ctx: &Ctx<'_>, gaps: &[Gap]) -> Self {
+        let graph = ctx.graph;
+        let output_storage = graph.output_storage();
+        let mut starts_host = vec![false; graph.tensors.len()];
+        for g in gaps {
+            if g.after.is_none() {
+                starts_host[g.tensor.index()] = true;
+            }
+        }
+        let mut cur: i128 = 0;
+        let mut host_current = vec![false; graph.tensors.len()];
+        let mut final_free: Vec<Vec<TensorId>> = vec![Vec::new(); ctx.n];
+        for t in graph.tensors.iter().filter(|t| t.allocates()) {
+            let persistent = t.is_persistent();
+            let batch_input = t.producer.is_none() && !persistent;
+            host_current[t.id.index()] = batch_input || starts_host[t.id.index()];
+            if batch_input || (persistent && !starts_host[t.id.index()]) {
+                cur += t.size_bytes as i128;
+            }
+            if !persistent
+                && !output_storage[t.id.index()]
+                && let Some(&last) = ctx.uses[t.id.index()].last()
+            {
+                final_free[last].push(t.id);
+            }
+        }
+        IterationStart {
+            cur,
+            host_current,
+            final_free,
+        }
+    }
+}
+
+/// The rule's gaps by the op each starts after and the op each ends before.
+struct GapIndex {
+    starts: Vec<Vec<usize>>,
+    ends: Vec<Vec<usize>>,
+}
+
+impl GapIndex {
+    /// The index, and the gaps from the iteration's start waiting for their
+    /// swap-ins; an error for a rule the sweep cannot schedule (a gap that
+    /// is not a swap, or out of range).
+    fn new(n: usize, gaps: &[Gap]) -> Result<(GapIndex, Waiting), Shortfall> {
+        let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut waiting = Waiting::new(n);
+        for (gi, g) in gaps.iter().enumerate() {
+            if g.how != Restore::Swap {
+                return Err(bad_rule(format!("gap on {} is not a swap", g.tensor)));
+            }
+            match g.after {
+                Some(a) if a < n => starts[a].push(gi),
+                Some(_) => {
+                    return Err(bad_rule(format!("gap on {} starts out of range", g.tensor)));
+                }
+                None => waiting.add(gaps, gi),
+            }
+            if let Some(b) = g.before {
+                if b >= n || g.after.is_some_and(|a| a >= b) || g.prefetch_after.is_none() {
+                    return Err(bad_rule(format!("gap on {} ends out of range", g.tensor)));
+                }
+                ends[b].push(gi);
+            }
+        }
+        Ok((GapIndex { starts, ends }, waiting))
+    }
+}
+
+/// A lower bound on what counts at each op: every storage over its base
+/// interval, less every swap gap's tensor from the op after the gap's start
+/// to the op before its end, plus the op's workspace.
+fn min_live_bytes(ctx: &Ctx<'_>, gaps: &[Gap], work_bytes: &[i128]) -> Vec<i128> {
+    let n = ctx.n;
+    let mut min_delta = vec![0i128; n + 1];
+    for t in ctx.owners() {
+        let (lo, hi) = ctx.base_interval(t);
+        min_delta[lo] += ctx.size(t) as i128;
+        min_delta[hi + 1] -= ctx.size(t) as i128;
+    }
+    for g in gaps {
+        let lo = g.after.map_or(0, |a| a + 1);
+        let hi = g.before.unwrap_or(n); // exclusive
+        if lo < hi {
+            min_delta[lo] -= ctx.size(g.tensor) as i128;
+            min_delta[hi] += ctx.size(g.tensor) as i128;
+        }
+    }
+    let mut min_live = vec![0i128; n];
+    let mut acc = 0i128;
+    for p in 0..n {
+        acc += min_delta[p];
+        min_live[p] = acc + work_bytes[p];
+    }
+    min_live
+}
+
+impl Sweep<'_, '_> {
+    /// The planning budget, for messages.
+    fn budget_bytes(&self) -> u64 {
+        u64::try_from(self.budget).unwrap_or(0)
+    }
+
+    /// Compute op `p`: the frees of the swap-ins of the gaps that end before
+    /// it (`ending`) are ordered before it; where it would not fit, it waits
+    /// for the oldest swap-outs (Fig. 2b); then its outputs are allocated
+    /// and what it updates in place loses its host copy.
+    fn compute(&mut self, p: usize, ending: &[usize], allocs: &OpAllocs) -> Result<(), Shortfall> {
+        for &gi in ending {
+            if self.state[gi].issued {
+                let upto = self.state[gi].frontier;
+                self.cover(p, upto, false);
+            }
+        }
+        let mut need = self.cur + allocs.out_bytes[p] + allocs.work_bytes[p];
+        while need > self.budget {
+            if !self.can_wait_at(p) {
+                let name = &self.ctx.op_at(p).name;
+                let needed_bytes = u64::try_from(need).unwrap_or(u64::MAX);
+                return Err(Shortfall {
+                    needed_bytes: Some(needed_bytes),
+                    at: Some(format!("op `{name}`")),
+                    message: format!(
+                        "op `{name}` needs {} with every earlier swap-out waited for, over the planning budget of {}",
+                        fmt_bytes(needed_bytes),
+                        fmt_bytes(self.budget_bytes())
+                    ),
+                });
+            }
+            let upto = self.cf + 1;
+            need -= self.cover(p, upto, true);
+        }
+        self.cur += allocs.out_bytes[p];
+        for &t in &allocs.written[p] {
+            self.host_current[t.index()] = false;
+        }
+        Ok(())
+    }
+
+    /// After a compute op: the storages it used last are freed (`final_free`)
+    /// and the gaps that start there (`starting`) swap out (a free on the
+    /// compute stream where the host copy is current, else a copy queued on
+    /// d2h) and wait for their swap-ins. Returns what a swap-in triggered
+    /// after the op finds: nothing freed after it yet.
+    fn start_gaps(
+        &mut self,
+        starting: &[usize],
+        final_free: &[TensorId],
+        waiting: &mut Waiting,
+    ) -> i128 {
+        let snap = self.cur;
+        for &t in final_free {
+            self.cur -= self.size(t);
+        }
+        for &gi in starting {
+            let t = self.gaps[gi].tensor;
+            self.state[gi].host_current_before = self.host_current[t.index()];
+            if self.host_current[t.index()] {
+                self.cur -= self.size(t); // a free on the compute stream
+            } else {
+                let k = self.d2h.len();
+                self.state[gi].d2h = Some(k);
+                self.state[gi].old_counted = true;
+                let s = self.size(t);
+                self.counted.add(k, s);
+                self.d2h.push(gi);
+                self.host_current[t.index()] = true;
+            }
+            if self.gaps[gi].before.is_some() {
+                waiting.add(&self.gaps, gi);
+            }
+        }
+        snap
+    }
+
+    /// The swap-ins the window wants by op `p`, issued after it in order of
+    /// need (h2d is FIFO) while they fit; the first that does not fit, and
+    /// every later one, waits for a later op (step b). `snap` is what a
+    /// swap-in issued after op `p` finds ([`Sweep::start_gaps`]).
+    fn issue_swap_ins(
+        &mut self,
+        p: usize,
+        mut snap: i128,
+        waiting: &mut Waiting,
+        allocs: &OpAllocs,
+        policy: Policy,
+        tally: &mut Tally,
+    ) -> Result<(), Shortfall> {
+        let n = self.ctx.n;
+        let mut same_trigger = 0i128;
+        while let Some(gi) = waiting.first_due() {
+            let g = self.gaps[gi].clone();
+            let b = g.before.unwrap_or(n);
+            let bytes = self.size(g.tensor);
+            let forced = b <= p + 1;
+            let want = g.prefetch_after.unwrap_or(p);
+            if self.cancel_swap_out(p, gi, b, bytes) {
+                tally.cancelled += 1;
+                waiting.done(&self.gaps, gi);
+                continue;
+            }
+            // Its own free (compute stream) is ordered before it.
+            let own_free = if g.after == Some(p) && self.state[gi].d2h.is_none() {
+                bytes
+            } else {
+                0
+            };
+            let frontier = self
+                .hf
+                .max(self.cf)
+                .max(self.state[gi].d2h.map_or(0, |k| k + 1));
+            let swap_in_bytes = |sw: &Sweep<'_, '_>, snap: i128| {
+                snap - sw.counted_between(frontier) - own_free
+                    + same_trigger
+                    + allocs.between(p + 1, b)
+                    + bytes
+            };
+            let ahead_ok = self.fits_ahead(p + 1, b, bytes);
+            let mut ok = ahead_ok && swap_in_bytes(self, snap) <= self.budget;
+            if !ok && (ahead_ok || forced) && (policy == Policy::ReclaimFirst || forced) {
+                // Fig. 2b: wait at op p for the oldest swap-outs until it fits.
+                while !ok && self.can_wait_at(p) {
+                    let upto = self.cf + 1;
+                    snap -= self.cover(p, upto, true);
+                    ok = (ahead_ok || forced) && swap_in_bytes(self, snap) <= self.budget;
+                }
+            }
+            if forced && !ok {
+                let bytes_needed = swap_in_bytes(self, snap);
+                if bytes_needed > self.budget {
+                    let needed_bytes = u64::try_from(bytes_needed).unwrap_or(u64::MAX);
+                    let before = &self.ctx.op_at(b.min(n - 1)).name;
+                    return Err(Shortfall {
+                        needed_bytes: Some(needed_bytes),
+                        at: Some(format!("the swap-in of {} before op `{before}`", g.tensor)),
+                        message: format!(
+                            "the swap-in of {} before op `{before}` needs {}, over the planning budget of {}",
+                            g.tensor,
+                            fmt_bytes(needed_bytes),
+                            fmt_bytes(self.budget_bytes())
+                        ),
+                    });
+                }
+                ok = true; // the compute ops ahead wait for swap-outs as they come
+            }
+            if !ok {
+                break; // delay this and every later prefetch (step b)
+            }
+            if want < p {
+                tally.delayed += 1;
+            }
+            self.gaps[gi].prefetch_after = Some(p);
+            self.state[gi].issued = true;
+            self.state[gi].frontier = frontier;
+            self.hf = frontier;
+            self.cur += bytes;
+            same_trigger += bytes;
+            self.commit_ahead(p + 1, b, bytes);
+            waiting.done(&self.gaps, gi);
+        }
+        Ok(())
+    }
+
+    /// Fig. 2d: where nobody waited for gap `gi`'s swap-out yet by the time
+    /// its swap-in is wanted after op `p`, the tensor stays instead (its
+    /// old buffer becomes its own again, for the ops up to its use `b`).
+    /// Returns whether it was cancelled.
+    fn cancel_swap_out(&mut self, p: usize, gi: usize, b: usize, bytes: i128) -> bool {
+        let Some(k) = self.state[gi].d2h else {
+            return false;
+        };
+        if k < self.cf.max(self.hf)
+            || !self.state[gi].old_counted
+            || !self.fits_ahead(p + 1, b, bytes)
+        {
+            return false;
+        }
+        self.state[gi].cancelled = true;
+        self.uncount(gi, k); // now the tensor's own buffer
+        let t = self.gaps[gi].tensor;
+        self.host_current[t.index()] = self.state[gi].host_current_before;
+        self.commit_ahead(p + 1, b, bytes);
+        true
+    }
 }
 
 /// A shortfall for a rule the sweep cannot schedule at all (no byte count).
