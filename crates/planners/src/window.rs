@@ -561,7 +561,8 @@ struct IterationStart {
     /// Which storages have a current host copy (batch inputs, and what
     /// starts on the host).
     host_current: Vec<bool>,
-    /// Per op, the storages whose last use it is (freed after it).
+    /// Per op, the storages whose last use it is (freed after it), but for
+    /// persistent tensors and the graph's outputs, which stay.
     final_free: Vec<Vec<TensorId>>,
 }
 
@@ -709,7 +710,7 @@ impl Sweep<'_, '_> {
     /// After a compute op: the storages it used last are freed (`final_free`)
     /// and the gaps that start there (`starting`) swap out (a free on the
     /// compute stream where the host copy is current, else a copy queued on
-    /// d2h) and wait for their swap-ins. Returns what a swap-in triggered
+    /// d2h); those that end before a later op wait for their swap-ins. Returns what a swap-in triggered
     /// after the op finds: nothing freed after it yet.
     fn start_gaps(
         &mut self,
@@ -742,10 +743,15 @@ impl Sweep<'_, '_> {
         snap
     }
 
-    /// The swap-ins the window wants by op `p`, issued after it in order of
-    /// need (h2d is FIFO) while they fit; the first that does not fit, and
-    /// every later one, waits for a later op (step b). `snap` is what a
-    /// swap-in issued after op `p` finds ([`Sweep::start_gaps`]).
+    /// The swap-ins the window wants by op `p`, in order of need (h2d is
+    /// FIFO): each whose swap-out nobody waited for is cancelled instead
+    /// ([`Sweep::cancel_swap_out`]); the others are issued after op `p`
+    /// while they fit (with the reclaim-first policy, after waiting at op
+    /// `p` for the oldest swap-outs), and the first that does not fit, with
+    /// every later one, waits for a later op (step b), unless its use is
+    /// the next op: then it is issued anyway, or, where even every
+    /// swap-out waited for leaves too little, the sweep fails. `snap` is
+    /// what a swap-in issued after op `p` finds ([`Sweep::start_gaps`]).
     fn issue_swap_ins(
         &mut self,
         p: usize,
@@ -830,10 +836,11 @@ impl Sweep<'_, '_> {
         Ok(())
     }
 
-    /// Fig. 2d: where nobody waited for gap `gi`'s swap-out yet by the time
-    /// its swap-in is wanted after op `p`, the tensor stays instead (its
-    /// old buffer becomes its own again, for the ops up to its use `b`).
-    /// Returns whether it was cancelled.
+    /// Fig. 2d: where gap `gi`'s swap-out is a real copy that nobody waited
+    /// for yet by the time its swap-in is wanted after op `p`, its old
+    /// buffer still counts, and the tensor fits at the ops up to its use
+    /// `b`, the tensor stays instead (the old buffer becomes its own
+    /// again). Returns whether it was cancelled.
     fn cancel_swap_out(&mut self, p: usize, gi: usize, b: usize, bytes: i128) -> bool {
         let Some(k) = self.state[gi].d2h else {
             return false;
