@@ -441,18 +441,19 @@ pub const SWAP_ONLY_SEEDS: [&str; 8] = [
 /// fall below the bound before the skip is distrusted): rounding only.
 const SKIP_MARGIN: f64 = 1e-6;
 
-/// One seed per [`seed_family`], fastest first: each family's fastest seed
-/// with a schedule (ties to the earlier seed). [`Joint::starts`] starts the
-/// local search from the first [`IMPROVED_SEEDS`] of them, and
-/// `Joint::swap_only_skip` asks where the last of those would be.
-fn family_leaders(seeds: &[Seed]) -> Vec<&Seed> {
-    let mut by_time: Vec<&Seed> = seeds
+/// One seed per [`seed_family`], fastest first, with its schedule: each
+/// family's fastest seed that has one (ties to the earlier seed).
+/// [`Joint::starts`] starts the local search from the first
+/// [`IMPROVED_SEEDS`] of them, and `Joint::swap_only_skip` asks where the
+/// last of those would be.
+fn family_leaders(seeds: &[Seed]) -> Vec<(&Seed, &Schedule)> {
+    let mut by_time: Vec<(&Seed, &Schedule)> = seeds
         .iter()
-        .filter(|s| s.plan.lowered_from.is_some())
+        .filter_map(|s| Some((s, s.plan.lowered_from.as_deref()?)))
         .collect();
-    by_time.sort_by(|a, b| a.iter_time_s.total_cmp(&b.iter_time_s));
+    by_time.sort_by(|a, b| a.0.iter_time_s.total_cmp(&b.0.iter_time_s));
     let mut families: Vec<&str> = Vec::new();
-    by_time.retain(|s| {
+    by_time.retain(|&(s, _)| {
         let family = seed_family(s);
         let first = !families.contains(&family);
         if first {
@@ -468,7 +469,7 @@ fn family_leaders(seeds: &[Seed]) -> Vec<&Seed> {
 fn nth_family_time_s(seeds: &[Seed], n: usize) -> Option<f64> {
     family_leaders(seeds)
         .get(n.checked_sub(1)?)
-        .map(|s| s.iter_time_s)
+        .map(|(s, _)| s.iter_time_s)
 }
 
 /// The fastest variant of `schedule` with its offloaded states turned
@@ -1496,10 +1497,7 @@ impl Joint {
         // rule the second start is `capuchin`. Both choices ended at 0.395
         // of ideal in 5 s, so this is a choice, not a measured gain).
         let mut out: Vec<Start> = Vec::new();
-        for s in family_leaders(seeds).into_iter().take(self.improved_seeds) {
-            let Some(schedule) = s.plan.lowered_from.as_deref() else {
-                continue;
-            };
+        for (s, schedule) in family_leaders(seeds).into_iter().take(self.improved_seeds) {
             // The fastest seed's start gets a double share: it is the
             // likeliest to end fastest.
             out.push(Start {
