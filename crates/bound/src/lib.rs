@@ -178,12 +178,19 @@ pub struct CutBound {
 /// swaps at: 1 for the bound's own program. Any other value makes it a
 /// heuristic, not a bound (a planner may price the link lower to lean on
 /// recomputation).
+///
+/// `None` at once where some op's working set alone is over the budget
+/// (step 2: no plan exists, and the programs would take as long to solve
+/// for nothing).
 pub fn forward_end_program(
     graph: &Graph,
     cost: &dyn CostModel,
     budget_bytes: u64,
     link_scale: f64,
 ) -> Option<LpChoice> {
+    if no_plan(graph, budget_bytes).is_some() {
+        return None;
+    }
     let ends = forward_end_cuts(graph)?;
     let op_time_s = op_times_s(graph, cost);
     let compute_s: f64 = op_time_s.iter().sum();

@@ -3,7 +3,7 @@
 //! behaves as its derivation says at the ends (the compute time with room to
 //! spare; no plan when one op's working set exceeds the budget).
 
-use outcore_bound::{Bound, TimeBound, lower_bound, swap_only_bound};
+use outcore_bound::{Bound, TimeBound, forward_end_program, lower_bound, swap_only_bound};
 use outcore_cost::{CostModel, DeviceProfile, RooflineModel};
 use outcore_graph::{Graph, OpId, footprint, zoo};
 use outcore_plan::{AllocatorSpec, Instr, PlanOutcome, PlanRequest, verify};
@@ -222,4 +222,7 @@ fn a_working_set_over_the_budget_means_no_plan() {
         Bound::NoPlan { working_set_bytes, .. } if working_set_bytes == largest
     ));
     assert!(matches!(lower_bound(&g, &cost, largest), Bound::Time(_)));
+    // Nor has the program at the end of the forward pass (a planner's
+    // start) a choice there.
+    assert!(forward_end_program(&g, &cost, largest - 1, 1.0).is_none());
 }

@@ -1127,6 +1127,8 @@ impl Joint {
 /// b32 at 25% on `v100-16gb-pcie3` 0.32 s. Beside the seeds it takes the
 /// core they leave idle (most seeds are single-threaded rule-based
 /// planners), and what it takes from the parallel ones the OS shares out.
+/// Where some op's working set alone is over the budget the program
+/// returns at once (`outcore_bound::forward_end_program`).
 /// The price: where no seed has a plan (or one fails), the answer waits
 /// for the solve, which the thread's scope joins before `plan` returns.
 enum ProgramStart<'scope> {
@@ -1568,7 +1570,8 @@ impl Joint {
     /// ([`program::program_start`]), and the recomputation seeds planned for
     /// 1.5x the budget — which the search first brings under the budget with
     /// its own moves (a mix of swaps and recomputations none of the seeds
-    /// makes).
+    /// makes). Waits for the program's solve where it is still running
+    /// ([`ProgramStart::join`]).
     fn starts(
         &self,
         request: &PlanRequest<'_>,
