@@ -1123,12 +1123,13 @@ impl Joint {
 /// DenseNet-121 b64 at 12.5% on `h100-80gb` (`--seconds 5`) the seeds
 /// ended at 2.24 s and the program then took 1.41 s, half of what was
 /// left; a `perf` profile of the run showed one busy core from 2.5 s to
-/// 3.75 s. On the PyTorch GPT-2 export at 25% it took 0.19 s, on BERT-base
+/// 3.5 s. On the PyTorch GPT-2 export at 25% it took 0.19 s, on BERT-base
 /// b32 at 25% on `v100-16gb-pcie3` 0.32 s. Beside the seeds it takes the
 /// core they leave idle (most seeds are single-threaded rule-based
 /// planners), and what it takes from the parallel ones the OS shares out.
 /// Where some op's working set alone is over the budget the program
 /// returns at once (`outcore_bound::forward_end_program`).
+///
 /// The price: where no seed has a plan (or one fails), the answer waits
 /// for the solve, which the thread's scope joins before `plan` returns.
 enum ProgramStart<'scope> {
