@@ -158,7 +158,7 @@ fn variant_seeds(
     variant: Variant,
     until: Instant,
 ) -> Vec<(String, Result<PlanOutcome, PlannerError>)> {
-    let chosen = streamed::offloaded(ctx, variant.set, request.budget_bytes);
+    let chosen = streamed::offloaded(ctx, request.cost, variant.set, request.budget_bytes);
     if chosen.is_empty() {
         return Vec::new();
     }

@@ -664,7 +664,7 @@ mod tests {
         let budget = footprint(&g).0 / 4;
         let request = PlanRequest::new(&g, &cost, budget);
         let variant = super::super::mixed::MIXED_VARIANTS[0];
-        let chosen = super::super::streamed::offloaded(&ctx, variant.set, budget);
+        let chosen = super::super::streamed::offloaded(&ctx, &cost, variant.set, budget);
         let gaps = queued_swap_ins(
             &ctx,
             &cost,
