@@ -574,11 +574,13 @@ pub const LATENCY_BOUND_SHARE: f64 = 1.0 / 64.0;
 ///
 /// Only [`OffloadSet::All`] keeps them. Kept by the optimizer-state set
 /// too, the seeds that won at 50% of the footprint (optimizer state
-/// streamed, activations recomputed or offloaded) came out slower in
-/// back-to-back suite runs: the GPT-2 export on `v100-16gb-pcie3` 0.911 to
-/// 0.898 of ideal, BERT-base b32 on `h100-80gb` 0.938 to 0.932, the VGG-16
-/// export on `v100-16gb-pcie3` 0.923 to 0.909 (not explained: the plans
-/// copied fewer bytes and recomputed less, yet stalled more).
+/// streamed, activations recomputed or offloaded) came out slower, in one
+/// direct run of each build (`outcore plan ... --seconds 5`): the GPT-2
+/// export on `v100-16gb-pcie3` 0.911 to 0.898 of ideal, BERT-base b32 on
+/// `h100-80gb` 0.938 to 0.932, the VGG-16 export on `v100-16gb-pcie3` 0.923
+/// to 0.909, and likewise in a suite run against two of the build before
+/// (RESULTS.md). Not explained: the GPT-2 plan copied fewer bytes and
+/// recomputed less, yet stalled more.
 pub(super) fn latency_bound(ctx: &Ctx<'_>, cost: &dyn CostModel, budget_bytes: u64) -> Vec<bool> {
     let rates = cost.copy_rates();
     let slower_bytes_per_s = rates.one_way_bytes_per_s[0].min(rates.one_way_bytes_per_s[1]);
