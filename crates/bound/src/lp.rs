@@ -89,7 +89,7 @@
 use crate::cut::{ancestors_and_self, descendants};
 use crate::link::Link;
 use microlp::{
-    ComparisonOp, OptimizationDirection, Problem, SolutionStatus, SolveOutcome, Variable,
+    ComparisonOp, OptimizationDirection, Problem, Solution, SolutionStatus, SolveOutcome, Variable,
 };
 use outcore_graph::{Graph, OpId, Phase, TensorId};
 use serde::Serialize;
@@ -322,90 +322,130 @@ impl<'g> LpGraph<'g> {
 
     /// Builds and solves the program over `input.storages`: its optimum,
     /// each storage's choice there, and the free ops it runs mostly after the
-    /// cut.
+    /// cut. Variables and rows are added in a fixed order (the solver's
+    /// pivots, and so its last digits, follow it).
     fn program(&self, input: &ProgramInput<'_>) -> Option<(LpCut, Vec<StorageChoice>, Vec<OpId>)> {
-        let graph = self.graph;
-        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
-        let budget = input.budget_bytes;
         let mut lp = Problem::new(OptimizationDirection::Minimize);
-        let mut k = vec![None; graph.tensors.len()];
-        let mut s = vec![None; graph.tensors.len()];
-        let mut r: Vec<Option<Variable>> = vec![None; graph.ops.len()];
-        // Variables: k and s per storage, r per recomputable producer.
-        for &g in input.storages {
-            k[g] = Some(lp.add_var(0.0, (0.0, 1.0)));
-            s[g] = Some(lp.add_var(0.0, (0.0, 1.0)));
-            if let Some(p) = graph.tensors[g].producer
-                && graph.ops[p.index()].recomputable
-                && r[p.index()].is_none()
-            {
-                r[p.index()] = Some(lp.add_var(0.0, (0.0, 1.0)));
-            }
-        }
-        // x per free op of a restoration row: the fraction of it that runs
-        // before the cut. The other free ops' time is split by one variable.
-        let mut x: Vec<Option<Variable>> = vec![None; graph.ops.len()];
-        for need in input.needs {
-            for f in [need.free_producer, need.free_user].into_iter().flatten() {
-                if x[f].is_none() {
-                    x[f] = Some(lp.add_var(0.0, (0.0, 1.0)));
-                }
-            }
-        }
-        self.free_order_rows(&mut lp, &x);
+        let vars = self.program_vars(&mut lp, input);
+        self.free_order_rows(&mut lp, &vars.x);
         let t_var = lp.add_var(1.0, (0.0, f64::INFINITY));
         let u = lp.add_var(0.0, (0.0, f64::INFINITY));
         let v = lp.add_var(0.0, (0.0, f64::INFINITY));
-        // Every needed storage is restored, as far as its producer runs
-        // before the cut and its user after: `k + s + r >= x_p - x_q`, with
-        // `x = 1` for an op surely before and `0` for one surely after.
+        self.restoration_rows(&mut lp, input, &vars)?;
+        self.recompute_input_rows(&mut lp, input, &vars);
+        self.memory_row(&mut lp, input, &vars.k);
+        let recompute = self.time_rows(&mut lp, input, &vars, (t_var, u, v));
+        self.link_rows(&mut lp, input, &vars.s, (t_var, u, v));
+        let solution = match lp.solve() {
+            // Only a proven optimum is a minimum (a feasible point is not).
+            Ok(SolveOutcome::Solution(sol)) if sol.status() == SolutionStatus::Optimal => sol,
+            _ => return None,
+        };
+        Some(self.read_solution(input, &vars, &recompute, &solution))
+    }
+
+    /// The program's choice variables, each in `[0, 1]`: `k` and `s` per
+    /// storage, `r` per recomputable producer of one, and `x` per free op
+    /// of a restoration row (the fraction of it that runs before the cut;
+    /// the other free ops' time is split by one variable, in
+    /// [`LpGraph::time_rows`]).
+    fn program_vars(&self, lp: &mut Problem, input: &ProgramInput<'_>) -> ProgramVars {
+        let graph = self.graph;
+        let mut vars = ProgramVars {
+            k: vec![None; graph.tensors.len()],
+            s: vec![None; graph.tensors.len()],
+            r: vec![None; graph.ops.len()],
+            x: vec![None; graph.ops.len()],
+        };
+        for &g in input.storages {
+            vars.k[g] = Some(lp.add_var(0.0, (0.0, 1.0)));
+            vars.s[g] = Some(lp.add_var(0.0, (0.0, 1.0)));
+            if let Some(p) = graph.tensors[g].producer
+                && graph.ops[p.index()].recomputable
+                && vars.r[p.index()].is_none()
+            {
+                vars.r[p.index()] = Some(lp.add_var(0.0, (0.0, 1.0)));
+            }
+        }
+        for need in input.needs {
+            for f in [need.free_producer, need.free_user].into_iter().flatten() {
+                if vars.x[f].is_none() {
+                    vars.x[f] = Some(lp.add_var(0.0, (0.0, 1.0)));
+                }
+            }
+        }
+        vars
+    }
+
+    /// Every needed storage is restored, as far as its producer runs
+    /// before the cut and its user after: `k + s + r >= x_p - x_q`, with
+    /// `x = 1` for an op surely before and `0` for one surely after.
+    /// `None` where a needed storage has no variable.
+    fn restoration_rows(
+        &self,
+        lp: &mut Problem,
+        input: &ProgramInput<'_>,
+        vars: &ProgramVars,
+    ) -> Option<()> {
         for need in input.needs {
             let g = need.storage;
-            let mut row = vec![(k[g]?, 1.0), (s[g]?, 1.0)];
-            if let Some(rp) = graph.tensors[g].producer.and_then(|p| r[p.index()]) {
+            let mut row = vec![(vars.k[g]?, 1.0), (vars.s[g]?, 1.0)];
+            if let Some(rp) = self.graph.tensors[g]
+                .producer
+                .and_then(|p| vars.r[p.index()])
+            {
                 row.push((rp, 1.0));
             }
             let mut rhs = 1.0;
             if let Some(p) = need.free_producer {
-                row.push((x[p]?, -1.0));
+                row.push((vars.x[p]?, -1.0));
                 rhs = 0.0;
             }
             if let Some(q) = need.free_user {
-                row.push((x[q]?, 1.0));
+                row.push((vars.x[q]?, 1.0));
             }
             lp.add_constraint(row.as_slice(), ComparisonOp::Ge, rhs);
         }
-        // A recomputation has its inputs: `r_p <= k_y + s_y + r_{p(y)}`, plus
-        // `1 - x_{p(y)}` for an input whose producer is free (run after the
-        // cut, it makes the input there).
+        Some(())
+    }
+
+    /// A recomputation has its inputs: `r_p <= k_y + s_y + r_{p(y)}`, plus
+    /// `1 - x_{p(y)}` for an input whose producer is free (run after the
+    /// cut, it makes the input there).
+    fn recompute_input_rows(&self, lp: &mut Problem, input: &ProgramInput<'_>, vars: &ProgramVars) {
+        let graph = self.graph;
         let mut inputs = Vec::new();
-        for (p, rp) in r.iter().enumerate() {
+        for (p, rp) in vars.r.iter().enumerate() {
             let Some(rp) = *rp else { continue };
             inputs.clear();
             inputs.extend(graph.ops[p].inputs.iter().map(|&t| self.owner(t)));
             inputs.sort_unstable();
             inputs.dedup();
             for &y in &inputs {
-                let (Some(ky), Some(sy)) = (k[y], s[y]) else {
+                let (Some(ky), Some(sy)) = (vars.k[y], vars.s[y]) else {
                     continue;
                 };
                 let mut row = vec![(ky, 1.0), (sy, 1.0), (rp, -1.0)];
                 let producer = graph.tensors[y].producer.map(|q| q.index());
-                if let Some(ry) = producer.and_then(|q| r[q]) {
+                if let Some(ry) = producer.and_then(|q| vars.r[q]) {
                     row.push((ry, 1.0));
                 }
                 let mut rhs = 0.0;
                 if let Some(q) = producer.filter(|&q| input.side[q] == Side::Free) {
                     // A free producer with no variable takes no side: its
                     // output is taken as available.
-                    let Some(xq) = x[q] else { continue };
+                    let Some(xq) = vars.x[q] else { continue };
                     row.push((xq, -1.0));
                     rhs = -1.0;
                 }
                 lp.add_constraint(row.as_slice(), ComparisonOp::Ge, rhs);
             }
         }
-        // Memory at the cut, in units of the budget.
+    }
+
+    /// Memory at the cut, in units of the budget: `Σ k_g size_g <= room`.
+    fn memory_row(&self, lp: &mut Problem, input: &ProgramInput<'_>, k: &[Option<Variable>]) {
+        let budget = input.budget_bytes;
         let memory: Vec<(Variable, f64)> = input
             .storages
             .iter()
@@ -421,8 +461,22 @@ impl<'g> LpGraph<'g> {
             ComparisonOp::Le,
             input.room_bytes / budget,
         );
-        // Times, in units of the compute time.
-        let recompute: Vec<(Variable, f64)> = r
+    }
+
+    /// The compute rows, in units of the compute time: `T >= C + R`,
+    /// `u >= F + Σ x_f t_f` and `v >= G + Σ (1 - x_f) t_f + R` (the free ops
+    /// without a variable as one `z` in `[0, their time]`). Returns `R`'s
+    /// terms `(r_p, t_p / C)`.
+    fn time_rows(
+        &self,
+        lp: &mut Problem,
+        input: &ProgramInput<'_>,
+        vars: &ProgramVars,
+        (t_var, u, v): (Variable, Variable, Variable),
+    ) -> Vec<(Variable, f64)> {
+        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        let recompute: Vec<(Variable, f64)> = vars
+            .r
             .iter()
             .enumerate()
             .filter_map(|(p, rp)| {
@@ -430,25 +484,20 @@ impl<'g> LpGraph<'g> {
                 rp.filter(|_| w >= 1e-9).map(|rp| (rp, w))
             })
             .collect();
-        // The free ops' time before the cut, `Σ x_f t_f` (the ones without a
-        // variable as one `z` in `[0, their time]`), and all of it.
-        let mut free_before: Vec<(Variable, f64)> = x
+        let mut free_before: Vec<(Variable, f64)> = vars
+            .x
             .iter()
             .enumerate()
             .filter_map(|(f, xf)| Some((((*xf)?), self.op_time_s[f] / c_s)))
             .collect();
-        let rest_s: f64 = (0..graph.ops.len())
-            .filter(|&f| input.side[f] == Side::Free && x[f].is_none())
+        let rest_s: f64 = (0..self.graph.ops.len())
+            .filter(|&f| input.side[f] == Side::Free && vars.x[f].is_none())
             .map(|f| self.op_time_s[f] / c_s)
             .sum();
         if rest_s > 0.0 {
             free_before.push((lp.add_var(0.0, (0.0, 1.0)), rest_s));
         }
         let free_s: f64 = free_before.iter().map(|&(_, w)| w).sum();
-        let is_activation = |g: usize| graph.tensors[g].producer.is_some();
-        let out_later = |g: usize| is_activation(g) || self.updated[g];
-        let link = input.link;
-        let (r_in, r_out) = (link.in_bytes_per_s, link.out_bytes_per_s);
         // T >= C + R.
         let mut row = vec![(t_var, 1.0)];
         row.extend(recompute.iter().map(|&(x, w)| (x, -w)));
@@ -466,30 +515,53 @@ impl<'g> LpGraph<'g> {
             ComparisonOp::Ge,
             input.after_s / c_s + free_s,
         );
-        self.copy_out_rows(&mut lp, input, &s, (u, v));
-        self.link_windows(&mut lp, input, &s, u, v);
-        // T >= u + v, and the whole iteration's copies on the shared link:
-        // T >= (S + κ_in (S_a + S_u)) / r_in and the same the other way.
+        recompute
+    }
+
+    /// The link rows: each side's copies ([`LpGraph::copy_out_rows`],
+    /// [`LpGraph::link_windows`]), `T >= u + v`, and the whole iteration's
+    /// copies on the shared link: `T >= (S + κ_in (S_a + S_u)) / r_in` and
+    /// the same the other way.
+    fn link_rows(
+        &self,
+        lp: &mut Problem,
+        input: &ProgramInput<'_>,
+        s: &[Option<Variable>],
+        (t_var, u, v): (Variable, Variable, Variable),
+    ) {
+        let graph = self.graph;
+        let is_activation = |g: usize| graph.tensors[g].producer.is_some();
+        let out_later = |g: usize| is_activation(g) || self.updated[g];
+        let link = input.link;
+        let (r_in, r_out) = (link.in_bytes_per_s, link.out_bytes_per_s);
+        self.copy_out_rows(lp, input, s, (u, v));
+        self.link_windows(lp, input, s, u, v);
         lp.add_constraint([(t_var, 1.0), (u, -1.0), (v, -1.0)], ComparisonOp::Ge, 0.0);
         let all_in = |g: usize| 1.0 + if out_later(g) { link.out_cost_in } else { 0.0 };
         let mut row = vec![(t_var, 1.0)];
-        row.extend(self.byte_terms(input.storages, &s, r_in, all_in));
+        row.extend(self.byte_terms(input.storages, s, r_in, all_in));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
         let all_out = |g: usize| link.in_cost_out + if out_later(g) { 1.0 } else { 0.0 };
         let mut row = vec![(t_var, 1.0)];
-        row.extend(self.byte_terms(input.storages, &s, r_out, all_out));
+        row.extend(self.byte_terms(input.storages, s, r_out, all_out));
         lp.add_constraint(row.as_slice(), ComparisonOp::Ge, 0.0);
+    }
 
-        let solution = match lp.solve() {
-            // Only a proven optimum is a minimum (a feasible point is not).
-            Ok(SolveOutcome::Solution(sol)) if sol.status() == SolutionStatus::Optimal => sol,
-            _ => return None,
-        };
+    /// The optimum, each storage's choice and the free ops run mostly after
+    /// the cut, read from `solution`.
+    fn read_solution(
+        &self,
+        input: &ProgramInput<'_>,
+        vars: &ProgramVars,
+        recompute: &[(Variable, f64)],
+        solution: &Solution,
+    ) -> (LpCut, Vec<StorageChoice>, Vec<OpId>) {
+        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
         let recompute_s = recompute.iter().map(|&(x, w)| solution[x] * w).sum::<f64>() * c_s;
         let swapped_bytes = input
             .storages
             .iter()
-            .map(|&g| solution[s[g].expect("s")] * self.size(g) as f64)
+            .map(|&g| solution[vars.s[g].expect("s")] * self.size(g) as f64)
             .sum();
         let choices = input
             .storages
@@ -497,11 +569,11 @@ impl<'g> LpGraph<'g> {
             .map(|&g| StorageChoice {
                 storage: TensorId(g as u32),
                 needed: input.needed[g],
-                kept: solution[k[g].expect("k")],
-                swapped: solution[s[g].expect("s")],
-                recomputed: graph.tensors[g]
+                kept: solution[vars.k[g].expect("k")],
+                swapped: solution[vars.s[g].expect("s")],
+                recomputed: self.graph.tensors[g]
                     .producer
-                    .and_then(|p| r[p.index()])
+                    .and_then(|p| vars.r[p.index()])
                     .map_or(0.0, |rp| solution[rp]),
             })
             .collect();
@@ -513,13 +585,14 @@ impl<'g> LpGraph<'g> {
             swapped_bytes,
             storages: input.storages.len(),
         };
-        let deferred = x
+        let deferred = vars
+            .x
             .iter()
             .enumerate()
             .filter(|(_, xf)| xf.is_some_and(|xf| solution[xf] < 0.5))
             .map(|(f, _)| OpId(f as u32))
             .collect();
-        Some((optimum, choices, deferred))
+        (optimum, choices, deferred)
     }
 
     /// A free op runs before the cut no more than the free ops it reads
@@ -765,6 +838,19 @@ struct Need {
     storage: usize,
     free_producer: Option<usize>,
     free_user: Option<usize>,
+}
+
+/// The program's choice variables ([`LpGraph::program_vars`]), indexed by
+/// storage (`k`, `s`) or op (`r`, `x`); `None` where the program has none.
+struct ProgramVars {
+    /// Present at the cut.
+    k: Vec<Option<Variable>>,
+    /// Swapped in after the cut.
+    s: Vec<Option<Variable>>,
+    /// Re-run after the cut (recomputable producers).
+    r: Vec<Option<Variable>>,
+    /// Run before the cut (free ops of restoration rows).
+    x: Vec<Option<Variable>>,
 }
 
 /// What [`LpGraph::program`] needs of one cut.
