@@ -841,26 +841,23 @@ mod tests {
     /// `batch` x 8 KiB (4 MiB at batch 512, where the persistent tensors
     /// outweigh the activations as in a transformer at a small batch).
     fn wide_mlp(batch: u64) -> Graph {
-        let width = 2048;
-        let mut b = GraphBuilder::new("wide-mlp", batch, DType::Float32);
-        let mut x = b.input("x", &[batch, width]);
-        for i in 0..8 {
-            let y = b.linear(&format!("fc{i}"), x, width, false);
-            x = b.relu(y);
-        }
-        let labels = b.label("labels", &[batch]);
-        let loss = b.softmax_cross_entropy(x, labels);
-        b.finish(loss, Optimizer::adamw()).expect("hand graph")
+        mlp_2048(batch, false)
     }
 
     /// [`wide_mlp`] with biases: each layer adds a 8 KiB bias and its two
     /// 8 KiB Adam moments.
     fn wide_mlp_with_biases(batch: u64) -> Graph {
+        mlp_2048(batch, true)
+    }
+
+    /// Eight linear + relu layers 2048 wide, with or without biases, trained
+    /// with AdamW.
+    fn mlp_2048(batch: u64, bias: bool) -> Graph {
         let width = 2048;
-        let mut b = GraphBuilder::new("wide-mlp-biased", batch, DType::Float32);
+        let mut b = GraphBuilder::new("wide-mlp", batch, DType::Float32);
         let mut x = b.input("x", &[batch, width]);
         for i in 0..8 {
-            let y = b.linear(&format!("fc{i}"), x, width, true);
+            let y = b.linear(&format!("fc{i}"), x, width, bias);
             x = b.relu(y);
         }
         let labels = b.label("labels", &[batch]);
