@@ -182,6 +182,12 @@ impl<'g> LpGraph<'g> {
         self.graph.storage_owner(t).index()
     }
 
+    /// The program's unit of time: the compute time, kept above zero so
+    /// that dividing by it stays finite.
+    fn time_unit_s(&self) -> f64 {
+        self.compute_s.max(f64::MIN_POSITIVE)
+    }
+
     fn size(&self, g: usize) -> u64 {
         self.graph.tensors[g].size_bytes
     }
@@ -474,7 +480,7 @@ impl<'g> LpGraph<'g> {
         vars: &ProgramVars,
         (t_var, u, v): (Variable, Variable, Variable),
     ) -> Vec<(Variable, f64)> {
-        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        let c_s = self.time_unit_s();
         let recompute: Vec<(Variable, f64)> = vars
             .r
             .iter()
@@ -556,7 +562,7 @@ impl<'g> LpGraph<'g> {
         recompute: &[(Variable, f64)],
         solution: &Solution,
     ) -> (LpCut, Vec<StorageChoice>, Vec<OpId>) {
-        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        let c_s = self.time_unit_s();
         let recompute_s = recompute.iter().map(|&(x, w)| solution[x] * w).sum::<f64>() * c_s;
         let swapped_bytes = input
             .storages
@@ -620,7 +626,7 @@ impl<'g> LpGraph<'g> {
         rate: f64,
         weight: impl Fn(usize) -> f64,
     ) -> Vec<(Variable, f64)> {
-        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        let c_s = self.time_unit_s();
         storages
             .iter()
             .filter(|&&g| weight(g) > 0.0)
@@ -659,7 +665,7 @@ impl<'g> LpGraph<'g> {
         let graph = self.graph;
         let link = input.link;
         let (r_in, r_out) = (link.in_bytes_per_s, link.out_bytes_per_s);
-        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        let c_s = self.time_unit_s();
         // Persistent storages some op after the cut updates.
         let mut updated_after = vec![false; graph.tensors.len()];
         for &(owner, op) in &self.updates {
@@ -745,7 +751,7 @@ impl<'g> LpGraph<'g> {
         (side, rate): (Variable, f64),
         when: impl Fn(usize) -> Option<f64>,
     ) {
-        let c_s = self.compute_s.max(f64::MIN_POSITIVE);
+        let c_s = self.time_unit_s();
         let mut values: Vec<f64> = storages.iter().filter_map(|&g| when(g)).collect();
         values.sort_by(f64::total_cmp);
         values.dedup();
