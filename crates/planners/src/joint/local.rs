@@ -115,6 +115,12 @@ pub struct LocalStats {
     /// better schedule.
     pub kicks: usize,
     pub kicks_improved: usize,
+    /// The search stopped because it had stagnated ([`Limits::stagnation`]).
+    pub stagnant: bool,
+    /// The time the search last gained [`Stagnation::gain`] below, and the
+    /// moves scored then (where a stagnation limit is set and a feasible
+    /// schedule has been seen).
+    pub since_gain: Option<(f64, usize)>,
     /// One point per scored batch of a climb: moves scored so far, then the
     /// iteration time of the climb's current schedule and the mean and worst
     /// of the batch's feasible candidates (`NaN` where none was feasible).
@@ -217,6 +223,7 @@ pub fn improve(
 ) -> (Schedule, Cost, LocalStats) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut stats = LocalStats::default();
+    limits.note_progress(&mut stats, start.1);
     let climbed = climb(search, ctx, cost, start, &mut rng, limits, &mut stats);
     let (mut best, mut best_cost) = climbed;
     while best_cost.is_feasible() && !limits.reached(&stats) && stats.kicks < limits.max_kicks {
@@ -231,6 +238,7 @@ pub fn improve(
             stats.kicks_improved += 1;
         }
     }
+    stats.stagnant = limits.stagnated(&stats);
     (best, best_cost, stats)
 }
 
@@ -245,11 +253,51 @@ pub struct Limits {
     /// Score first the moves that end the dearest recomputations
     /// (`prioritise`); else in the shuffled order alone.
     pub prioritised: bool,
+    /// Stop when the search has stagnated; `None`: only at the deadline,
+    /// the move limit or convergence.
+    pub stagnation: Option<Stagnation>,
+}
+
+/// A search has stagnated when it has scored `moves` moves since its
+/// fastest feasible schedule last fell by `gain` (relative) or more.
+/// Counted in moves, not seconds, so that a search under move bounds alone
+/// stays reproducible.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stagnation {
+    pub moves: usize,
+    pub gain: f64,
 }
 
 impl Limits {
     fn reached(&self, stats: &LocalStats) -> bool {
-        stats.moves_scored >= self.max_moves || Instant::now() >= self.deadline
+        stats.moves_scored >= self.max_moves
+            || Instant::now() >= self.deadline
+            || self.stagnated(stats)
+    }
+
+    fn stagnated(&self, stats: &LocalStats) -> bool {
+        match (self.stagnation, stats.since_gain) {
+            (Some(st), Some((_, at))) => stats.moves_scored - at >= st.moves,
+            _ => false,
+        }
+    }
+
+    /// Notes that the search reached `cost`: where it is feasible and
+    /// [`Stagnation::gain`] faster than the last such, it restarts the count.
+    fn note_progress(&self, stats: &mut LocalStats, cost: Cost) {
+        let Some(st) = self.stagnation else {
+            return;
+        };
+        if !cost.is_feasible() {
+            return;
+        }
+        let gained = match stats.since_gain {
+            Some((time_s, _)) => cost.time_s <= time_s * (1.0 - st.gain),
+            None => true,
+        };
+        if gained {
+            stats.since_gain = Some((cost.time_s, stats.moves_scored));
+        }
     }
 }
 
@@ -354,6 +402,7 @@ pub fn polish(
         max_moves,
         kinds: Kinds::SwapTiming,
         prioritised: false,
+        stagnation: None,
     };
     let (schedule, reached) = climb(search, ctx, cost, start, &mut rng, &limits, &mut stats);
     (schedule, reached, stats)
@@ -459,7 +508,9 @@ fn climb(
                     }
                 }
             }
-            record_batch(stats, &outcomes, best.map_or(current_cost, |(_, c)| c));
+            let after = best.map_or(current_cost, |(_, c)| c);
+            record_batch(stats, &outcomes, after);
+            limits.note_progress(stats, after);
             let Some((i, c)) = best else {
                 continue;
             };
@@ -786,6 +837,50 @@ mod tests {
             .collect()
     }
 
+    /// A search stagnates once it has scored `moves` moves since its time
+    /// last fell by `gain`: smaller gains and schedules over the budget do
+    /// not restart the count; without a rule it never stagnates.
+    #[test]
+    fn a_search_stagnates_after_its_moves_without_the_gain() {
+        let mut limits = Limits {
+            deadline: Instant::now() + Duration::from_secs(3600),
+            max_kicks: 0,
+            max_moves: usize::MAX,
+            kinds: Kinds::All,
+            prioritised: false,
+            stagnation: Some(Stagnation {
+                moves: 100,
+                gain: 0.01,
+            }),
+        };
+        let mut stats = LocalStats::default();
+        limits.note_progress(&mut stats, Cost::feasible(1.0));
+        assert_eq!(stats.since_gain, Some((1.0, 0)));
+        // 0.5% faster at move 99: below the 1% gain, the count runs on.
+        stats.moves_scored = 99;
+        limits.note_progress(&mut stats, Cost::feasible(0.995));
+        assert!(!limits.stagnated(&stats) && !limits.reached(&stats));
+        stats.moves_scored = 100;
+        assert!(limits.stagnated(&stats) && limits.reached(&stats));
+        // 1% below 1.0 restarts it at move 100; 100 moves later it is over.
+        limits.note_progress(&mut stats, Cost::feasible(0.99));
+        assert_eq!(stats.since_gain, Some((0.99, 100)));
+        stats.moves_scored = 199;
+        assert!(!limits.stagnated(&stats));
+        // Over the budget, however fast, it does not restart.
+        limits.note_progress(
+            &mut stats,
+            Cost {
+                excess_bytes: 1,
+                time_s: 0.1,
+            },
+        );
+        stats.moves_scored = 200;
+        assert!(limits.stagnated(&stats));
+        limits.stagnation = None;
+        assert!(!limits.stagnated(&stats) && !limits.reached(&stats));
+    }
+
     /// A swap-in triggered right before its use makes compute wait for the
     /// whole copy; the polish names it, moves its trigger earlier and ends
     /// the stall. Without a stall nothing is offered.
@@ -934,6 +1029,7 @@ mod tests {
             max_moves: BATCH + 1,
             kinds: Kinds::All,
             prioritised: true,
+            stagnation: None,
         };
         let (_, reached, stats) = improve(&search, &ctx, &cost, (start, start_cost), 0, &limits);
         assert_eq!(stats.curve.len(), 1, "one batch");

@@ -130,19 +130,23 @@
 //!   BERT-base at 50% on `h100-80gb`, with two improved seeds and one phase
 //!   the streamed seed displaced `dtr`'s and the plan fell from 0.916 to
 //!   0.894 of ideal; with three and two phases it is 0.916.
-//! - **Swap timing polished at the end** (`Joint::polish`,
-//!   [`local::polish`]): when the fastest schedule makes compute wait for
-//!   swap-ins, the search climbs on over the triggers of those swap-ins
-//!   (and the two run before each on the h2d stream) alone, densely
+//! - **Swap timing polished in turns with the second phase** ([`turns`],
+//!   [`local::polish`]): when the schedule makes compute wait for
+//!   swap-ins, a climb over the triggers of those swap-ins (and the two
+//!   run before each on the h2d stream) alone, densely
 //!   ([`moves::Kinds::SwapTiming`]), after starting them all earlier at
-//!   once while that improves ([`moves::led_swap_ins`]), with a share of
-//!   the time left after the first phase that follows the stalls (a tenth
-//!   to a half, `polish_share`). On the PyTorch VGG-16 b32 export at 50% on
-//!   `v100-16gb-pcie3` the search ended 1.1 ms stalled on a momentum
-//!   buffer's swap-in from the iteration's start, which the main
-//!   neighbourhood does not retime; the polish starts it earlier, and the
-//!   plan goes from 0.8999 to 0.903 of ideal (RESULTS.md, issue-16
-//!   section, "Swap-ins' triggers polished").
+//!   once while that improves ([`moves::led_swap_ins`]). On the PyTorch
+//!   VGG-16 b32 export at 50% on `v100-16gb-pcie3` the search ended 1.1 ms
+//!   stalled on a momentum buffer's swap-in from the iteration's start,
+//!   which the main neighbourhood does not retime; the polish starts it
+//!   earlier, and the plan goes from 0.8999 to 0.903 of ideal (RESULTS.md,
+//!   issue-16 section, "Swap-ins' triggers polished"). The polish and the
+//!   continued search take turns on one schedule, each turn to the one
+//!   gaining more per move; before, the polish ran once at the end with a
+//!   share of the time that followed the stalls (a tenth to a half), which
+//!   was too little where the polish gains most and took time from the
+//!   continued search where it was gaining (RESULTS.md, issue-16 section,
+//!   "The second phase in turns").
 //! - **Held exchanges** ([`held`]): the two fastest seeds' schedules
 //!   (`HELD_STARTS`) with their chained recomputations traded for cheaper
 //!   ones whose dead inputs the lowering holds are two more starts (one,
@@ -238,6 +242,7 @@ pub mod offloaded;
 pub mod program;
 pub mod requeue;
 pub mod streamed;
+pub mod turns;
 
 use crate::framework::{Ctx, Score, Scored, Scratch, Search};
 use local::Cost;
@@ -331,7 +336,7 @@ pub struct Joint {
     /// recomputations ([`local::Limits::prioritised`]).
     pub prioritised: bool,
     /// When the fastest schedule makes compute wait for swap-ins, those
-    /// swap-ins' triggers are searched at the end (`Joint::polish`); not
+    /// swap-ins' triggers are searched in turns with the main search ([`turns`]); not
     /// in the recompute-only variant, which has no swap.
     pub polish_swap_timing: bool,
     /// Also start from the fastest seed's schedule with its chained
@@ -1672,9 +1677,10 @@ impl Joint {
     ///
     /// Two phases: every start gets its share of [`FIRST_PHASE_SHARE`] of the
     /// time left (the fastest seed's start and the bound's program's a double
-    /// share), then the fastest
-    /// schedule reached by a search that had not converged is searched again
-    /// with all the time that is left (module docs, "Time split").
+    /// share), then the fastest schedule reached by a search that had not
+    /// converged is searched again with all the time that is left, in turns
+    /// with the polish of its swap timing ([`turns`]; module docs, "Time
+    /// split").
     fn improve_best(
         &self,
         context: &Context<'_, '_>,
@@ -1706,48 +1712,11 @@ impl Joint {
             tried.push(run.summary);
             reached.push(run.reached);
         }
-        // The polish's share is kept from the second phase when the fastest
-        // schedule so far stalls (an estimate: the second phase may end
-        // elsewhere; the polish looks again at what it returns).
-        let stalled_share = match fastest_reached(&reached) {
-            Some(r) if self.polish_swap_timing => stall_share(request, &r.schedule, r.cost),
-            _ => 0.0,
-        };
-        let reserve = if stalled_share > local::MIN_GAIN {
-            deadline
-                .saturating_duration_since(Instant::now())
-                .mul_f64(polish_share(stalled_share))
-        } else {
-            Duration::ZERO
-        };
-        let second_until = deadline.checked_sub(reserve).unwrap_or(deadline);
-        // The second phase: the fastest feasible schedule whose search was cut
-        // by the time limit, searched on (a new seed: new shuffles and kicks).
-        if let Some(r) = reached
-            .iter()
-            .filter(|r| !r.converged && r.cost.is_feasible())
-            .min_by(|a, b| a.cost.time_s.total_cmp(&b.cost.time_s))
-        {
-            let ctx = Ctx::new(request.graph, request.cost, r.schedule.order.clone());
-            let search = Search::new(&ctx, request, self.name());
-            let start = Start {
-                label: format!("{} (continued)", r.label),
-                schedule: r.schedule.clone(),
-                share: 1.0,
-            };
-            let run = self.search_from(
-                &search,
-                &start,
-                r.cost,
-                request.seed.wrapping_add(1),
-                self.limits(second_until),
-            );
-            tried.push(run.summary);
-            reached.push(run.reached);
-        }
-        if let Some(run) = self.polish(request, &reached, deadline) {
-            tried.push(run.summary);
-            reached.push(run.reached);
+        // The second phase: the main search continued and the polish of
+        // swap timing, in turns ([`turns`]).
+        if let Some((summaries, r)) = self.turns(request, &reached, deadline) {
+            tried.extend(summaries);
+            reached.push(r);
         }
         if let Some(run) = self.early_out_reached(request, &reached) {
             tried.push(run.summary);
@@ -1786,44 +1755,8 @@ impl Joint {
             max_moves: self.max_moves,
             kinds: self.kinds(),
             prioritised: self.prioritised,
+            stagnation: None,
         }
-    }
-
-    /// The polish: when the fastest schedule reached makes compute wait
-    /// for swap-ins, a climb over those swap-ins' triggers alone
-    /// ([`local::polish`]) until `deadline`.
-    fn polish(
-        &self,
-        request: &PlanRequest<'_>,
-        reached: &[Reached],
-        deadline: Instant,
-    ) -> Option<Run> {
-        let best = fastest_reached(reached)?;
-        if !self.polish_swap_timing || !stalls(request, &best.schedule, best.cost) {
-            return None;
-        }
-        let ctx = Ctx::new(request.graph, request.cost, best.schedule.order.clone());
-        let search = Search::new(&ctx, request, self.name());
-        let seed = request.seed.wrapping_add(2);
-        let start = (best.schedule.clone(), best.cost);
-        let (schedule, cost, stats) = local::polish(
-            &search,
-            &ctx,
-            request.cost,
-            start,
-            seed,
-            (deadline, self.max_moves),
-        );
-        let label = format!("{} (swap timing)", best.label);
-        Some(Run {
-            summary: summary(&label, best.cost, cost, &stats),
-            reached: Reached {
-                label,
-                schedule,
-                cost,
-                converged: stats.converged,
-            },
-        })
     }
 
     /// The fastest schedule reached with its offloaded states turned around
@@ -1914,55 +1847,12 @@ const HELD_STARTS: usize = 2;
 /// start (see [`Joint::improve_best`]).
 const FIRST_PHASE_SHARE: f64 = 0.5;
 
-/// The least share of the time left after the first phase that
-/// [`Joint::polish`] gets, when the fastest schedule then stalls
-/// ([`polish_share`]).
-const POLISH_SHARE: f64 = 0.1;
-
-/// The most of the time left after the first phase that [`Joint::polish`]
-/// gets ([`polish_share`]).
-const MAX_POLISH_SHARE: f64 = 0.5;
-
 /// The fastest feasible schedule reached.
 fn fastest_reached(reached: &[Reached]) -> Option<&Reached> {
     reached
         .iter()
         .filter(|r| r.cost.is_feasible())
         .min_by(|a, b| a.cost.time_s.total_cmp(&b.cost.time_s))
-}
-
-/// Whether `schedule` (of feasible `cost`) makes compute wait long enough
-/// that ending the wait could be accepted as a move ([`local::MIN_GAIN`]).
-fn stalls(request: &PlanRequest<'_>, schedule: &Schedule, cost: Cost) -> bool {
-    stall_share(request, schedule, cost) > local::MIN_GAIN
-}
-
-/// The share of `schedule`'s iteration time (`cost`, feasible) that compute
-/// waits; 0 where the schedule cannot be scored.
-fn stall_share(request: &PlanRequest<'_>, schedule: &Schedule, cost: Cost) -> f64 {
-    let ctx = Ctx::new(request.graph, request.cost, schedule.order.clone());
-    let search = Search::new(&ctx, request, NAME);
-    search
-        .stall_s(schedule, &mut Scratch::default())
-        .map_or(0.0, |stall_s| stall_s / cost.time_s)
-}
-
-/// The polish's share of the time left after the first phase, for a
-/// fastest schedule that waits `stall_share` of its time: that share,
-/// between [`POLISH_SHARE`] and [`MAX_POLISH_SHARE`].
-///
-/// Why: where compute waits for much of the iteration the polish's retimes
-/// gain more per move scored than the second phase's moves. On the PyTorch
-/// GPT-2 export at 25% on `v100-16gb-pcie3` (63% of the iteration stalled)
-/// a 30 s search's polish took 0.328 s to 0.297 s in 7,323 moves, where
-/// its second phase had taken 0.338 s to 0.328 s in 6,520. Measured
-/// (`outcore bench-suite --planners outcore --seconds 5`, 2026-11-29,
-/// against a fixed tenth): 5 of 96 cases up by more than 0.003 of ideal
-/// (that export at 25% 0.329 / 0.417 to 0.344 / 0.424 on `v100-16gb-pcie3`
-/// / `h100-80gb`; BERT-base at 50% on `h100-80gb` 0.923 to 0.930), none
-/// down.
-fn polish_share(stall_share: f64) -> f64 {
-    stall_share.clamp(POLISH_SHARE, MAX_POLISH_SHARE)
 }
 
 /// A local search's summary for the plan's settings: where it started
