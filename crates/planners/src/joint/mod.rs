@@ -141,12 +141,15 @@
 //!   which the main neighbourhood does not retime; the polish starts it
 //!   earlier, and the plan goes from 0.8999 to 0.903 of ideal (RESULTS.md,
 //!   issue-16 section, "Swap-ins' triggers polished"). The polish and the
-//!   continued search take turns on one schedule, each turn to the one
-//!   gaining more per move; before, the polish ran once at the end with a
-//!   share of the time that followed the stalls (a tenth to a half), which
-//!   was too little where the polish gains most and took time from the
-//!   continued search where it was gaining (RESULTS.md, issue-16 section,
-//!   "The second phase in turns").
+//!   continued search take turns on one schedule: the search until a
+//!   reserve point that follows the stalls (a tenth to a half of the time
+//!   left) or until it stagnates, then the polish until it converges, then
+//!   the search again from the polished schedule. Before, the polish ran
+//!   once, at the end, in that share: cut short where it gained most, its
+//!   rest lost where it converged early, and its schedule never searched
+//!   again by the main moves (the PyTorch GPT-2 export at 25% on
+//!   `v100-16gb-pcie3` at 60 s: 0.2159 s before, 0.2089 s with turns;
+//!   RESULTS.md, issue-16 section, "The second phase in turns").
 //! - **Held exchanges** ([`held`]): the two fastest seeds' schedules
 //!   (`HELD_STARTS`) with their chained recomputations traded for cheaper
 //!   ones whose dead inputs the lowering holds are two more starts (one,
@@ -335,9 +338,9 @@ pub struct Joint {
     /// The local search scores first the moves that end the dearest
     /// recomputations ([`local::Limits::prioritised`]).
     pub prioritised: bool,
-    /// When the fastest schedule makes compute wait for swap-ins, those
-    /// swap-ins' triggers are searched in turns with the main search ([`turns`]); not
-    /// in the recompute-only variant, which has no swap.
+    /// When the schedule makes compute wait for swap-ins, those swap-ins'
+    /// triggers are searched in turns with the main search ([`turns`]);
+    /// not in the recompute-only variant, which has no swap.
     pub polish_swap_timing: bool,
     /// Also start from the fastest seed's schedule with its chained
     /// recomputations traded for held ones ([`held`]).
@@ -1873,6 +1876,7 @@ fn summary(start: &str, from: Cost, to: Cost, stats: &local::LocalStats) -> Valu
         "repair_given_up": stats.repair_given_up,
         "kicks": stats.kicks,
         "kicks_improved": stats.kicks_improved,
+        "stagnant": stats.stagnant,
         // [moves scored, current time, batch mean, batch worst] (s);
         // JSON has no NaN, so a batch with no feasible candidate
         // writes null there.
