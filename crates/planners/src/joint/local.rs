@@ -277,7 +277,7 @@ impl Limits {
 
     fn stagnated(&self, stats: &LocalStats) -> bool {
         match (self.stagnation, stats.since_gain) {
-            (Some(st), Some((_, at))) => stats.moves_scored - at >= st.moves,
+            (Some(st), Some((_, at))) => stats.moves_scored.saturating_sub(at) >= st.moves,
             _ => false,
         }
     }

@@ -158,7 +158,12 @@ impl Joint {
             if now >= deadline {
                 break;
             }
-            let moves_left = |p: Phase| self.max_moves - accounts[p as usize].stats.moves_scored;
+            // A run may end past its limit: the limit is checked between
+            // batches, and a batch scores up to `local::BATCH` moves.
+            let moves_left = |p: Phase| {
+                self.max_moves
+                    .saturating_sub(accounts[p as usize].stats.moves_scored)
+            };
             let main_open = !converged[0] && moves_left(Phase::Main) > 0;
             let polish_ready = self.polish_swap_timing
                 && !converged[1]
