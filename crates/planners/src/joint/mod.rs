@@ -1762,6 +1762,12 @@ impl Joint {
         }
     }
 
+    /// Whether a main search converged: no move improved and every kick
+    /// was tried.
+    fn search_converged(&self, stats: &local::LocalStats) -> bool {
+        stats.converged && stats.kicks >= self.max_kicks
+    }
+
     /// The fastest schedule reached with its offloaded states turned around
     /// ([`early_out_variant`]), where that is faster still: the local search
     /// may end on a schedule whose start had none (a seed not among the
@@ -1826,8 +1832,7 @@ impl Joint {
                 label: start.label.clone(),
                 schedule: improved,
                 cost: reached,
-                // Converged: no move improved and every kick was tried.
-                converged: stats.converged && stats.kicks >= self.max_kicks,
+                converged: self.search_converged(&stats),
             },
         }
     }

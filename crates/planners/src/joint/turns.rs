@@ -22,10 +22,11 @@
 //! - Where the polish converges early, the rest of its share was lost.
 //! - Not short turns chosen by gain per move (tried first): the continued
 //!   search gains in bursts, far apart (on BERT-base at 12.5% on
-//!   `h100-80gb` its first 1,300 moves gained 0.05%, then 0.8% in one
-//!   move), and a turn of 512 moves restarts its scan of the
-//!   neighbourhood with the same prioritised moves first, so it never
-//!   reached the moves that gain; the polish took most turns, and retimes
+//!   `h100-80gb` its first 1,216 moves gained 0.05%, then 0.85% by move
+//!   1,383), and a turn of 512 moves restarts its scan of the
+//!   neighbourhood with the same prioritised moves first, which is the
+//!   likely reason it then gained little (not traced move by move); the
+//!   polish took most turns, and retimes
 //!   accepted early steer the continued search's later moves elsewhere
 //!   (as [`local::polish`]'s doc records for a polish at each local
 //!   optimum). On `bench-suite --planners outcore --seconds 5` that moved
@@ -248,7 +249,7 @@ impl Joint {
                     run.seed,
                     &limits,
                 );
-                let converged = stats.converged && stats.kicks >= self.max_kicks;
+                let converged = self.search_converged(&stats);
                 ((schedule, cost), stats, converged)
             }
             Phase::Polish => {
