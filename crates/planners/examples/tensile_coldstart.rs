@@ -36,15 +36,15 @@ const BATCH: u64 = 16;
 
 /// The five models of Table II: (label, zoo name, family, tensile's smallest
 /// feasible budget / VMP from RESULTS.md "TENSILE, single job" (re-measured
-/// after the `tensile2` merge made `tensile` refuse swaps that would stall), Table II's
+/// on 2026-12-02, after the peak analysis lost its swap-in window view), Table II's
 /// first-iteration EOR of TENSILE and of Capuchin).
 const TARGETS: [(&str, &str, &str, f64, f64, f64); 5] = [
-    ("VGG-16", "vgg16", "vgg", 0.9141, 1.2523, 5.8053),
+    ("VGG-16", "vgg16", "vgg", 0.8594, 1.2523, 5.8053),
     (
         "Inception v3",
         "inception_v3",
         "inception",
-        0.7891,
+        0.5703,
         1.4744,
         6.7529,
     ),
@@ -52,16 +52,16 @@ const TARGETS: [(&str, &str, &str, f64, f64, f64); 5] = [
         "Inception v4",
         "inception_v4",
         "inception",
-        0.6016,
+        0.5703,
         1.3797,
         10.2088,
     ),
-    ("ResNet-50", "resnet50", "resnet", 0.8281, 1.3924, 9.6073),
+    ("ResNet-50", "resnet50", "resnet", 0.5391, 1.3924, 9.6073),
     (
         "DenseNet-121",
         "densenet121",
         "densenet",
-        0.7031,
+        0.7344,
         1.3855,
         10.0925,
     ),
