@@ -1,5 +1,4 @@
-//! Conformance of every planner (`outcore_planners::all()`, and `tensile` from
-//! `ablations()`) on every zoo model at
+//! Conformance of every planner (`outcore_planners::all()`) on every zoo model at
 //! batch 32 (large defaults shrunk by knobs, so that activations dominate the
 //! footprint and the run stays short) and on the two example graphs in
 //! crates/graph/tests/data (in the repository), on v100-16gb-pcie3: at 100% of the footprint in graph
@@ -47,10 +46,11 @@ const MEASURED_RUNS: usize = 175;
 /// (their floors are unchanged). `home` (its quick form below) joined at 35
 /// graphs (175 runs), feasible 111 times (floor 105); there `ideal` was
 /// feasible 175 times and `none` 35 (their floors, exact again).
-/// `tensile` (in `ablations()`, not `all()`, so not one of `outcore`'s seeds
-/// and left out of the feasible-wherever-another-is check) joined later still,
-/// feasible 43 times (floor 40): every 100% run and 8 of the 140 at 70% and
-/// 50%.
+/// `tensile` joined later still, from `ablations()` (not one of `outcore`'s
+/// seeds then), feasible 43 times (floor 40): every 100% run and 8 of the 140
+/// at 70% and 50%. Once its peak analysis stopped adding the swap-in window
+/// `verify` no longer sums (2026-12-02) it was feasible 76 times (floor 70),
+/// and it moved into `all()`, where `outcore` seeds from it.
 const MIN_FEASIBLE: [(&str, usize); 19] = [
     ("capuchin", 80),
     ("home", 105),
@@ -64,7 +64,7 @@ const MIN_FEASIBLE: [(&str, usize); 19] = [
     ("odswap", 82),
     ("outcore", 127),
     ("superneurons", 68),
-    ("tensile", 40),
+    ("tensile", 70),
     ("swapadvisor", 105),
     ("vdnn-all", 80),
     ("vdnn-all-sync", 86),
@@ -233,11 +233,6 @@ fn every_planner_verifies_or_explains_on_every_model_and_budget() {
             "outcore" => Box::new(quick_outcore()),
             _ => p,
         })
-        .chain(
-            outcore_planners::ablations()
-                .into_iter()
-                .filter(|p| p.name() == "tensile"),
-        )
         .collect();
     // Per planner: feasible, infeasible, seconds.
     let mut tally: BTreeMap<&'static str, (usize, usize, f64)> = BTreeMap::new();
@@ -272,7 +267,7 @@ fn every_planner_verifies_or_explains_on_every_model_and_budget() {
                     if matches!(outcome, Ok(Outcome::Feasible)) {
                         if name == "outcore" {
                             outcore_feasible = true;
-                        } else if !matches!(name, "ideal" | "tensile") {
+                        } else if name != "ideal" {
                             any_feasible.get_or_insert(name);
                         }
                     }

@@ -90,7 +90,9 @@
 //!   so far (`Joint::swap_only_skip`). So that those families are known,
 //!   the rule-based ones among them run after the streamed and mixed seeds
 //!   ([`Job::SwapOnly`], with no weight in the shares of the seeds before
-//!   them); `swapadvisor`'s share then goes to the local search.
+//!   them); `swapadvisor`'s share then goes to the local search. `tensile`
+//!   ([`LATE_SEEDS`]) runs after the streamed and mixed seeds too, with its
+//!   weight: its greedy may take half a second and find no plan.
 //! - **Streamed seeds** ([`streamed`]): the parameters and optimizer state
 //!   kept on the host and streamed around their uses, the activations
 //!   recomputed by a recomputation planner planned for the memory that
@@ -443,6 +445,15 @@ pub const SWAP_ONLY_SEEDS: [&str; 8] = [
     "odswap",
     "swapadvisor",
 ];
+
+/// Rule-based seeds that run after the streamed and mixed seeds, as the
+/// swap-only ones do, though they recompute too (so no bound skips them).
+/// `tensile` takes 0.15-0.6 s on the suite's larger graphs, most where its
+/// greedy finds no plan (the PyTorch GPT-2 export at 25% on `h100-80gb`:
+/// 0.47 s), and run before the streamed seeds it took their share: in 4 of
+/// 8 runs of 5 s there (2026-12-02) the export's streamed seeds were never
+/// made, and the plan fell from 0.67-0.70 to 0.355 of ideal.
+pub const LATE_SEEDS: [&str; 1] = ["tensile"];
 
 /// The relative margin by which the swap-only bound must exceed the start
 /// floor for `Joint::swap_only_skip` (and by which a swap-only seed may
@@ -1229,12 +1240,14 @@ impl Joint {
         // The rule-based planners first, each in the request's order and the
         // fast ones again in the eager-update order; then the kept-link,
         // offloaded, streamed and mixed seeds (in the same orders); then the
+        // late ones ([`LATE_SEEDS`]); then the
         // rule-based planners that keep and swap only (`Job::SwapOnly`),
         // where the swap-only bound can tell that they could not give a
         // start; then the searches, which share what the others leave of the
         // seeds' time.
         let mut jobs: Vec<Job<'a>> = Vec::new();
         let mut swap_only: Vec<Job<'a>> = Vec::new();
+        let mut late: Vec<Job<'a>> = Vec::new();
         for planner in planners
             .iter()
             .filter(|p| !SEARCH_SEEDS.contains(&p.name()))
@@ -1247,6 +1260,8 @@ impl Joint {
             for order in orders {
                 if SWAP_ONLY_SEEDS.contains(&planner.name()) {
                     swap_only.push(Job::SwapOnly(planner.as_ref(), order));
+                } else if LATE_SEEDS.contains(&planner.name()) {
+                    late.push(Job::Planner(planner.as_ref(), order));
                 } else {
                     jobs.push(Job::Planner(planner.as_ref(), order));
                 }
@@ -1286,6 +1301,7 @@ impl Joint {
                 jobs.push(Job::Mixed(Some(eager)));
             }
         }
+        jobs.append(&mut late);
         jobs.append(&mut swap_only);
         for planner in planners.iter().filter(|p| SEARCH_SEEDS.contains(&p.name())) {
             jobs.push(Job::Planner(planner.as_ref(), order));
@@ -2029,8 +2045,36 @@ fn no_seed(request: &PlanRequest<'_>, infeasible: Vec<Infeasible>) -> Infeasible
 
 #[cfg(test)]
 mod tests {
-    use super::{MergeBudget, Score, Verdict, early_out_count, seeds_time};
+    use super::{Job, Joint, MergeBudget, Score, Verdict, early_out_count, seeds_time};
     use std::time::Duration;
+
+    /// `tensile` runs after every streamed and mixed seed and before the
+    /// swap-only seeds and the searches ([`super::LATE_SEEDS`]), in the
+    /// request's order only (it is not an eager-order seed).
+    #[test]
+    fn tensile_runs_after_the_streamed_and_mixed_seeds() {
+        let joint = Joint::default();
+        let planners = joint.seed_planners();
+        let eager: Vec<outcore_graph::OpId> = Vec::new();
+        let jobs = joint.seed_jobs(None, &planners, Some(&eager));
+        let name = |j: &Job<'_>| match j {
+            Job::Planner(p, _) | Job::SwapOnly(p, _) => p.name(),
+            _ => "",
+        };
+        let at: Vec<usize> = (0..jobs.len())
+            .filter(|&i| name(&jobs[i]) == "tensile")
+            .collect();
+        assert_eq!(at.len(), 1, "one tensile job");
+        let tensile = at[0];
+        let last_streamed_or_mixed = (0..jobs.len())
+            .filter(|&i| matches!(jobs[i], Job::Streamed(_) | Job::Mixed(_)))
+            .max()
+            .expect("streamed and mixed seeds are on by default");
+        let first_swap_only = (0..jobs.len())
+            .find(|&i| matches!(jobs[i], Job::SwapOnly(..)))
+            .expect("swap-only seeds");
+        assert!(last_streamed_or_mixed < tensile && tensile < first_swap_only);
+    }
 
     /// A request of 1000 bytes: a merge needing 1300 lowers the next budget
     /// by the 300 over (1000 -> 700); one needing 1001 by the 0.5% floor
