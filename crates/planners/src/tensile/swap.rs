@@ -46,7 +46,7 @@
 //!   first op starting once the slot had ended, because `verify` then
 //!   summed every allocation between the trigger and the waiting op beside
 //!   the copy and a shorter window lowered that sum. Verify now takes the
-//!   maximum over the window, which the live bytes already bound (see
+//!   maximum over the window, which the live bytes count (see
 //!   [`super::peak`]), so the early end bought no memory and only left the
 //!   copy less room. `tensile_table -- protocol`, 2026-12-02, with the
 //!   window view gone from the peak analysis: MSR 0.2516 / 0.2068 on

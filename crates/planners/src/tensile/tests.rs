@@ -306,9 +306,7 @@ fn recomputation_takes_the_largest_msps_among_never_released_tensors() {
 #[test]
 fn the_loop_lowers_the_peak_and_meets_a_budget_or_says_why() {
     // ResNet-18 at batch 16: forward activations can leave behind the
-    // convolutions that follow them. (In the plain MLP chain nothing can: the
-    // window of a hidden swap-in spans a backward linear that allocates a
-    // weight gradient larger than the activation, so no swap lowers its peak.)
+    // convolutions that follow them.
     let g = outcore_graph::zoo::build("resnet18", Some(16), &Default::default(), None)
         .expect("zoo resnet18");
     let cost = v100();
