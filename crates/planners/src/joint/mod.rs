@@ -448,9 +448,9 @@ pub const SWAP_ONLY_SEEDS: [&str; 8] = [
 
 /// Rule-based seeds that run after the streamed and mixed seeds, as the
 /// swap-only ones do, though they recompute too (so no bound skips them).
-/// `tensile` takes 0.15-0.6 s on the suite's larger graphs, most where its
-/// greedy finds no plan (the PyTorch GPT-2 export at 25% on `h100-80gb`:
-/// 0.47 s), and run before the streamed seeds it took their share: in 4 of
+/// `tensile` takes up to 0.61 s a case on the benchmark suite, as much where
+/// its greedy finds no plan (the PyTorch GPT-2 export at 25% on
+/// `h100-80gb`: 0.47 s), and run before the streamed seeds it took their share: in 4 of
 /// 8 runs of 5 s there (2026-12-02) the export's streamed seeds were never
 /// made, and the plan fell from 0.67-0.70 to 0.355 of ideal.
 pub const LATE_SEEDS: [&str; 1] = ["tensile"];
@@ -1240,8 +1240,8 @@ impl Joint {
         // The rule-based planners first, each in the request's order and the
         // fast ones again in the eager-update order; then the kept-link,
         // offloaded, streamed and mixed seeds (in the same orders); then the
-        // late ones ([`LATE_SEEDS`]); then the
-        // rule-based planners that keep and swap only (`Job::SwapOnly`),
+        // late ones ([`LATE_SEEDS`]); then the rule-based planners that keep
+        // and swap only (`Job::SwapOnly`),
         // where the swap-only bound can tell that they could not give a
         // start; then the searches, which share what the others leave of the
         // seeds' time.

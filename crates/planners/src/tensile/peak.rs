@@ -69,7 +69,11 @@ pub fn analyse(ctx: &Ctx<'_>, gaps: &[Gap]) -> Peak {
 /// The peak bytes and its position (the first such), without the peak
 /// tensors.
 pub fn peak_only(ctx: &Ctx<'_>, gaps: &[Gap]) -> (u64, usize) {
-    let live = live_bytes(ctx, gaps);
+    peak_of(&live_bytes(ctx, gaps))
+}
+
+/// The largest of per-position live bytes and its first position.
+pub fn peak_of(live: &[i128]) -> (u64, usize) {
     let mut position = 0;
     let mut best = i128::MIN;
     for (q, &bytes) in live.iter().enumerate() {
@@ -77,7 +81,12 @@ pub fn peak_only(ctx: &Ctx<'_>, gaps: &[Gap]) -> (u64, usize) {
             (position, best) = (q, bytes);
         }
     }
-    (u64::try_from(best.max(0)).unwrap_or(u64::MAX), position)
+    (as_bytes(best), position)
+}
+
+/// Live bytes as a byte count (a negative model value reads as 0).
+pub fn as_bytes(live: i128) -> u64 {
+    u64::try_from(live.max(0)).unwrap_or(u64::MAX)
 }
 
 /// Storage owners of nonzero size resident at `q` under `gaps` and not
@@ -101,10 +110,4 @@ pub fn resident_at(ctx: &Ctx<'_>, gaps: &[Gap], q: usize) -> Vec<TensorId> {
         .collect();
     out.sort_by_key(|&t| (std::cmp::Reverse(ctx.size(t)), t));
     out
-}
-
-/// The live bytes at one position.
-pub fn bytes_at(ctx: &Ctx<'_>, gaps: &[Gap], q: usize) -> u64 {
-    let live = live_bytes(ctx, gaps);
-    u64::try_from(live.get(q).copied().unwrap_or(0).max(0)).unwrap_or(u64::MAX)
 }

@@ -21,11 +21,11 @@
 //! as hidden copies allow, and only recomputation is driven by the budget.
 
 use super::access::AccessSequence;
-use super::peak::{Peak, analyse, bytes_at, peak_only};
+use super::peak::{Peak, analyse, as_bytes, peak_of};
 use super::recompute;
 use super::replay;
 use super::swap::{SwapState, schedule_peak};
-use crate::framework::{Ctx, Shortfall};
+use crate::framework::{Ctx, Shortfall, live_bytes};
 use outcore_cost::CostModel;
 use outcore_plan::{Gap, fmt_bytes};
 
@@ -127,9 +127,12 @@ pub(crate) fn lowers_and_hides(
     let ctx = tas.ctx;
     let mut trial = gaps.to_vec();
     trial.extend_from_slice(new);
-    let (bytes, _) = peak_only(ctx, &trial);
-    let lower = bytes < peak.peak_bytes
-        || (bytes == peak.peak_bytes && bytes_at(ctx, &trial, peak.position) < peak.peak_bytes);
+    // One live-bytes pass gives both the new peak and the old peak point.
+    let live = live_bytes(ctx, &trial);
+    let (bytes, _) = peak_of(&live);
+    let at_old_point = live.get(peak.position).copied().map_or(0, as_bytes);
+    let lower =
+        bytes < peak.peak_bytes || (bytes == peak.peak_bytes && at_old_point < peak.peak_bytes);
     lower && replay::hidden(tas, cost, &trial)
 }
 

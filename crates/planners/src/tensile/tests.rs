@@ -354,9 +354,9 @@ fn the_planner_returns_a_verified_plan_below_the_vanilla_peak() {
             assert_eq!(plan.planner.name, "tensile");
             let swapped = plan.planner.settings["swapped_tensors"].as_u64();
             assert!(swapped.is_some_and(|n| n > 0), "{}", plan.planner.settings);
-            // The peak analysis (live bytes alone) is what verify proves for
-            // every timing, swap-in windows included (see `peak`'s module
-            // docs): never above it, and here 0.22% below (416,925,444 against
+            // The peak analysis (live bytes alone) tracks what verify proves
+            // for every timing, swap-in windows included (see `peak`'s
+            // module docs): never above it, and here 0.22% below (416,925,444 against
             // 417,862,432 bytes; verify's bound at a swap-in queued at the
             // iteration's start). With the window view it was 0.55% above
             // (453,331,204 against 450,872,580), and the plan 7.9% higher.
