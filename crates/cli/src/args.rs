@@ -121,6 +121,15 @@ pub enum Command {
         /// Time limit of each search planner per case, seconds.
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
+        /// Plan again, with `--retry-seconds`, each case where a search
+        /// planner's plan is more than this fraction above the lower bound
+        /// (e.g. 0.1); the faster plan is kept, and its time is both searches'.
+        #[arg(long, requires = "retry_seconds")]
+        retry_gap: Option<f64>,
+        /// The time limit of the second search (`--retry-gap`), seconds;
+        /// more than `--seconds`.
+        #[arg(long, requires = "retry_gap")]
+        retry_seconds: Option<f64>,
         /// Only these graphs (comma-separated labels' first words, e.g. `resnet50,gpt2`).
         #[arg(long)]
         only: Option<String>,

@@ -60,10 +60,23 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
         Command::BenchSuite {
             planners,
             seconds,
+            retry_gap,
+            retry_seconds,
             only,
             allocator,
             json,
-        } => cmd_bench_suite(&planners, seconds, only.as_deref(), &allocator, json, stop),
+        } => {
+            let retry = suite_retry(seconds, retry_gap, retry_seconds)?;
+            cmd_bench_suite(
+                &planners,
+                seconds,
+                retry,
+                only.as_deref(),
+                &allocator,
+                json,
+                stop,
+            )
+        }
         Command::MaxBatch(args) => cmd_max_batch(&args, stop),
         Command::Verify { plan, json } => cmd_verify(&plan, json),
         Command::Report {
@@ -735,9 +748,37 @@ fn cmd_compare(
     Ok(())
 }
 
+/// `--retry-gap` and `--retry-seconds` (clap asks for both or neither),
+/// checked: a gap above zero and a second search longer than the first.
+fn suite_retry(
+    seconds: f64,
+    gap: Option<f64>,
+    retry_seconds: Option<f64>,
+) -> Result<Option<outcore::Retry>> {
+    let (Some(gap), Some(retry_seconds)) = (gap, retry_seconds) else {
+        return Ok(None);
+    };
+    if !(gap.is_finite() && gap > 0.0) {
+        bail!(
+            "--retry-gap {gap}: a fraction above the lower bound must be a finite number above 0 (e.g. 0.1 for 10%)"
+        );
+    }
+    let time_limit_s = outcore::check_time_limit_s(retry_seconds).context("--retry-seconds")?;
+    if time_limit_s <= seconds {
+        bail!(
+            "--retry-seconds {retry_seconds}: the second search must be longer than the first (--seconds {seconds}); give more than {seconds}"
+        );
+    }
+    Ok(Some(outcore::Retry {
+        above_gap: gap,
+        time_limit_s,
+    }))
+}
+
 fn cmd_bench_suite(
     planners: &str,
     seconds: f64,
+    retry: Option<outcore::Retry>,
     only: Option<&str>,
     allocator: &str,
     json_out: bool,
@@ -748,6 +789,7 @@ fn cmd_bench_suite(
     outcore::parse_allocator(allocator)?;
     let mut suite = outcore::standard_suite(planners.clone(), &outcore::default_repo_root());
     suite.allocator = allocator.to_string();
+    suite.retry = retry;
     if let Some(only) = only {
         let wanted: Vec<&str> = only.split(',').map(str::trim).collect();
         suite.graphs.retain(|g| {

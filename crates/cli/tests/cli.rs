@@ -709,6 +709,47 @@ fn bench_suite_takes_an_allocator() {
     );
 }
 
+/// `bench-suite --retry-gap` and `--retry-seconds` come together, with a gap
+/// above zero and a second search longer than the first; each refusal names
+/// the value and what is accepted, before any case is planned.
+#[test]
+fn bench_suite_retry_flags_are_checked() {
+    // clap's own message (several lines, with the usage) for a flag alone.
+    let out = outcore(&["bench-suite", "--retry-gap", "0.1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--retry-seconds <RETRY_SECONDS>"));
+    fails_with(
+        &["bench-suite", "--retry-gap=0", "--retry-seconds", "50"],
+        "--retry-gap 0: a fraction above the lower bound must be a finite number above 0",
+    );
+    fails_with(
+        &["bench-suite", "--retry-gap", "NaN", "--retry-seconds", "50"],
+        "--retry-gap NaN",
+    );
+    fails_with(
+        &[
+            "bench-suite",
+            "--seconds",
+            "5",
+            "--retry-gap",
+            "0.1",
+            "--retry-seconds",
+            "5",
+        ],
+        "--retry-seconds 5: the second search must be longer than the first (--seconds 5)",
+    );
+    fails_with(
+        &[
+            "bench-suite",
+            "--retry-gap",
+            "0.1",
+            "--retry-seconds",
+            "inf",
+        ],
+        "--retry-seconds",
+    );
+}
+
 /// `bench-suite` runs from the repository's root: for VGG-16 (the zoo model
 /// and the PyTorch export) at four budgets on two devices it gives one row per
 /// planner and case, and no feasible plan beats the case's lower bound.

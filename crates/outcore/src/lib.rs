@@ -51,7 +51,7 @@ pub use planning::{
 pub use report::{Report, compare_report, parse_compare, plan_report};
 pub use run::{RunOptions, RunResult, cpu_target, run};
 pub use suite::{
-    Suite, SuiteCase, SuiteGraph, SuiteResult, SuiteRow, default_repo_root, run_suite,
+    Retry, Suite, SuiteCase, SuiteGraph, SuiteResult, SuiteRow, default_repo_root, run_suite,
     standard_suite,
 };
 
