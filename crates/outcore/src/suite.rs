@@ -165,6 +165,9 @@ pub struct SuiteResult {
 /// the suite when it returns `false`); `options.time_limit_s` bounds each
 /// search planner.
 pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
+    if let Some(retry) = suite.retry {
+        check_retry(retry, options.time_limit_s)?;
+    }
     let total = suite.graphs.len() * suite.devices.len() * suite.budget_percents.len();
     let total = u32::try_from(total).unwrap_or(u32::MAX);
     let mut done = 0u32;
@@ -235,6 +238,29 @@ pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
         }
     }
     Ok(out)
+}
+
+/// A retry's gap is above 0 and its time limit is a valid one, above the
+/// first search's (else it would only repeat it).
+fn check_retry(retry: Retry, first_s: f64) -> Result<()> {
+    if !(retry.above_gap.is_finite() && retry.above_gap > 0.0) {
+        return Err(crate::error::Error::invalid(
+            "retry gap",
+            retry.above_gap.to_string(),
+            "not a fraction above the lower bound",
+            "a finite number above 0, e.g. 0.1 for 10%",
+        ));
+    }
+    let limit_s = crate::input::check_time_limit_s(retry.time_limit_s)?;
+    if limit_s <= first_s {
+        return Err(crate::error::Error::invalid(
+            "retry time limit (seconds)",
+            limit_s.to_string(),
+            format!("not longer than the first search's {first_s} s"),
+            format!("more than {first_s} seconds"),
+        ));
+    }
+    Ok(())
 }
 
 /// The second search of `first` on `target` ([`Retry`]) when the suite
@@ -421,5 +447,18 @@ mod tests {
         assert!(
             retry_far_case(&suite_with(None), &loaded, &target, &case, search, &options).is_none()
         );
+        // A suite with a retry that is no retry is refused before any case.
+        for bad in [(0.0, 1.0), (0.1, 0.3), (0.1, f64::NAN)] {
+            let retry = Retry {
+                above_gap: bad.0,
+                time_limit_s: bad.1,
+            };
+            let e = run_suite(&suite_with(Some(retry)), &options).expect_err("refused");
+            let text = e.to_string();
+            assert!(
+                text.contains("retry") || text.contains("time limit"),
+                "{text}"
+            );
+        }
     }
 }
