@@ -22,7 +22,7 @@ pub use outcore_eval::Scratch;
 pub use pressure::{
     Choice, Evictable, MARGINS, absent_bytes, evict_on_demand, live_bytes, margin_budget,
 };
-pub use score::{Pick, Score, Scored, Screen, Search, Shortfall, describe_peak};
+pub use score::{PeakAt, Pick, Score, Scored, Screen, Search, Shortfall, describe_peak};
 
 /// Small hand graphs and a cost model for the planners' unit tests.
 #[cfg(test)]

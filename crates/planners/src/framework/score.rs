@@ -80,6 +80,16 @@ pub enum Score {
     Skipped,
 }
 
+/// Where [`Search::over_budget_at`] found a schedule's peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeakAt {
+    /// At the swap-in of this tensor (`verify` bounds a swap-in by the most
+    /// that is live over its window).
+    SwapIn(TensorId),
+    /// At the compute op at this position of the order.
+    Position(usize),
+}
+
 /// What [`Search::score_unless_slower`] found.
 #[derive(Debug)]
 pub enum Screen {
@@ -274,6 +284,31 @@ impl<'s, 'g> Search<'s, 'g> {
         }
         match e.sim {
             Some(Ok(sim)) => Some(sim.stall_time_s),
+            _ => None,
+        }
+    }
+
+    /// Where `verify` puts `schedule`'s memory peak when the schedule is
+    /// over the budget: at a swap-in, or at the compute op at a position of
+    /// the order (`None` when it fits, the peak is at another step, or it
+    /// does not lower).
+    ///
+    /// Why: a lead that starts many swap-ins earlier at once, each held to a
+    /// model of the resident bytes, fails whole when the model misses one of
+    /// them (`joint::local`'s fitted lead retries without it).
+    pub fn over_budget_at(&self, schedule: &Schedule, scratch: &mut Scratch) -> Option<PeakAt> {
+        let Ok(Score::OverBudget {
+            at_step: Some(at), ..
+        }) = self.score(schedule, scratch)
+        else {
+            return None;
+        };
+        let plan = self.lower(schedule, Value::Null).ok()?;
+        match plan.step(at)?.instr {
+            Instr::SwapIn(t) => Some(PeakAt::SwapIn(t)),
+            Instr::Compute(op) if op.index() < self.ctx.graph.ops.len() => {
+                Some(PeakAt::Position(self.ctx.position(op)))
+            }
             _ => None,
         }
     }
