@@ -80,7 +80,7 @@ pub enum Score {
     Skipped,
 }
 
-/// Where [`Search::over_budget_at`] found a schedule's peak.
+/// Where [`Search::peak_at`] found a schedule's peak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeakAt {
     /// At the swap-in of this tensor (`verify` bounds a swap-in by the most
@@ -288,23 +288,24 @@ impl<'s, 'g> Search<'s, 'g> {
         }
     }
 
-    /// Where `verify` puts `schedule`'s memory peak when the schedule is
-    /// over the budget: at a swap-in, or at the compute op at a position of
-    /// the order (`None` when it fits, the peak is at another step, or it
-    /// does not lower).
+    /// Where `verify` puts `schedule`'s memory peak, given its `score`, when
+    /// that is over the budget: at a swap-in, or at the compute op at a
+    /// position of the order (`None` when it fits, the peak is at another
+    /// step, or it does not lower). Lowers the schedule again, and only
+    /// when it is over the budget.
     ///
     /// Why: a lead that starts many swap-ins earlier at once, each held to a
     /// model of the resident bytes, fails whole when the model misses one of
     /// them (`joint::local`'s fitted lead retries without it).
-    pub fn over_budget_at(&self, schedule: &Schedule, scratch: &mut Scratch) -> Option<PeakAt> {
-        let Ok(Score::OverBudget {
+    pub fn peak_at(&self, schedule: &Schedule, score: &Score) -> Option<PeakAt> {
+        let Score::OverBudget {
             at_step: Some(at), ..
-        }) = self.score(schedule, scratch)
+        } = score
         else {
             return None;
         };
         let plan = self.lower(schedule, Value::Null).ok()?;
-        match plan.step(at)?.instr {
+        match plan.step(*at)?.instr {
             Instr::SwapIn(t) => Some(PeakAt::SwapIn(t)),
             Instr::Compute(op) if op.index() < self.ctx.graph.ops.len() => {
                 Some(PeakAt::Position(self.ctx.position(op)))

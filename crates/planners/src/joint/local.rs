@@ -35,8 +35,9 @@
 //!   op it is over at (`Step::held_back_where_over`): on the same graph on
 //!   `h100-80gb` every fitted lead was over at the token embedding's
 //!   weight, so no stalled swap-in was led. With it the plan at 20 s went
-//!   from 0.0498 s to 0.0480 s there and from 0.2127 s to 0.2067 s on
-//!   `v100-16gb-pcie3` (RESULTS.md, issue-16 section, for the suite).
+//!   from 0.0498 s to 0.0480-0.0487 s there and from 0.2127 s to
+//!   0.2067-0.2074 s on `v100-16gb-pcie3` (RESULTS.md, issue-16 section,
+//!   for the suite).
 //! - The moves are shuffled by the seeded generator after every accepted move:
 //!   gap indices change when a gap is dropped, and a fixed order would spend
 //!   every round on the first tensors of the graph.
@@ -578,7 +579,8 @@ impl Step<'_, '_, '_> {
         current_cost: Cost,
         stats: &mut LocalStats,
     ) -> Option<(Schedule, Cost)> {
-        let mut candidates: Vec<Schedule> = Vec::with_capacity(2 * LEADS.len());
+        // Each with its score where the fitted lead already has it.
+        let mut candidates: Vec<(Schedule, Option<Scored>)> = Vec::with_capacity(2 * LEADS.len());
         // Swap-ins whose fitted lead `verify` found over the budget: left
         // where they are in this lead and the larger ones.
         let mut held_back: Vec<TensorId> = Vec::new();
@@ -586,15 +588,22 @@ impl Step<'_, '_, '_> {
         for &lead in &LEADS {
             let all = super::moves::led_swap_ins(self.ctx, self.cost, current, stalled, lead);
             let fitted = self.fitted_lead(current, stalled, lead, &mut held_back, &mut scratch);
-            if fitted.is_some() && fitted != all {
-                candidates.extend(fitted);
+            if let Some(f) = fitted
+                && Some(&f.schedule) != all.as_ref()
+            {
+                candidates.push((f.schedule, f.score));
             }
-            candidates.extend(all);
+            candidates.extend(all.map(|a| (a, None)));
         }
         let slower_from_s = current_cost.slower_from_s();
         let outcomes: Vec<Outcome> = candidates
             .into_par_iter()
-            .map_init(Scratch::default, |scratch, candidate| {
+            .map_init(Scratch::default, |scratch, (candidate, known)| {
+                if let Some(score) = known {
+                    // Scored once already: a feasible one that is slower
+                    // than the bar is not taken either way.
+                    return outcome_of_score(score, candidate).unwrap_or(Outcome::Invalid);
+                }
                 if Instant::now() >= self.limits.deadline {
                     return Outcome::Late;
                 }
@@ -635,7 +644,7 @@ impl Step<'_, '_, '_> {
         lead: f64,
         held_back: &mut Vec<TensorId>,
         scratch: &mut Scratch,
-    ) -> Option<Schedule> {
+    ) -> Option<Fitted> {
         let budget_bytes = self.search.request.budget_bytes;
         self.held_back_where_over(current, stalled, held_back, scratch, |targets| {
             super::moves::fitted_swap_ins(self.ctx, self.cost, current, targets, lead, budget_bytes)
@@ -647,7 +656,8 @@ impl Step<'_, '_, '_> {
     /// one of them or at a compute op that one of them was led across (the
     /// largest of those, [`led_across`]), that one is added to `held_back`
     /// and the lead made again, at most [`FITTED_REPAIRS`] times. Each try
-    /// costs an evaluation.
+    /// costs an evaluation; the last one's score comes with the lead, so
+    /// that it is not scored again.
     fn held_back_where_over(
         &self,
         current: &Schedule,
@@ -655,7 +665,7 @@ impl Step<'_, '_, '_> {
         held_back: &mut Vec<TensorId>,
         scratch: &mut Scratch,
         lead: impl Fn(&[TensorId]) -> Option<Schedule>,
-    ) -> Option<Schedule> {
+    ) -> Option<Fitted> {
         let targets = |held_back: &[TensorId]| -> Vec<TensorId> {
             stalled
                 .iter()
@@ -663,27 +673,35 @@ impl Step<'_, '_, '_> {
                 .filter(|t| !held_back.contains(t))
                 .collect()
         };
-        let mut led = lead(&targets(held_back));
+        let mut led = lead(&targets(held_back))?;
         for _ in 0..FITTED_REPAIRS {
             if Instant::now() >= self.limits.deadline {
                 break;
             }
-            let Some(l) = led.as_ref() else {
-                break;
-            };
-            let culprit = match self.search.over_budget_at(l, scratch) {
+            let score = self.search.score(&led, scratch);
+            let culprit = match score
+                .as_ref()
+                .ok()
+                .and_then(|s| self.search.peak_at(&led, s))
+            {
                 Some(PeakAt::SwapIn(t)) => Some(t),
-                Some(PeakAt::Position(p)) => led_across(self.ctx, current, l, p),
+                Some(PeakAt::Position(p)) => led_across(self.ctx, current, &led, p),
                 None => None,
             };
             let Some(culprit) = culprit.filter(|t| stalled.contains(t) && !held_back.contains(t))
             else {
-                break;
+                return Some(Fitted {
+                    schedule: led,
+                    score: Some(score),
+                });
             };
             held_back.push(culprit);
-            led = lead(&targets(held_back));
+            led = lead(&targets(held_back))?;
         }
-        led
+        Some(Fitted {
+            schedule: led,
+            score: None,
+        })
     }
 
     /// Makes the other improving moves of a batch on top of the one taken
@@ -731,6 +749,16 @@ impl Step<'_, '_, '_> {
             }
         }
     }
+}
+
+/// A score, or the error the schedule met (lowering or verification).
+type Scored = Result<Score, outcore_plan::PlannerError>;
+
+/// A fitted lead ([`Step::fitted_lead`]) and, where the repair scored it
+/// last, its score.
+struct Fitted {
+    schedule: Schedule,
+    score: Option<Scored>,
 }
 
 /// The largest tensor whose swap-in `led` (a lead of `current`, gap for
@@ -887,7 +915,15 @@ fn outcome_of(
             Screen::Scored(score) => score,
         },
     };
-    Ok(match score {
+    outcome_of_score(Ok(score), candidate)
+}
+
+/// The outcome of `candidate` scored as `score`.
+fn outcome_of_score(
+    score: Scored,
+    candidate: Schedule,
+) -> Result<Outcome, outcore_plan::PlannerError> {
+    Ok(match score? {
         Score::Feasible { iter_time_s, .. } => Outcome::Feasible(iter_time_s, candidate),
         Score::OverBudget { needed_bytes, .. } => Outcome::OverBudget(needed_bytes, candidate),
         _ => Outcome::Infeasible,
@@ -1126,9 +1162,13 @@ mod tests {
         let request = PlanRequest::new(&g, &cost, late_bytes);
         let search = Search::new(&ctx, &request, "test");
         let mut scratch = Scratch::default();
-        assert_eq!(search.over_budget_at(&late, &mut scratch), None);
+        let mut peak_at = |s: &Schedule| {
+            let score = search.score(s, &mut scratch).expect("valid");
+            search.peak_at(s, &score)
+        };
+        assert_eq!(peak_at(&late), None);
         // The peak: the first backward op, with `t` already back.
-        let Some(PeakAt::Position(p)) = search.over_budget_at(&early, &mut scratch) else {
+        let Some(PeakAt::Position(p)) = peak_at(&early) else {
             panic!("the peak is at a compute op");
         };
         assert_eq!(ctx.op_at(p).name, "fc11.backward");
@@ -1157,7 +1197,9 @@ mod tests {
             (!targets.is_empty()).then(|| early.clone())
         };
         let mut held_back = Vec::new();
-        let led = step.held_back_where_over(&late, &[t], &mut held_back, &mut scratch, blind);
+        let led = step
+            .held_back_where_over(&late, &[t], &mut held_back, &mut scratch, blind)
+            .map(|f| f.schedule);
         assert_eq!((led, held_back), (None, vec![t]));
         let roomy_request = PlanRequest::new(&g, &cost, u64::MAX / 2);
         let roomy_search = Search::new(&ctx, &roomy_request, "test");
@@ -1166,7 +1208,9 @@ mod tests {
             ..step
         };
         let mut held_back = Vec::new();
-        let led = roomy.held_back_where_over(&late, &[t], &mut held_back, &mut scratch, blind);
+        let led = roomy
+            .held_back_where_over(&late, &[t], &mut held_back, &mut scratch, blind)
+            .map(|f| f.schedule);
         assert_eq!((led, held_back), (Some(early.clone()), Vec::new()));
     }
 
