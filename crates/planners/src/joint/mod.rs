@@ -210,7 +210,9 @@
 //!   (32 states, nothing kept) and the plan 0.2975 s against 0.3127 s.
 //!   The smaller parameters are then tried all at once, shortest turn
 //!   first, by count ([`early_out::shortest_turn_first`]): one at a time
-//!   each would be an evaluation for a copy of a millisecond or less.
+//!   each would be an evaluation for a copy of a millisecond or less. They
+//!   are kept only where the seed gains [`KEPT_BATCH_MIN_GAIN`]: what they
+//!   hold at the turn the search from the seed can no longer spend.
 //! - **Reclaim points re-timed behind the d2h queue**
 //!   ([`requeue::fastest_requeued`]): each variant above is finished by
 //!   moving its swaps' reclaim points later, to where the in-order d2h
@@ -671,8 +673,8 @@ fn kept_across_pass(
         }
     }
     // Then the smaller ones all at once, shortest turn first, by count:
-    // one at a time they are an evaluation each for a copy of a few
-    // milliseconds (see `early_out::shortest_turn_first`).
+    // one at a time they are an evaluation each for a copy of a millisecond
+    // or less (see `early_out::shortest_turn_first`).
     let small = early_out::shortest_turn_first(ctx, &schedule, min_bytes);
     if !small.is_empty()
         && let Some((s, count, candidate)) = early_out_count(small.len(), &mut |count: usize| {
