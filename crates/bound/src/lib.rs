@@ -9,9 +9,10 @@
 //! swaps, recomputations and layout) under budget `B`. Op times `t(o)` are the
 //! cost model's; copies move at most `r_in` bytes/s host-to-device and `r_out`
 //! device-to-host (the larger of each direction's one-way and duplex rates;
-//! latency is ignored, which only lowers the bound). Where a direction slows
-//! while the other copies too, the cut's program (step 5) also charges each
-//! direction a share of the other's bytes ([`link`]).
+//! steps 3 and 4 ignore latency, which only lowers the bound). Where a
+//! direction slows while the other copies too, the cut's program (step 5)
+//! also charges each direction a share of the other's bytes, and each copy
+//! its latency ([`link`]).
 //!
 //! 1. **Compute.** Every op runs at least once on the one compute stream:
 //!    `T >= C = sum t(o)` (the "ideal" time).
@@ -78,7 +79,9 @@
 //! bound for plans that only keep and swap.
 //!
 //! What it deliberately leaves out (each would only raise the bound): copy
-//! latency, the inputs of a recomputation that must themselves be restored,
+//! latency outside the cut's program and for the copies out of updated
+//! persistent tensors that the program splits by time (`b`, `a`), the inputs
+//! of a recomputation that must themselves be restored,
 //! allocator fragmentation, and storages live across `t_c` that no op of
 //! `D(c)` reads.
 
@@ -177,7 +180,8 @@ pub struct CutBound {
 /// `link_scale` multiplies the device's copy rates the program prices
 /// swaps at: 1 for the bound's own program. Any other value makes it a
 /// heuristic, not a bound (a planner may price the link lower to lean on
-/// recomputation).
+/// recomputation). Copies' latency is left out here
+/// ([`Link::without_latency`]); [`lower_bound`]'s programs count it.
 ///
 /// `None` at once where some op's working set alone is over the budget
 /// (step 2: no plan exists, and the programs would take as long to solve
@@ -194,7 +198,12 @@ pub fn forward_end_program(
     let ends = forward_end_cuts(graph)?;
     let op_time_s = op_times_s(graph, cost);
     let compute_s: f64 = op_time_s.iter().sum();
-    let link = Link::of(&cost.copy_rates()).scaled(link_scale);
+    // Without the copies' latency, as `outcore`'s start from it was tuned
+    // (at its link scale of 0.01 the bytes take a hundred times as long
+    // and a latency no longer, so it would weigh little there anyway).
+    let link = Link::of(&cost.copy_rates())
+        .scaled(link_scale)
+        .without_latency();
     let programs = LpGraph::new(graph, &op_time_s, compute_s);
     ends.into_iter()
         .filter_map(|c| programs.solve_choice(c, budget_bytes, link))

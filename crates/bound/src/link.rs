@@ -25,6 +25,18 @@
 //! Where both directions keep their one-way rate together (`d = o`, as on
 //! links whose duplex total is twice a direction's), `κ = 0` and the two
 //! directions are independent.
+//!
+//! **Latency.** A direction runs one copy at a time, and a copy first pays
+//! the latency `λ` and moves nothing meanwhile (the simulator's stream
+//! clock). If `n` copies host-to-device pay their latency within the
+//! interval, `ℓ_a + ℓ_b = n λ` of the time `a + b` that direction copies
+//! moves nothing, so `X <= d_in (a - ℓ_a) + o_in (b - ℓ_b)` and the sum
+//! above gains `d_in ℓ_a + o_in ℓ_b >= min(d_in, o_in) n λ`:
+//!
+//! `L >= (X + n λ_in + κ_in Y) / r_in`, with `λ_in = min(d_in, o_in) λ`
+//! bytes ([`Link::in_copy_bytes`]): each copy moves as if it were that many
+//! bytes larger. (The other direction's latencies would add to `Y`'s side
+//! too; they are left out, which only lowers the bound.)
 
 use outcore_cost::CopyRates;
 
@@ -40,6 +52,11 @@ pub struct Link {
     pub out_cost_in: f64,
     /// `κ_out`: the same for host-to-device bytes on the other direction.
     pub in_cost_out: f64,
+    /// `λ_in`: the bytes' worth of link time each host-to-device copy's
+    /// latency takes (module doc).
+    pub in_copy_bytes: f64,
+    /// `λ_out`: the same for each device-to-host copy.
+    pub out_copy_bytes: f64,
 }
 
 impl Link {
@@ -54,6 +71,8 @@ impl Link {
             out_bytes_per_s: r_out,
             out_cost_in: kappa(r_in, d_in, d_out, o_out),
             in_cost_out: kappa(r_out, d_out, d_in, o_in),
+            in_copy_bytes: copy_bytes(rates.latency_s, o_in, d_in),
+            out_copy_bytes: copy_bytes(rates.latency_s, o_out, d_out),
         }
     }
 
@@ -63,6 +82,18 @@ impl Link {
         Link {
             in_bytes_per_s: self.in_bytes_per_s * factor,
             out_bytes_per_s: self.out_bytes_per_s * factor,
+            in_copy_bytes: self.in_copy_bytes * factor,
+            out_copy_bytes: self.out_copy_bytes * factor,
+            ..self
+        }
+    }
+
+    /// The same link with copies' latency left out (still a bound, a lower
+    /// one).
+    pub fn without_latency(self) -> Link {
+        Link {
+            in_copy_bytes: 0.0,
+            out_copy_bytes: 0.0,
             ..self
         }
     }
@@ -71,6 +102,18 @@ impl Link {
     pub fn min_time_s(&self, in_bytes: f64, out_bytes: f64) -> f64 {
         ((in_bytes + self.out_cost_in * out_bytes) / self.in_bytes_per_s)
             .max((out_bytes + self.in_cost_out * in_bytes) / self.out_bytes_per_s)
+    }
+}
+
+/// `min(o, d) λ`: the bytes a direction could have moved during one copy's
+/// latency at its slower rate; zero where a value is not a positive finite
+/// number (nothing is claimed then).
+fn copy_bytes(latency_s: f64, one_way: f64, duplex: f64) -> f64 {
+    let bytes = latency_s * one_way.min(duplex);
+    if bytes.is_finite() && bytes > 0.0 {
+        bytes
+    } else {
+        0.0
     }
 }
 
