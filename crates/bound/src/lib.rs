@@ -12,7 +12,7 @@
 //! steps 3 and 4 ignore latency, which only lowers the bound). Where a
 //! direction slows while the other copies too, the cut's program (step 5)
 //! also charges each direction a share of the other's bytes, and each copy
-//! its latency ([`link`]).
+//! it counts its latency ([`link`]).
 //!
 //! 1. **Compute.** Every op runs at least once on the one compute stream:
 //!    `T >= C = sum t(o)` (the "ideal" time).
@@ -79,9 +79,10 @@
 //! bound for plans that only keep and swap.
 //!
 //! What it deliberately leaves out (each would only raise the bound): copy
-//! latency outside the cut's program and for the copies out of updated
-//! persistent tensors that the program splits by time (`b`, `a`), the inputs
-//! of a recomputation that must themselves be restored,
+//! latency outside the cut's program, in its rows before and after the cut
+//! for the copies out of updated persistent tensors (split by time, `b` and
+//! `a`), and in the share of the link the other direction's copies take;
+//! the inputs of a recomputation that must themselves be restored,
 //! allocator fragmentation, and storages live across `t_c` that no op of
 //! `D(c)` reads.
 

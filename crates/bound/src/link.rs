@@ -60,7 +60,8 @@ pub struct Link {
 }
 
 impl Link {
-    /// The link that `rates` describe (latency is left out: it only adds).
+    /// The link that `rates` describe, each copy's latency as `λ` bytes
+    /// more per copy ([`Link::without_latency`] leaves it out).
     pub fn of(rates: &CopyRates) -> Link {
         let [o_in, o_out] = rates.one_way_bytes_per_s;
         let [d_in, d_out] = rates.duplex_bytes_per_s;
@@ -76,8 +77,9 @@ impl Link {
         }
     }
 
-    /// Both rates times `factor` (the shares are unchanged). Any factor but
-    /// 1 makes a program priced with it a heuristic, not a bound.
+    /// Both rates times `factor` (the shares are unchanged; a latency's
+    /// bytes scale with them, so its time does not). Any factor but 1 makes
+    /// a program priced with it a heuristic, not a bound.
     pub fn scaled(self, factor: f64) -> Link {
         Link {
             in_bytes_per_s: self.in_bytes_per_s * factor,

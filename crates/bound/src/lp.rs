@@ -54,12 +54,13 @@
 //!   `T >= (S + κ_in (S_a + S_u)) / r_in` and
 //!   `T >= (S_a + S_u + κ_out S) / r_out`. In every row a copy in counts
 //!   `λ_in` bytes more, for its latency, where its own direction's bytes
-//!   count (`S`, and the copy windows below), and a copy out `λ_out` more
-//!   (`S_a`, and `S_u` over the whole iteration; not `b` and `a`, which
-//!   split copy time, not copies); [`crate::link`] derives it: a copy pays
-//!   its latency before its bytes move, one copy at a time each way. A
-//!   swapped storage is copied in at least once after the cut, an activation
-//!   out once before it, an updated persistent one out once.
+//!   count (`S`, and the copy-in windows of `LpGraph::link_windows`), and a
+//!   copy out `λ_out` more (`S_a`, the copy-out windows, and `S_u` over the
+//!   whole iteration; not `b` and `a`, which split copy time, not copies,
+//!   and not in the other direction's `κ` share); [`crate::link`] derives
+//!   it: a copy pays its latency before its bytes move, one copy at a time
+//!   each way. A swapped storage is copied in at least once after the cut,
+//!   an activation out once before it, an updated persistent one out once.
 //!
 //! Minimise `T`. Any valid plan gives a feasible point: `x_f = 1` if free
 //! `f` first runs before the start of `c`; `k_g = 1` for what is
@@ -1090,9 +1091,11 @@ mod tests {
     /// 120 B with directions that do not share (1 B/s each way, at once or
     /// not) and 2 s of latency a copy: at the start of `B`, 95 B of t1 are
     /// swapped in after the cut (`s = 0.95`), and that swap-in must end
-    /// before `C` and `U` (2 s), so `v >= 2 + 0.95 (100 + 2) = 98.9`; before
-    /// the cut `A` (1 s): `T = 99.9` s, where without latency it is `1 + 97
-    /// = 98` s (the test above). Every plan held to the budget is slower.
+    /// before `C` and `U` (2 s), so `v >= 2 + 0.95 (100 + 2) = 98.9`; its
+    /// copy-out (95 B, after the cut) asks only `v >= 95`, and the whole
+    /// iteration `T >= 0.95 (100 + 2) = 96.9` either way; before the cut `A`
+    /// (1 s): `T = 99.9` s, where without latency it is `1 + 97 = 98` s (the
+    /// test above). Every plan held to the budget is slower.
     #[test]
     fn each_copy_pays_its_latency_on_the_link() {
         let g = updated_parameter();
