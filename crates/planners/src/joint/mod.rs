@@ -251,6 +251,7 @@ pub mod moves;
 pub mod offloaded;
 pub mod program;
 pub mod requeue;
+pub mod room;
 pub mod streamed;
 pub mod turns;
 

@@ -34,11 +34,18 @@
 //!   `h100-80gb` / `v100-16gb-pcie3`) and 8 cases down (BERT-base at 12.5%
 //!   by 0.01, the GPT-2 export at 50% on `v100-16gb-pcie3` by 0.012).
 //!
+//! Once the polish has converged on a schedule that still stalls, one more
+//! polish run starts from that schedule with room made at its largest
+//! working set ([`room`]: saved activations resident there recomputed),
+//! and its result is taken where it is faster; this is tried once per
+//! search.
+//!
 //! Reproducible: the stagnation rule counts moves, not seconds, so under
 //! move bounds alone (a deadline far away) the plan depends on the seed
 //! alone.
 
 use super::local::{self, Cost, LocalStats, Stagnation};
+use super::room;
 use super::{Joint, Reached, fastest_reached, summary};
 use crate::Planner;
 use crate::framework::{Ctx, Scratch, Search};
@@ -154,6 +161,9 @@ impl Joint {
         // search to continue): open again once the other changes it.
         let mut converged = [unfinished.is_none(), false];
         let mut last = None;
+        let mut room_tried = false;
+        // Whether the run from the roomed schedule improved, where it ran.
+        let mut room_improved: Option<bool> = None;
         loop {
             let now = Instant::now();
             if now >= deadline {
@@ -170,8 +180,21 @@ impl Joint {
                 && !converged[1]
                 && moves_left(Phase::Polish) > 0
                 && stalls(&current.0, current.1) > local::MIN_GAIN;
-            let Some(phase) = next_phase(last, main_open, polish_ready) else {
-                break;
+            // Once the polish has converged, one run from the schedule
+            // with room made at its largest working set ([`room`]).
+            let room_ready = self.polish_swap_timing
+                && !room_tried
+                && converged[1]
+                && moves_left(Phase::Polish) > 0
+                && stalls(&current.0, current.1) > local::MIN_GAIN;
+            let phase = if room_ready {
+                room_tried = true;
+                Phase::Polish
+            } else {
+                let Some(phase) = next_phase(last, main_open, polish_ready) else {
+                    break;
+                };
+                phase
             };
             let until = if phase == Phase::Main && now < reserve_at {
                 reserve_at
@@ -186,10 +209,14 @@ impl Joint {
                 // Held to the stagnation rule only where the polish could
                 // take the time.
                 stagnation: polish_ready.then_some(STAGNATION),
+                room: room_ready,
             };
             let (next, stats, run_converged) =
                 self.run_phase((&search, &ctx), request, &current, run);
             let changed = next.1.beats(&current.1);
+            if run.room {
+                room_improved = Some(changed);
+            }
             let account = &mut accounts[phase as usize];
             account.runs += 1;
             account.improved |= changed;
@@ -209,6 +236,9 @@ impl Joint {
                 let label = phase_label(&start.label, p);
                 let mut s = summary(&label, start.cost, current.1, &account.stats);
                 s["runs"] = account.runs.into();
+                if p == Phase::Polish {
+                    s["room_improved"] = room_improved.into();
+                }
                 s
             })
             .collect();
@@ -217,6 +247,9 @@ impl Joint {
             if accounts[p as usize].improved {
                 label = phase_label(&label, p);
             }
+        }
+        if room_improved == Some(true) {
+            label = format!("{label} (room at the largest working set)");
         }
         let reached = Reached {
             label,
@@ -252,6 +285,38 @@ impl Joint {
                 let converged = self.search_converged(&stats);
                 ((schedule, cost), stats, converged)
             }
+            Phase::Polish if run.room => {
+                // From the schedule with room made at its largest working
+                // set, taken where the polish gets it below the current
+                // one; else the current one stays, converged.
+                let roomed = room::largest_working_set(ctx, &current.0).and_then(|at| {
+                    room::room_at(
+                        search,
+                        ctx,
+                        request.cost,
+                        (&current.0, current.1),
+                        at,
+                        run.until,
+                    )
+                });
+                let Some(roomed) = roomed else {
+                    return (current.clone(), LocalStats::default(), true);
+                };
+                let (schedule, cost, stats) = local::polish(
+                    search,
+                    ctx,
+                    request.cost,
+                    roomed,
+                    run.seed,
+                    (run.until, run.max_moves),
+                );
+                if cost.beats(&current.1) {
+                    let converged = stats.converged;
+                    ((schedule, cost), stats, converged)
+                } else {
+                    (current.clone(), stats, true)
+                }
+            }
             Phase::Polish => {
                 let (schedule, cost, stats) = local::polish(
                     search,
@@ -276,6 +341,9 @@ struct Run {
     until: Instant,
     max_moves: usize,
     stagnation: Option<Stagnation>,
+    /// A polish run from the schedule with room made at its largest
+    /// working set ([`room`]), once the polish has converged.
+    room: bool,
 }
 
 /// The label of a schedule `phase` improved.
