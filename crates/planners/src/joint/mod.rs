@@ -152,6 +152,18 @@
 //!   again by the main moves (the PyTorch GPT-2 export at 25% on
 //!   `v100-16gb-pcie3` at 60 s: 0.2159 s before, 0.2089 s with turns;
 //!   RESULTS.md, issue-16 section, "The second phase in turns").
+//! - **Room at the largest working set** ([`room`]): once the polish has
+//!   converged on a schedule that still stalls, one more polish run from
+//!   it with the saved activations resident across its largest working set
+//!   recomputed (cheapest per byte first, each kept where the schedule
+//!   still verifies and fits). The op with the largest working set leaves
+//!   the least room for swap-ins, and no single recomputation frees enough
+//!   to start one, so the search never takes them one by one. On the
+//!   PyTorch GPT-2 export at 25% on `h100-80gb`, four paired 54 s runs:
+//!   0.0469-0.0476 s with it against 0.0479-0.0489 s without; on
+//!   `v100-16gb-pcie3` 0.2039 s against 0.2035 s in every run (the
+//!   search after it takes another path). RESULTS.md, issue-16 section,
+//!   "Room at the largest working set".
 //! - **Held exchanges** ([`held`]): the two fastest seeds' schedules
 //!   (`HELD_STARTS`) with their chained recomputations traded for cheaper
 //!   ones whose dead inputs the lowering holds are two more starts (one,
