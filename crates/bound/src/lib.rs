@@ -349,8 +349,10 @@ fn largest_working_set_over(graph: &Graph, budget_bytes: u64) -> Option<(String,
 }
 
 /// Bytes `op` needs allocated while it runs: its inputs and outputs (storage
-/// owners, each once) and its workspace. `owners` is scratch.
-fn working_set_bytes(
+/// owners, each once) and its workspace (step 2 of the derivation). `owners`
+/// is scratch. Public so that planners measure working sets as the bound
+/// does (the joint planner's room step finds the largest).
+pub fn working_set_bytes(
     graph: &Graph,
     op: &outcore_graph::Op,
     owners: &mut Vec<outcore_graph::TensorId>,

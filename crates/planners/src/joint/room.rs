@@ -44,23 +44,13 @@ pub const ROOM_RECOMPUTATIONS: usize = 32;
 pub const ROOM_SLOWDOWN: f64 = 0.01;
 
 /// The position in `schedule`'s order of the op with the largest working
-/// set (its inputs' and outputs' storages), the first of equals.
+/// set ([`outcore_bound::working_set_bytes`]: its inputs', outputs' and
+/// workspace's bytes), the first of equals.
 pub fn largest_working_set(ctx: &Ctx<'_>, schedule: &Schedule) -> Option<usize> {
-    let g = ctx.graph;
     let mut owners: Vec<TensorId> = Vec::new();
     let mut best: Option<(u64, usize)> = None;
     for (pos, &op) in schedule.order.iter().enumerate() {
-        let op = g.op(op);
-        owners.clear();
-        owners.extend(
-            op.inputs
-                .iter()
-                .chain(&op.outputs)
-                .map(|&t| g.storage_owner(t)),
-        );
-        owners.sort_unstable();
-        owners.dedup();
-        let bytes: u64 = owners.iter().map(|&t| ctx.size(t)).sum();
+        let bytes = outcore_bound::working_set_bytes(ctx.graph, ctx.graph.op(op), &mut owners);
         if best.is_none_or(|(b, _)| bytes > b) {
             best = Some((bytes, pos));
         }
@@ -149,20 +139,13 @@ mod tests {
         let ctx = Ctx::new(&g, &cost, schedule.order.clone());
         let search = Search::new(&ctx, &request, "outcore");
         let at = largest_working_set(&ctx, &schedule).expect("an op");
-        // No op's working set is larger than the one found.
+        // No op's working set is larger than the one found, and none before
+        // it is as large.
         let ws = |pos: usize| -> u64 {
-            let op = g.op(schedule.order[pos]);
-            let mut owners: Vec<TensorId> = op
-                .inputs
-                .iter()
-                .chain(&op.outputs)
-                .map(|&t| g.storage_owner(t))
-                .collect();
-            owners.sort_unstable();
-            owners.dedup();
-            owners.iter().map(|&t| ctx.size(t)).sum()
+            outcore_bound::working_set_bytes(&g, g.op(schedule.order[pos]), &mut Vec::new())
         };
         assert!((0..schedule.order.len()).all(|p| ws(p) <= ws(at)));
+        assert!((0..at).all(|p| ws(p) < ws(at)));
         let start_s = match search.score(&schedule, &mut Scratch::default()) {
             Ok(Score::Feasible { iter_time_s, .. }) => iter_time_s,
             other => panic!("keep-all does not fit a roomy budget: {other:?}"),
