@@ -14,10 +14,13 @@
 //! slower and leads nothing, so the search never takes it. Recomputing them
 //! together, each kept only where the schedule still verifies and fits
 //! (dropout masks may not be recomputed; a residual sum's chain may not
-//! hold), and polishing from there, took that case from 0.2126 s to 0.2104 s
-//! (the same polish from the schedule itself: 0.2126 s), and on `h100-80gb`
-//! from 0.04998 s to 0.04820 s (a probe on the `outcore` plan at 5 s,
-//! RESULTS.md, issue-16 section, "Room at the largest working set").
+//! hold), and polishing from there, took the `outcore` plan at 5 s to
+//! 0.2104 s where the same polish from the plan itself ends at 0.2126 s,
+//! and on `h100-80gb` to 0.04820 s against 0.04998 s (a probe). Inside the
+//! planner, in four paired 54 s runs on `h100-80gb`: 0.0469-0.0476 s
+//! against 0.0479-0.0489 s without it; on `v100-16gb-pcie3` 0.2039 s
+//! against 0.2035 s (RESULTS.md, issue-16 section, "Room at the largest
+//! working set").
 //!
 //! Cheapest per byte first (the producer's time over the tensor's bytes):
 //! the recomputations cost compute, which a link-bound backward pass has to
@@ -40,7 +43,7 @@ use std::time::Instant;
 pub const ROOM_RECOMPUTATIONS: usize = 32;
 
 /// The most the recomputations may slow the schedule before the polish,
-/// as a share of its time (on the GPT-2 export: +0.03% and +0.3%).
+/// as a share of its time (on the GPT-2 export: +0.04% and +0.3%).
 pub const ROOM_SLOWDOWN: f64 = 0.01;
 
 /// The position in `schedule`'s order of the op with the largest working
