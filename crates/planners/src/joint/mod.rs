@@ -152,9 +152,21 @@
 //!   again by the main moves (the PyTorch GPT-2 export at 25% on
 //!   `v100-16gb-pcie3` at 60 s: 0.2159 s before, 0.2089 s with turns;
 //!   RESULTS.md, issue-16 section, "The second phase in turns").
-//! - **Room at the largest working set** ([`room`]): once the polish has
-//!   converged on a schedule that still stalls, one more polish run from
-//!   it with the saved activations resident across its largest working set
+//! - **Kept to its update** ([`to_update`]): once the polish has converged
+//!   on a schedule that still stalls, one polish run from it with the swap
+//!   gap of its largest parameter inside the backward pass dropped (the
+//!   tensor kept from its last backward read to its update, one h2d copy
+//!   fewer) and the swap-ins prefetched across the new peak started later,
+//!   the furthest use first, until it fits. No single move does both (the
+//!   gap dropped alone is 65-137 MiB over the budget on the PyTorch GPT-2
+//!   export at 25%, and the repair moves did not bring it back). There,
+//!   with the tied token embedding kept, `bench-suite`'s 54 s retry went
+//!   from 0.548 to 0.578 of ideal on `v100-16gb-pcie3` (gap to the bound
+//!   0.301 to 0.232) and 0.738 to 0.747 on `h100-80gb`. RESULTS.md,
+//!   issue-16 section, "A large parameter kept to its update".
+//! - **Room at the largest working set** ([`room`]): at the polish's next
+//!   convergence after the kept run, on a schedule that still stalls, one
+//!   more polish run from it with the saved activations resident across its largest working set
 //!   recomputed (cheapest per byte first, each kept where the schedule
 //!   still verifies and fits). The op with the largest working set leaves
 //!   the least room for swap-ins, and no single recomputation frees enough
@@ -265,6 +277,7 @@ pub mod program;
 pub mod requeue;
 pub mod room;
 pub mod streamed;
+pub mod to_update;
 pub mod turns;
 
 use crate::framework::{Ctx, Score, Scored, Scratch, Search};

@@ -35,18 +35,20 @@
 //!   by 0.01, the GPT-2 export at 50% on `v100-16gb-pcie3` by 0.012).
 //!
 //! Once the polish has converged on a schedule that still stalls, one more
-//! polish run starts from that schedule with room made at its largest
-//! working set ([`room`]: saved activations resident there recomputed),
-//! and its result is taken where it is faster; this is tried once per
-//! search.
+//! polish run starts from that schedule with its largest parameter kept
+//! from its last read in the backward pass to its update and the swap-ins
+//! that then no longer fit started later ([`to_update`]); at the next
+//! convergence, one from the schedule with room made at its largest
+//! working set ([`room`]: saved activations resident there recomputed).
+//! Each result is taken where it is faster; each is tried once per search.
 //!
 //! Reproducible: the stagnation rule counts moves, not seconds, so under
 //! move bounds alone (a deadline far away) the plan depends on the seed
 //! alone.
 
 use super::local::{self, Cost, LocalStats, Stagnation};
-use super::room;
 use super::{Joint, Reached, fastest_reached, summary};
+use super::{room, to_update};
 use crate::Planner;
 use crate::framework::{Ctx, Scratch, Search};
 use outcore_plan::{PlanRequest, Schedule};
@@ -161,9 +163,9 @@ impl Joint {
         // search to continue): open again once the other changes it.
         let mut converged = [unfinished.is_none(), false];
         let mut last = None;
-        let mut room_tried = false;
-        // Whether the run from the roomed schedule improved, where it ran.
-        let mut room_improved: Option<bool> = None;
+        // Whether each restart ran, and whether its run improved.
+        let mut restarts_tried = [false; 2];
+        let mut restarts_improved: [Option<bool>; 2] = [None; 2];
         loop {
             let now = Instant::now();
             if now >= deadline {
@@ -181,14 +183,19 @@ impl Joint {
                 && moves_left(Phase::Polish) > 0
                 && stalls(&current.0, current.1) > local::MIN_GAIN;
             // Once the polish has converged, one run from the schedule
-            // with room made at its largest working set ([`room`]).
-            let room_ready = self.polish_swap_timing
-                && !room_tried
+            // with the largest parameter kept to its update
+            // ([`to_update`]), and one (at the next convergence) from the
+            // schedule with room made at its largest working set
+            // ([`room`]).
+            let restart_ready = self.polish_swap_timing
                 && converged[1]
                 && moves_left(Phase::Polish) > 0
                 && stalls(&current.0, current.1) > local::MIN_GAIN;
-            let phase = if room_ready {
-                room_tried = true;
+            let restart = [Restart::Kept, Restart::Room]
+                .into_iter()
+                .find(|r| restart_ready && !restarts_tried[*r as usize]);
+            let phase = if let Some(r) = restart {
+                restarts_tried[r as usize] = true;
                 Phase::Polish
             } else {
                 let Some(phase) = next_phase(last, main_open, polish_ready) else {
@@ -209,13 +216,13 @@ impl Joint {
                 // Held to the stagnation rule only where the polish could
                 // take the time.
                 stagnation: polish_ready.then_some(STAGNATION),
-                room: room_ready,
+                restart,
             };
             let (next, stats, run_converged) =
                 self.run_phase((&search, &ctx), request, &current, run);
             let changed = next.1.beats(&current.1);
-            if run.room {
-                room_improved = Some(changed);
+            if let Some(r) = run.restart {
+                restarts_improved[r as usize] = Some(changed);
             }
             let account = &mut accounts[phase as usize];
             account.runs += 1;
@@ -237,7 +244,8 @@ impl Joint {
                 let mut s = summary(&label, start.cost, current.1, &account.stats);
                 s["runs"] = account.runs.into();
                 if p == Phase::Polish {
-                    s["room_improved"] = room_improved.into();
+                    s["kept_improved"] = restarts_improved[Restart::Kept as usize].into();
+                    s["room_improved"] = restarts_improved[Restart::Room as usize].into();
                 }
                 s
             })
@@ -248,7 +256,10 @@ impl Joint {
                 label = phase_label(&label, p);
             }
         }
-        if room_improved == Some(true) {
+        if restarts_improved[Restart::Kept as usize] == Some(true) {
+            label = format!("{label} (kept to its update)");
+        }
+        if restarts_improved[Restart::Room as usize] == Some(true) {
             label = format!("{label} (room at the largest working set)");
         }
         let reached = Reached {
@@ -285,28 +296,40 @@ impl Joint {
                 let converged = self.search_converged(&stats);
                 ((schedule, cost), stats, converged)
             }
-            Phase::Polish if run.room => {
-                // From the schedule with room made at its largest working
-                // set, taken where the polish gets it below the current
-                // one; else the current one stays, converged.
-                let roomed = room::largest_working_set(ctx, &current.0).and_then(|at| {
-                    room::room_at(
-                        search,
-                        ctx,
-                        request.cost,
-                        (&current.0, current.1),
-                        at,
-                        run.until,
-                    )
-                });
-                let Some(roomed) = roomed else {
+            Phase::Polish if run.restart.is_some() => {
+                // From the restart's schedule, taken where the polish gets
+                // it below the current one; else the current one stays,
+                // converged.
+                let restarted = match run.restart {
+                    Some(Restart::Kept) => to_update::kept_gap(ctx, &current.0).and_then(|gap| {
+                        to_update::kept_to_update(
+                            search,
+                            ctx,
+                            request.cost,
+                            &current.0,
+                            gap,
+                            run.until,
+                        )
+                    }),
+                    _ => room::largest_working_set(ctx, &current.0).and_then(|at| {
+                        room::room_at(
+                            search,
+                            ctx,
+                            request.cost,
+                            (&current.0, current.1),
+                            at,
+                            run.until,
+                        )
+                    }),
+                };
+                let Some(restarted) = restarted else {
                     return (current.clone(), LocalStats::default(), true);
                 };
                 let (schedule, cost, stats) = local::polish(
                     search,
                     ctx,
                     request.cost,
-                    roomed,
+                    restarted,
                     run.seed,
                     (run.until, run.max_moves),
                 );
@@ -341,9 +364,18 @@ struct Run {
     until: Instant,
     max_moves: usize,
     stagnation: Option<Stagnation>,
-    /// A polish run from the schedule with room made at its largest
-    /// working set ([`room`]), once the polish has converged.
-    room: bool,
+    /// A polish run from another schedule, once the polish has converged.
+    restart: Option<Restart>,
+}
+
+/// Where a polish run starts once the polish has converged, instead of the
+/// current schedule (each tried once per search, in this order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restart {
+    /// The largest parameter kept to its update ([`to_update`]).
+    Kept = 0,
+    /// Room made at the largest working set ([`room`]).
+    Room = 1,
 }
 
 /// The label of a schedule `phase` improved.
