@@ -247,6 +247,9 @@ pub struct RunArgs {
     /// Speed at which stand-in kernels (ops without a CPU kernel) run, FLOP/s.
     #[arg(long = "synthetic-flops", default_value_t = 1e10)]
     pub synthetic_flops_per_s: f64,
+    /// Seed of the planner's randomness: the same seed gives the same plan,
+    /// except where a search planner's 10 s limit ends its search (then how
+    /// far it got depends on the machine's speed).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[arg(long)]
@@ -283,6 +286,9 @@ pub struct MaxBatchArgs {
     /// The largest batch tried, 1 to 16777216.
     #[arg(long, default_value_t = 65536, allow_hyphen_values = true)]
     pub limit: u64,
+    /// Seed of the planners' randomness: the same seed gives the same plan,
+    /// except where `--seconds` ends a search (then how far it got depends on
+    /// the machine's speed).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Wall-clock seconds for a search-based planner at each batch tried.
@@ -331,6 +337,9 @@ pub struct TargetArgs {
     /// lower budget while the layout needs more than the budget).
     #[arg(long, default_value = "perfect")]
     pub allocator: String,
+    /// Seed of the planners' randomness: the same seed gives the same plan,
+    /// except where `--seconds` ends a search (then how far it got depends on
+    /// the machine's speed).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Wall-clock seconds for search-based planners.

@@ -104,7 +104,10 @@ pub(crate) fn check_chunk_fits(allocator: &AllocatorSpec, budget_bytes: u64) -> 
 /// Settings of planning that are not the target.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanOptions {
-    /// Seed of any randomness; the same seed gives the same plan.
+    /// Seed of any randomness. The same seed gives the same plan for the
+    /// rule-based planners; a search that the time limit ends stops where
+    /// the machine's speed lets it, so its plan may differ from run to run
+    /// ([`outcore_plan::PlanRequest::seed`]).
     pub seed: u64,
     /// Wall-clock seconds for search-based planners; positive and finite.
     pub time_limit_s: f64,

@@ -12,7 +12,10 @@ pub struct PlanRequest<'a> {
     pub graph: &'a Graph,
     pub cost: &'a dyn CostModel,
     pub budget_bytes: u64,
-    /// Seed for any randomness; the same seed gives the same plan.
+    /// Seed for any randomness. The same seed gives the same plan where the
+    /// search is bounded by counts (moves, generations, swarms) before the
+    /// time limit; where the clock ends it, how far it got depends on the
+    /// machine's speed, so the plan may differ from run to run.
     pub seed: u64,
     /// Wall-clock budget for search-based planners: once it is spent they stop
     /// scoring new candidates and return the best so far.

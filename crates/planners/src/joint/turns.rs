@@ -311,16 +311,18 @@ impl Joint {
                             run.until,
                         )
                     }),
-                    _ => room::largest_working_set(ctx, &current.0).and_then(|at| {
-                        room::room_at(
-                            search,
-                            ctx,
-                            request.cost,
-                            (&current.0, current.1),
-                            at,
-                            run.until,
-                        )
-                    }),
+                    // `None` is ruled out by the arm's guard.
+                    Some(Restart::Room) | None => room::largest_working_set(ctx, &current.0)
+                        .and_then(|at| {
+                            room::room_at(
+                                search,
+                                ctx,
+                                request.cost,
+                                (&current.0, current.1),
+                                at,
+                                run.until,
+                            )
+                        }),
                 };
                 let Some(restarted) = restarted else {
                     return (current.clone(), LocalStats::default(), true);
