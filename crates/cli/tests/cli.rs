@@ -417,6 +417,12 @@ fn bad_input_is_a_one_line_error() {
         &["simulate", garbage.to_str().expect("utf8")],
         "not a valid outcore plan",
     );
+    // A graph file given where a plan is asked for is named as one.
+    let graph = temp("a_graph_not_a_plan.json");
+    let graph = graph.to_str().expect("utf8");
+    let out = outcore(&["export", "--model", "mlp", "-o", graph]);
+    assert!(out.status.success(), "{out:?}");
+    fails_with(&["verify", graph], "but a graph file (`outcore-graph/1`)");
 }
 
 #[test]

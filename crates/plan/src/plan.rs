@@ -338,9 +338,15 @@ impl Plan {
     /// `path` names the source in errors.
     pub fn from_json(text: &str, path: &str) -> Result<Plan, PlanError> {
         let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError {
-            kind: PlanErrorKind::Parse {
-                path: path.to_string(),
-                detail: e.to_string(),
+            kind: match other_outcore_file(text) {
+                Some(what) => PlanErrorKind::NotAPlan {
+                    path: path.to_string(),
+                    what,
+                },
+                None => PlanErrorKind::Parse {
+                    path: path.to_string(),
+                    detail: e.to_string(),
+                },
             },
         })?;
         if plan.format != PLAN_FORMAT {
@@ -398,6 +404,34 @@ impl Plan {
     }
 }
 
+/// What a JSON file that does not parse as a plan is instead, where it is
+/// another of outcore's files (by its `format` field, or by the keys of
+/// `outcore compare --json` output, which has none): a serde message about
+/// a missing or mistyped field would name the symptom, not the mix-up.
+fn other_outcore_file(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let object = value.as_object()?;
+    let what = match object.get("format").and_then(|f| f.as_str()) {
+        Some(PLAN_FORMAT) => return None,
+        Some("outcore-graph/1") => {
+            "a graph file (`outcore-graph/1`); plan it with `outcore plan --graph FILE ... -o plan.json`"
+        }
+        Some("outcore-jobs/1") => "a job list (`outcore-jobs/1`) for `outcore colocate`",
+        Some("outcore-alloc-trace/1") => {
+            "an allocation trace (`outcore-alloc-trace/1`) for `outcore alloc-replay`"
+        }
+        Some("outcore-latency-table/1") => {
+            "a latency table (`outcore-latency-table/1`) for `--latency-table`"
+        }
+        Some(_) => return None,
+        None if object.contains_key("results") && object.contains_key("lower_bound") => {
+            "the output of `outcore compare --json`; write one planner's plan with `outcore plan --planner NAME ... -o plan.json`"
+        }
+        None => return None,
+    };
+    Some(what.to_string())
+}
+
 /// An error reading or matching a plan.
 #[derive(Debug, thiserror::Error)]
 #[error("{kind}")]
@@ -411,6 +445,10 @@ pub struct PlanError {
 pub enum PlanErrorKind {
     #[error("{path} is not a valid outcore plan: {detail}")]
     Parse { path: String, detail: String },
+    /// The file is another of outcore's files (`what` says which, and
+    /// what to do).
+    #[error("{path} is not an outcore plan (`outcore-plan/1`) but {what}")]
+    NotAPlan { path: String, what: String },
     #[error("{path}: unsupported plan format `{found}` (expected `outcore-plan/1`)")]
     UnsupportedFormat { path: String, found: String },
     #[error(
@@ -462,6 +500,24 @@ mod tests {
 
     fn a100() -> DeviceProfile {
         DeviceProfile::builtin("a100-40gb").expect("built in")
+    }
+
+    #[test]
+    fn another_outcore_file_is_named_instead_of_a_missing_field() {
+        let graph = r#"{"format": "outcore-graph/1", "meta": {}, "tensors": [], "ops": []}"#;
+        let err = Plan::from_json(graph, "g.json").expect_err("a graph is not a plan");
+        assert!(matches!(err.kind, PlanErrorKind::NotAPlan { .. }), "{err}");
+        assert!(err.to_string().contains("outcore plan --graph"), "{err}");
+        let compare =
+            r#"{"model": "mlp", "lower_bound": {"Time": {"time_s": 1.0}}, "results": []}"#;
+        let err = Plan::from_json(compare, "c.json").expect_err("compare output is not a plan");
+        assert!(err.to_string().contains("outcore compare --json"), "{err}");
+        // Anything else keeps serde's message, which names the field.
+        let err =
+            Plan::from_json(r#"{"format": "outcore-plan/1"}"#, "p.json").expect_err("no fields");
+        assert!(matches!(err.kind, PlanErrorKind::Parse { .. }), "{err}");
+        let err = Plan::from_json("[1, 2]", "p.json").expect_err("not an object");
+        assert!(matches!(err.kind, PlanErrorKind::Parse { .. }), "{err}");
     }
 
     #[test]
