@@ -51,14 +51,12 @@ pub const ROOM_SLOWDOWN: f64 = 0.01;
 /// workspace's bytes), the first of equals.
 pub fn largest_working_set(ctx: &Ctx<'_>, schedule: &Schedule) -> Option<usize> {
     let mut owners: Vec<TensorId> = Vec::new();
-    let mut best: Option<(u64, usize)> = None;
-    for (pos, &op) in schedule.order.iter().enumerate() {
-        let bytes = outcore_bound::working_set_bytes(ctx.graph, ctx.graph.op(op), &mut owners);
-        if best.is_none_or(|(b, _)| bytes > b) {
-            best = Some((bytes, pos));
-        }
-    }
-    best.map(|(_, pos)| pos)
+    (0..schedule.order.len())
+        // The least of the reversed sizes is the largest, the first of equals.
+        .min_by_key(|&pos| {
+            let op = ctx.graph.op(schedule.order[pos]);
+            std::cmp::Reverse(outcore_bound::working_set_bytes(ctx.graph, op, &mut owners))
+        })
 }
 
 /// `start` (feasible, scored `start_cost`) with saved activations resident

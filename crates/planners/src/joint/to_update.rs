@@ -55,18 +55,19 @@ fn trigger(g: &Gap) -> usize {
 /// use (the first of equals in gap order); `None` where there is none.
 pub fn kept_gap(ctx: &Ctx<'_>, schedule: &Schedule) -> Option<usize> {
     let backward = backward_start(ctx.graph, &schedule.order);
-    let mut best: Option<(u64, usize)> = None;
-    for (i, g) in schedule.gaps.iter().enumerate() {
-        let inside = g.how == Restore::Swap
-            && ctx.persistent(g.tensor)
-            && g.after.is_some_and(|a| a >= backward)
-            && g.before.is_some();
-        let bytes = ctx.size(g.tensor);
-        if inside && best.is_none_or(|(b, _)| bytes > b) {
-            best = Some((bytes, i));
-        }
-    }
-    best.map(|(_, i)| i)
+    schedule
+        .gaps
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| {
+            g.how == Restore::Swap
+                && ctx.persistent(g.tensor)
+                && g.after.is_some_and(|a| a >= backward)
+                && g.before.is_some()
+        })
+        // The least of the reversed sizes is the largest, the first of equals.
+        .min_by_key(|(_, g)| std::cmp::Reverse(ctx.size(g.tensor)))
+        .map(|(i, _)| i)
 }
 
 /// `schedule` with gap `gap` dropped (its tensor kept on the device over

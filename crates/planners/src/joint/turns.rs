@@ -163,8 +163,7 @@ impl Joint {
         // search to continue): open again once the other changes it.
         let mut converged = [unfinished.is_none(), false];
         let mut last = None;
-        // Whether each restart ran, and whether its run improved.
-        let mut restarts_tried = [false; 2];
+        // Per restart: `None` until it has run, then whether it improved.
         let mut restarts_improved: [Option<bool>; 2] = [None; 2];
         loop {
             let now = Instant::now();
@@ -193,9 +192,8 @@ impl Joint {
                 && stalls(&current.0, current.1) > local::MIN_GAIN;
             let restart = [Restart::Kept, Restart::Room]
                 .into_iter()
-                .find(|r| restart_ready && !restarts_tried[*r as usize]);
-            let phase = if let Some(r) = restart {
-                restarts_tried[r as usize] = true;
+                .find(|r| restart_ready && restarts_improved[*r as usize].is_none());
+            let phase = if restart.is_some() {
                 Phase::Polish
             } else {
                 let Some(phase) = next_phase(last, main_open, polish_ready) else {
