@@ -221,15 +221,21 @@ def plan(
     seed: int = 0,
     time_limit_s: float = 10.0,
     latency_table: PathLike | None = None,
+    moves: int | None = None,
 ) -> PlanResult:
     """Plans ``graph`` with one planner for ``device`` under ``budget``.
 
     The plan is returned only if it verifies and its simulation under
     ``allocator`` has no allocation failure; otherwise :class:`InfeasibleError`
     (with the shortfall) or :class:`PlanError` is raised.
+
+    ``moves`` (``outcore`` and ``outcore-recompute`` only) ends the search
+    after that many scored moves per start instead of at ``time_limit_s``,
+    which it then does not read: the same ``seed`` gives the same plan on
+    every machine, however long the search takes there.
     """
     p, rest = _native.plan(
-        graph, planner, device, _budget_text(budget), allocator, seed, time_limit_s, _path(latency_table)
+        graph, planner, device, _budget_text(budget), allocator, seed, time_limit_s, _path(latency_table), moves
     )
     d = json.loads(rest)
     return PlanResult(
@@ -253,13 +259,16 @@ def compare(
     seed: int = 0,
     time_limit_s: float = 10.0,
     latency_table: PathLike | None = None,
+    moves: int | None = None,
 ) -> Comparison:
     """Runs every named planner (``"all"``, ``"window,capuchin"`` or a list) on
-    one target and judges every plan the same way."""
+    one target and judges every plan the same way. ``moves`` bounds
+    ``outcore``'s search as in :func:`plan`; the other planners still end at
+    ``time_limit_s``."""
     names = planners if isinstance(planners, str) else ",".join(planners)
     d = json.loads(
         _native.compare(
-            graph, names, device, _budget_text(budget), allocator, seed, time_limit_s, _path(latency_table)
+            graph, names, device, _budget_text(budget), allocator, seed, time_limit_s, _path(latency_table), moves
         )
     )
     results = [

@@ -65,6 +65,25 @@ def test_graph_files_round_trip(tmp_path):
     assert back.to_json() == g.to_json()
 
 
+def test_a_search_bounded_by_moves_gives_the_same_plan_whatever_the_time_limit():
+    # `moves=`: outcore's search ends by its move count and does not read
+    # `time_limit_s`, so a millisecond and an hour give the same plan.
+    g = outcore.load_graph("tiny-cnn")
+    short, long = (
+        outcore.plan(
+            g, "outcore", device="v100-16gb-pcie3", budget="60%", allocator="perfect", time_limit_s=s, moves=500
+        )
+        for s in (0.001, 3600.0)
+    )
+    assert short.plan.to_json() == long.plan.to_json()
+    settings = json.loads(short.plan.to_json())["planner"]["settings"]
+    assert settings["bounded_by"] == {"moves_per_start": 500}
+    with pytest.raises(outcore.InvalidValueError, match="moves `-1`: out of range"):
+        outcore.plan(g, "outcore", device="v100-16gb-pcie3", budget="60%", moves=-1)
+    with pytest.raises(outcore.InvalidValueError, match="`window` has no move count"):
+        outcore.plan(g, "window", device="v100-16gb-pcie3", budget="60%", moves=10)
+
+
 def test_errors_are_typed_and_carry_the_message():
     g = outcore.load_graph("resnet50", batch=8)
     with pytest.raises(outcore.InvalidValueError, match="budget `12 parsecs`"):

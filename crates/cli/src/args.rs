@@ -339,12 +339,21 @@ pub struct TargetArgs {
     pub allocator: String,
     /// Seed of the planners' randomness: the same seed gives the same plan,
     /// except where `--seconds` ends a search (then how far it got depends on
-    /// the machine's speed).
+    /// the machine's speed); with `--moves`, `outcore`'s plan is the same on
+    /// every machine.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Wall-clock seconds for search-based planners.
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
+    /// End `outcore`'s own search (`outcore`, `outcore-recompute`) after N
+    /// scored moves per start instead of at `--seconds`, so that the same
+    /// seed gives the same plan on every machine, however long it takes
+    /// there (20000: about a minute on the GPT-2 example on 2 cores). Other
+    /// planners still end at `--seconds`.
+    // Negative text reaches the facade's check, which names the accepted range.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub moves: Option<i64>,
     /// Measured per-op latencies (`outcore run --profile-out`) that override the
     /// roofline model for the ops they list.
     #[arg(long = "latency-table")]

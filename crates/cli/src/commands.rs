@@ -386,6 +386,7 @@ fn plan_options(args: &TargetArgs) -> Result<PlanOptions> {
     Ok(PlanOptions {
         seed: args.seed,
         time_limit_s: outcore::check_time_limit_s(args.seconds)?,
+        max_moves: args.moves.map(outcore::check_moves).transpose()?,
         latency_table: args
             .latency_table
             .as_deref()
@@ -923,6 +924,7 @@ fn cmd_max_batch(args: &MaxBatchArgs, stop: &StopFlag) -> Result<()> {
     let options = PlanOptions {
         seed: args.seed,
         time_limit_s: outcore::check_time_limit_s(args.seconds)?,
+        max_moves: None,
         latency_table: None,
         on_progress: Some(progress::iteration_hook(
             progress::bar("planners", planners.len() as u64),

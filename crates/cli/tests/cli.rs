@@ -412,6 +412,39 @@ fn bad_input_is_a_one_line_error() {
         ],
         "unknown planner `magic`",
     );
+    // A move count bounds `outcore`'s own search only, and not beyond its range.
+    let mlp = |extra: &[&str]| -> Vec<String> {
+        [
+            "plan",
+            "--model",
+            "mlp",
+            "--device",
+            "a100-40gb",
+            "--budget",
+            "50%",
+            "-o",
+            "/tmp/x.json",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let args = mlp(&["--planner", "home", "--moves", "10"]);
+    fails_with(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "`home` has no move count",
+    );
+    let args = mlp(&["--moves", "10000000000"]);
+    fails_with(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "moves `10000000000`: out of range; accepted: 0 to 1000000000",
+    );
+    let args = mlp(&["--moves", "-3"]);
+    fails_with(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "moves `-3`: out of range",
+    );
     fails_with(&["simulate", "/nonexistent/plan.json"], "cannot read");
     fails_with(
         &["simulate", garbage.to_str().expect("utf8")],
@@ -797,4 +830,45 @@ fn bench_suite_rows_respect_the_lower_bound() {
         }
     }
     assert!(feasible > 0, "no feasible row: {v}");
+}
+
+/// With `--moves`, `outcore`'s search ends by its move count and does not
+/// read `--seconds`: a millisecond and an hour give the same plan file, byte
+/// for byte, and the plan records what bounded it. (On the clock, a
+/// millisecond ends every seed of this case before any finds a plan.)
+#[test]
+fn a_search_bounded_by_moves_gives_the_same_plan_whatever_the_clock() {
+    let plan = |seconds: &str| -> String {
+        let path = temp(&format!("moves_{seconds}.json"));
+        let p = path.to_str().expect("utf8");
+        let out = outcore(&[
+            "plan",
+            "--model",
+            "tiny-cnn",
+            "--device",
+            "v100-16gb-pcie3",
+            "--budget",
+            "60%",
+            "--moves",
+            "500",
+            "--seconds",
+            seconds,
+            "-o",
+            p,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(&path).expect("read")
+    };
+    let (short, long) = (plan("0.001"), plan("3600"));
+    assert_eq!(short, long);
+    let doc: Value = serde_json::from_str(&short).expect("json");
+    assert_eq!(doc["planner"]["name"], "outcore");
+    assert_eq!(
+        doc["planner"]["settings"]["bounded_by"]["moves_per_start"],
+        500
+    );
 }

@@ -3,7 +3,9 @@
 //! plan that does not run under its allocator is never called feasible.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::input::{LoadedGraph, check_time_limit_s, cost_model, graph_of_plan, planner_by_name};
+use crate::input::{
+    LoadedGraph, check_time_limit_s, cost_model, counts_moves, graph_of_plan, planner_for,
+};
 use outcore_cost::{CostModel, DeviceProfile, MeasuredTable, RooflineModel};
 use outcore_graph::{Graph, OpId};
 use outcore_plan::{
@@ -105,12 +107,20 @@ pub(crate) fn check_chunk_fits(allocator: &AllocatorSpec, budget_bytes: u64) -> 
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanOptions {
     /// Seed of any randomness. The same seed gives the same plan for the
-    /// rule-based planners; a search that the time limit ends stops where
-    /// the machine's speed lets it, so its plan may differ from run to run
-    /// ([`outcore_plan::PlanRequest::seed`]).
+    /// rule-based planners, and for `outcore`'s search bounded by
+    /// [`PlanOptions::max_moves`]; a search that the time limit ends stops
+    /// where the machine's speed lets it, so its plan may differ from run to
+    /// run ([`outcore_plan::PlanRequest::seed`]).
     pub seed: u64,
     /// Wall-clock seconds for search-based planners; positive and finite.
     pub time_limit_s: f64,
+    /// Ends `outcore`'s own search (`outcore`, `outcore-recompute`) after
+    /// this many scored moves per start instead of at `time_limit_s`, so
+    /// that the same seed gives the same plan on every machine
+    /// ([`outcore_planners::Joint::bounded_by_moves`]); the other planners
+    /// still end at `time_limit_s`. At most
+    /// [`outcore_planners::joint::MAX_COUNTED_MOVES`].
+    pub max_moves: Option<u64>,
     /// Measured latencies that override the roofline model for the ops they list.
     pub latency_table: Option<MeasuredTable>,
     /// Told after each planner of [`compare`] (planners done, planners asked
@@ -125,6 +135,7 @@ impl Default for PlanOptions {
         PlanOptions {
             seed: 0,
             time_limit_s: 10.0,
+            max_moves: None,
             latency_table: None,
             on_progress: None,
         }
@@ -275,7 +286,15 @@ pub fn plan(
     options: &PlanOptions,
 ) -> Result<PlanResult> {
     check_time_limit_s(options.time_limit_s)?;
-    let planner_impl = planner_by_name(planner)?;
+    if let Some(moves) = options.max_moves.filter(|_| !counts_moves(planner)) {
+        return Err(Error::invalid(
+            "moves",
+            moves.to_string(),
+            format!("`{planner}` has no move count: it ends at its own end or at the time limit"),
+            "a move count with the planners outcore or outcore-recompute only; drop it for any other",
+        ));
+    }
+    let planner_impl = planner_for(planner, options)?;
     let cost = cost_model(target.device.clone(), options.latency_table.as_ref());
     let outcome = plan_and_check(planner_impl.as_ref(), graph, cost.as_ref(), target, options);
     let infeasible = |reason: String| -> Error {
@@ -321,7 +340,7 @@ pub fn compare(
     check_time_limit_s(options.time_limit_s)?;
     let chosen = planners
         .iter()
-        .map(|name| planner_by_name(name))
+        .map(|name| planner_for(name, options))
         .collect::<Result<Vec<_>>>()?;
     let cost = cost_model(target.device.clone(), options.latency_table.as_ref());
     let g = &graph.graph;

@@ -167,6 +167,7 @@ fn quick_outcore() -> outcore_planners::Joint {
         polish_swap_timing: true,
         held_starts: true,
         early_out_seeds: true,
+        bounded_by_counts: false,
     }
 }
 

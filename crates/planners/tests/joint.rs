@@ -160,6 +160,31 @@ fn the_same_seed_gives_the_same_plan() {
     assert_eq!(a.planner.settings, b.planner.settings);
 }
 
+/// Bounded by moves ([`Joint::bounded_by_moves`]) the search does not read
+/// the request's time limit: a microsecond and an hour give the same plan,
+/// and the plan records the move count that bounded it.
+#[test]
+fn bounded_by_moves_the_time_limit_is_not_read() {
+    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
+    let (fp, _) = footprint(&g);
+    let joint = bounded().bounded_by_moves(300);
+    let plan = |time_limit_s: f64| {
+        let request = PlanRequest {
+            time_limit_s,
+            ..PlanRequest::new(&g, &cost, fp * 2 / 5)
+        };
+        match joint.plan(&request) {
+            Ok(PlanOutcome::Feasible(p)) => p,
+            other => panic!("outcore on tiny-cnn at 40%, {time_limit_s} s: {other:?}"),
+        }
+    };
+    let (a, b) = (plan(1e-6), plan(3600.0));
+    assert_eq!(a.streams, b.streams);
+    assert_eq!(a.planner.settings, b.planner.settings);
+    assert_eq!(a.planner.settings["bounded_by"]["moves_per_start"], 300);
+}
+
 /// The joint planner computes the graph's fingerprint once and hands it to
 /// every seed and search (`PlanRequest::fingerprint`): the plan carries the
 /// graph's own, and a request that brings it gets the same plan.

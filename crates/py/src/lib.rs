@@ -262,7 +262,13 @@ fn load_plan(path: PathBuf) -> PyRes<PyPlan> {
     })
 }
 
-fn options(seed: u64, time_limit_s: f64, latency_table: Option<PathBuf>) -> PyRes<PlanOptions> {
+fn options(
+    seed: u64,
+    time_limit_s: f64,
+    latency_table: Option<PathBuf>,
+    moves: Option<i64>,
+) -> PyRes<PlanOptions> {
+    let max_moves = moves.map(outcore::check_moves).transpose().map_err(to_py)?;
     let latency_table = latency_table
         .map(|p| outcore::load_latency_table(&p))
         .transpose()
@@ -270,6 +276,7 @@ fn options(seed: u64, time_limit_s: f64, latency_table: Option<PathBuf>) -> PyRe
     Ok(PlanOptions {
         seed,
         time_limit_s,
+        max_moves,
         latency_table,
         ..PlanOptions::default()
     })
@@ -277,7 +284,7 @@ fn options(seed: u64, time_limit_s: f64, latency_table: Option<PathBuf>) -> PyRe
 
 /// Plans `graph` with one planner; returns the plan and the rest of the result as JSON.
 #[pyfunction]
-#[pyo3(signature = (graph, planner, device, budget, allocator, seed = 0, time_limit_s = 10.0, latency_table = None))]
+#[pyo3(signature = (graph, planner, device, budget, allocator, seed = 0, time_limit_s = 10.0, latency_table = None, moves = None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -289,8 +296,9 @@ fn plan(
     seed: u64,
     time_limit_s: f64,
     latency_table: Option<PathBuf>,
+    moves: Option<i64>,
 ) -> PyRes<(PyPlan, String)> {
-    let options = options(seed, time_limit_s, latency_table)?;
+    let options = options(seed, time_limit_s, latency_table, moves)?;
     let loaded = &graph.loaded;
     let result = py
         .detach(|| {
@@ -311,7 +319,7 @@ fn plan(
 
 /// Every named planner on one target, judged alike; JSON.
 #[pyfunction]
-#[pyo3(signature = (graph, planners, device, budget, allocator, seed = 0, time_limit_s = 10.0, latency_table = None))]
+#[pyo3(signature = (graph, planners, device, budget, allocator, seed = 0, time_limit_s = 10.0, latency_table = None, moves = None))]
 #[allow(clippy::too_many_arguments)]
 fn compare(
     py: Python<'_>,
@@ -323,8 +331,9 @@ fn compare(
     seed: u64,
     time_limit_s: f64,
     latency_table: Option<PathBuf>,
+    moves: Option<i64>,
 ) -> PyRes<String> {
-    let options = options(seed, time_limit_s, latency_table)?;
+    let options = options(seed, time_limit_s, latency_table, moves)?;
     let loaded = &graph.loaded;
     let comparison = py
         .detach(|| {

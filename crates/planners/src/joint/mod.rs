@@ -265,6 +265,27 @@
 //! - A seed planner's error (a bug of that planner) does not stop `outcore`:
 //!   it is recorded in the plan's settings (`seed_errors`) and the seed is
 //!   skipped. The conformance suite tests every seed on its own.
+//! - **Bounded by counts, or by the clock.** By default the request's time
+//!   limit ends every part of the search (each part's share of it, above),
+//!   so where the search stops, and so the plan, depends on the machine's
+//!   speed and load. [`Joint::bounded_by_moves`] ends it by counts alone:
+//!   `max_moves` scored moves per start, [`COUNTED_GENERATIONS`] of
+//!   SwapAdvisor's seed, HOME's swarms at their convergence or patience,
+//!   every rule-based seed at its end. The request's time limit is then not
+//!   read: the search runs as if it had [`COUNTED_TIME_LIMIT_S`], so that no
+//!   share of it ends a part and no repair is paced off the clock
+//!   (`local::RepairPace`), and the same seed gives the same plan on every
+//!   machine, however long the run takes there. Why a move count and not a
+//!   clock that counts work: every part of the search (the seeds' shares,
+//!   the repair pace, the turns' reserve, parallel batches checking a
+//!   deadline per candidate) keys off the time left, and counting work
+//!   deterministically across rayon's threads would change each of them;
+//!   bounded by counts they all run to their own ends, which the library's
+//!   tests already relied on (`tests/joint.rs`). Measured on the GPT-2
+//!   export at 25% on `h100-80gb` (RESULTS.md, issue-16 section, "Bounded
+//!   by moves"): 3,000 moves per start 0.049047 s in 11 s, 10,000 moves
+//!   0.047654 s in 25 s, 30,000 moves 0.047091 s in 61 s, each the same
+//!   plan in two runs.
 
 pub mod early_out;
 pub mod held;
@@ -381,6 +402,9 @@ pub struct Joint {
     /// Also seed with the fastest seeds' offloaded optimizer states copied
     /// out early in the next iteration ([`early_out`]).
     pub early_out_seeds: bool,
+    /// Ended by counts alone, the request's time limit not read (module
+    /// docs, "Bounded by counts"); set by [`Joint::bounded_by_moves`].
+    pub bounded_by_counts: bool,
 }
 
 impl Default for Joint {
@@ -406,11 +430,42 @@ impl Default for Joint {
             polish_swap_timing: true,
             held_starts: true,
             early_out_seeds: true,
+            bounded_by_counts: false,
         }
     }
 }
 
+/// Generations of SwapAdvisor's seed (of its default population) in a
+/// search bounded by counts ([`Joint::bounded_by_moves`]): what a 20 s
+/// search's share gives it on the GPT-2 export (module docs).
+pub const COUNTED_GENERATIONS: u64 = 8;
+/// The time limit a search bounded by counts runs as if it had: 11.6 days,
+/// beyond any run's length, so that no share of it ends a part of the
+/// search, and finite, so that every deadline derived from it is an
+/// `Instant` (module docs, "Bounded by counts").
+pub const COUNTED_TIME_LIMIT_S: f64 = 1.0e6;
+/// The largest move count [`Joint::bounded_by_moves`] takes: a billion
+/// moves per start is weeks of search on the suite's graphs.
+pub const MAX_COUNTED_MOVES: u64 = 1_000_000_000;
+
 impl Joint {
+    /// This search ended by counts alone (module docs, "Bounded by
+    /// counts"): at most `max_moves` scored moves per start, SwapAdvisor's
+    /// seed [`COUNTED_GENERATIONS`] generations, and the request's time
+    /// limit not read, so that the same seed gives the same plan on every
+    /// machine.
+    pub fn bounded_by_moves(self, max_moves: usize) -> Joint {
+        Joint {
+            max_moves,
+            swapadvisor: crate::SwapAdvisor {
+                max_generations: Some(COUNTED_GENERATIONS),
+                ..self.swapadvisor
+            },
+            bounded_by_counts: true,
+            ..self
+        }
+    }
+
     /// `outcore-recompute`: the search restricted to recomputation.
     pub fn recompute_only() -> Self {
         Joint {
@@ -1142,6 +1197,11 @@ impl Planner for Joint {
         let fingerprint = request.graph_fingerprint();
         let request = &PlanRequest {
             fingerprint: Some(&fingerprint),
+            time_limit_s: if self.bounded_by_counts {
+                COUNTED_TIME_LIMIT_S
+            } else {
+                request.time_limit_s
+            },
             ..*request
         };
         let total = Duration::try_from_secs_f64(request.time_limit_s.max(0.0))
@@ -1804,6 +1864,7 @@ impl Joint {
             Some(r) if r.cost.time_s <= fastest.iter_time_s => {
                 let settings = json!({
                     "start": r.label,
+                    "bounded_by": self.bounded_by(),
                     "seeds": context.seed_summary,
                     "seed_errors": context.seed_errors,
                     "seeds_skipped": context.seeds_skipped,
@@ -1813,10 +1874,21 @@ impl Joint {
             }
             _ => Ok(PlanOutcome::Feasible(renamed(
                 self.name(),
+                self.bounded_by(),
                 fastest,
                 context,
                 tried,
             ))),
+        }
+    }
+
+    /// What ends the search, as the plan's settings record it: the move
+    /// count (the same seed gives the same plan) or the clock.
+    fn bounded_by(&self) -> Value {
+        if self.bounded_by_counts {
+            json!({"moves_per_start": self.max_moves})
+        } else {
+            json!("time limit")
         }
     }
 
@@ -2059,6 +2131,7 @@ fn prove(
 /// The fastest seed's plan under this planner's name, its settings kept.
 fn renamed(
     name: &'static str,
+    bounded_by: Value,
     seed: &Seed,
     context: &Context<'_, '_>,
     tried: Vec<Value>,
@@ -2067,6 +2140,7 @@ fn renamed(
     plan.planner.name = name.into();
     plan.planner.settings = json!({
         "seed": seed.name,
+        "bounded_by": bounded_by,
         "seed_settings": seed.plan.planner.settings,
         "seeds": context.seed_summary,
         "seed_errors": context.seed_errors,
