@@ -283,9 +283,12 @@
 //!   bounded by counts they all run to their own ends, which the library's
 //!   tests already relied on (`tests/joint.rs`). Measured on the GPT-2
 //!   export at 25% on `h100-80gb` (RESULTS.md, issue-16 section, "Bounded
-//!   by moves"): 3,000 moves per start 0.049047 s in 11 s, 10,000 moves
-//!   0.047654 s in 25 s, 30,000 moves 0.047091 s in 61 s, each the same
-//!   plan in two runs.
+//!   by moves: the same plan on every machine"): 3,000 moves per start
+//!   0.049047 s in 11 s, 10,000 moves 0.047654 s in 25 s, 20,000 moves
+//!   0.047002 s in 50-56 s, 30,000 moves 0.047091 s in 54-65 s, each the
+//!   same plan in two runs. A move scores the whole schedule, so a count's
+//!   wall time grows with the graph (DenseNet-121 b64 at 12.5%: 20,000
+//!   moves took 77-85 s).
 
 pub mod early_out;
 pub mod held;
@@ -436,8 +439,11 @@ impl Default for Joint {
 }
 
 /// Generations of SwapAdvisor's seed (of its default population) in a
-/// search bounded by counts ([`Joint::bounded_by_moves`]): what a 20 s
-/// search's share gives it on the GPT-2 export (module docs).
+/// search bounded by counts ([`Joint::bounded_by_moves`]). A choice, kept
+/// small: that seed is far from the fastest where the search matters (on
+/// the GPT-2 export at 25% on `h100-80gb` its plan reads 0.122 s, the
+/// search's 0.047 s), and the whole run at 3,000 moves per start, this
+/// seed's 8 generations included, took 11 s there.
 pub const COUNTED_GENERATIONS: u64 = 8;
 /// The time limit a search bounded by counts runs as if it had: 11.6 days,
 /// beyond any run's length, so that no share of it ends a part of the
