@@ -249,9 +249,21 @@ pub struct RunArgs {
     pub synthetic_flops_per_s: f64,
     /// Seed of the planner's randomness: the same seed gives the same plan,
     /// except where a search planner's 10 s limit ends its search (then how
-    /// far it got depends on the machine's speed).
+    /// far it got depends on the machine's speed); with `--moves`,
+    /// `outcore`'s plan is the same on every machine.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// End `outcore`'s own search (`--planner outcore` or
+    /// `outcore-recompute`) after N scored moves per start instead of at its
+    /// 10 s limit, as `outcore plan --moves`.
+    // Negative text reaches the facade's check, which names the accepted range.
+    #[arg(
+        long,
+        value_name = "N",
+        allow_hyphen_values = true,
+        conflicts_with = "plan"
+    )]
+    pub moves: Option<i64>,
     #[arg(long)]
     pub json: bool,
 }

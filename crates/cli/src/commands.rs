@@ -567,8 +567,15 @@ fn cmd_plan(
     let loaded = load_graph(args)?;
     let target = target(&loaded, target_args)?;
     let options = plan_options(target_args)?;
+    let bound = match options.max_moves {
+        Some(moves) => format!("at most {moves} scored moves per start"),
+        None => format!("a search ends within {} s", options.time_limit_s),
+    };
+    let spinner = progress::spinner(format!("planning with {planner} ({bound})"));
     // Only a plan that verifies and runs under its allocator comes back.
-    let result = outcore::plan(&loaded, planner, &target, &options)?;
+    let result = outcore::plan(&loaded, planner, &target, &options);
+    spinner.finish_and_clear();
+    let result = result?;
     outcore::write_plan(&result.plan, output)?;
     let r = &result.report;
     say!(
@@ -1129,6 +1136,7 @@ fn cmd_run(a: RunArgs, stop: &StopFlag) -> Result<()> {
         let planner = a.planner.as_deref().unwrap_or("none");
         let plan_options = PlanOptions {
             seed: a.seed,
+            max_moves: a.moves.map(outcore::check_moves).transpose()?,
             ..PlanOptions::default()
         };
         let made = outcore::plan(&loaded, planner, &target, &plan_options)?;

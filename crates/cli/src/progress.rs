@@ -54,6 +54,19 @@ pub fn bar(what: &str, total: u64) -> ProgressBar {
     bar
 }
 
+/// A spinner with `what` and the time elapsed, for one long call that reports
+/// no steps of its own (a planner's search); hidden when stderr is not a
+/// terminal. Clear it with `finish_and_clear`.
+pub fn spinner(what: String) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(what);
+    bar.enable_steady_tick(std::time::Duration::from_millis(250));
+    bar
+}
+
 /// The executor's per-iteration hook: advances `bar` and asks to stop once the
 /// flag is set. A run that starts over (the reference run after the measured
 /// one) restarts the bar.
