@@ -183,6 +183,47 @@ fn bounded_by_moves_the_time_limit_is_not_read() {
     assert_eq!(a.streams, b.streams);
     assert_eq!(a.planner.settings, b.planner.settings);
     assert_eq!(a.planner.settings["bounded_by"]["moves_per_start"], 300);
+    // The count is checked after each parallel batch: a phase ends at the
+    // first batch that reaches it. (The early-out entry scores no moves and
+    // has no count.)
+    let phases: Vec<_> = a.planner.settings["local_search"]
+        .as_array()
+        .expect("the search's phases")
+        .iter()
+        .filter(|phase| phase.get("early_out_states").is_none())
+        .collect();
+    assert!(!phases.is_empty());
+    for phase in phases {
+        let scored = phase["moves_scored"].as_u64().expect("moves_scored");
+        assert!(
+            scored < 300 + outcore_planners::joint::local::BATCH as u64,
+            "{scored} moves: {phase}"
+        );
+    }
+}
+
+/// Bounded by moves the plan does not depend on how many threads score
+/// the moves either: rayon pools of 1 and 4 threads give the same plan
+/// (each parallel batch's results are judged in the candidates' order).
+#[test]
+fn bounded_by_moves_the_thread_count_does_not_change_the_plan() {
+    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
+    let (fp, _) = footprint(&g);
+    let joint = bounded().bounded_by_moves(300);
+    let plan = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a rayon pool");
+        match pool.install(|| joint.plan(&PlanRequest::new(&g, &cost, fp * 2 / 5))) {
+            Ok(PlanOutcome::Feasible(p)) => p,
+            other => panic!("outcore on tiny-cnn at 40%, {threads} threads: {other:?}"),
+        }
+    };
+    let (one, four) = (plan(1), plan(4));
+    assert_eq!(one.streams, four.streams);
+    assert_eq!(one.planner.settings, four.planner.settings);
 }
 
 /// The joint planner computes the graph's fingerprint once and hands it to

@@ -269,13 +269,17 @@
 //!   limit ends every part of the search (each part's share of it, above),
 //!   so where the search stops, and so the plan, depends on the machine's
 //!   speed and load. [`Joint::bounded_by_moves`] ends it by counts alone:
-//!   `max_moves` scored moves per start, [`COUNTED_GENERATIONS`] of
-//!   SwapAdvisor's seed, HOME's swarms at their convergence or patience,
-//!   every rule-based seed at its end. The request's time limit is then not
-//!   read: the search runs as if it had [`COUNTED_TIME_LIMIT_S`], so that no
-//!   share of it ends a part and no repair is paced off the clock
-//!   (`local::RepairPace`), and the same seed gives the same plan on every
-//!   machine, however long the run takes there. Why a move count and not a
+//!   `max_moves` scored moves per start and per phase (checked after each
+//!   parallel batch of [`local::BATCH`], so a phase may end up to 31 past
+//!   it), [`COUNTED_GENERATIONS`] of SwapAdvisor's seed, HOME's swarms at
+//!   their convergence or patience, every rule-based seed (the recomputation
+//!   plans of the merges and the relaxed repair starts included) at its end.
+//!   The request's time limit is then not read: the search runs as if it had
+//!   [`COUNTED_TIME_LIMIT_S`], so that no share of it ends a part and no
+//!   repair is paced off the clock (`local::RepairPace`), and the same seed
+//!   gives the same plan whatever the machine's speed and rayon's thread
+//!   count (tests: `tests/joint.rs`, `bounded_by_moves_*`), however long the
+//!   run takes there. Why a move count and not a
 //!   clock that counts work: every part of the search (the seeds' shares,
 //!   the repair pace, the turns' reserve, parallel batches checking a
 //!   deadline per candidate) keys off the time left, and counting work
@@ -283,12 +287,12 @@
 //!   bounded by counts they all run to their own ends, which the library's
 //!   tests already relied on (`tests/joint.rs`). Measured on the GPT-2
 //!   export at 25% on `h100-80gb` (RESULTS.md, issue-16 section, "Bounded
-//!   by moves: the same plan on every machine"): 3,000 moves per start
+//!   by moves: the same plan however fast the machine"): 3,000 moves per start
 //!   0.049047 s in 11 s, 10,000 moves 0.047654 s in 25 s, 20,000 moves
-//!   0.047002 s in 50-56 s, 30,000 moves 0.047091 s in 54-65 s, each the
-//!   same plan in two runs. A move scores the whole schedule, so a count's
-//!   wall time grows with the graph (DenseNet-121 b64 at 12.5%: 20,000
-//!   moves took 77-85 s).
+//!   0.047002 s in 44-56 s, 30,000 moves 0.047091 s in 54-65 s, each the
+//!   same plan in two runs or more. A move scores the whole schedule, so a
+//!   count's wall time grows with the graph (DenseNet-121 b64 at 12.5%:
+//!   20,000 moves took 76.7 s on `v100-16gb-pcie3`, 85.1 s on `h100-80gb`).
 
 pub mod early_out;
 pub mod held;
@@ -417,7 +421,12 @@ impl Default for Joint {
             repair_starts: true,
             max_kicks: local::MAX_KICKS,
             max_moves: usize::MAX,
-            swapadvisor: crate::SwapAdvisor::new(crate::swapadvisor::SearchSpace::Joint),
+            // The seed's own progress line would interleave with the
+            // caller's (the CLI's spinner for the whole search).
+            swapadvisor: crate::SwapAdvisor {
+                progress_line: false,
+                ..crate::SwapAdvisor::new(crate::swapadvisor::SearchSpace::Joint)
+            },
             home: crate::Home {
                 particles: HOME_FIRST_PARTICLES,
                 ..crate::Home::default()
@@ -445,21 +454,27 @@ impl Default for Joint {
 /// search's 0.047 s), and the whole run at 3,000 moves per start, this
 /// seed's 8 generations included, took 11 s there.
 pub const COUNTED_GENERATIONS: u64 = 8;
-/// The time limit a search bounded by counts runs as if it had: 11.6 days,
-/// beyond any run's length, so that no share of it ends a part of the
-/// search, and finite, so that every deadline derived from it is an
-/// `Instant` (module docs, "Bounded by counts").
-pub const COUNTED_TIME_LIMIT_S: f64 = 1.0e6;
-/// The largest move count [`Joint::bounded_by_moves`] takes: a billion
-/// moves per start is weeks of search on the suite's graphs.
+/// The time limit a search bounded by counts runs as if it had: about
+/// 31,700 years, so that no share of it ends a part of the search or paces
+/// a repair (`local::RepairPace` judges a repair from the first quarter of
+/// its start's share, years here, where 1e6 s gave hours that a run at
+/// [`MAX_COUNTED_MOVES`] could reach), and finite, so that every deadline
+/// derived from it is an `Instant` (1e12 s past now is far inside its
+/// 64-bit seconds; module docs, "Bounded by counts").
+pub const COUNTED_TIME_LIMIT_S: f64 = 1.0e12;
+/// The largest move count the facade's input accepts for
+/// [`Joint::bounded_by_moves`] (which itself takes any): a billion moves
+/// per start is weeks of search on the suite's graphs.
 pub const MAX_COUNTED_MOVES: u64 = 1_000_000_000;
 
 impl Joint {
     /// This search ended by counts alone (module docs, "Bounded by
-    /// counts"): at most `max_moves` scored moves per start, SwapAdvisor's
-    /// seed [`COUNTED_GENERATIONS`] generations, and the request's time
-    /// limit not read, so that the same seed gives the same plan on every
-    /// machine.
+    /// counts"): at most `max_moves` scored moves per start and per phase
+    /// of it, SwapAdvisor's seed [`COUNTED_GENERATIONS`] generations (its
+    /// `max_generations` replaced), and the request's time limit not read,
+    /// so that the same seed gives the same plan however fast the machine
+    /// runs. Takes any count; the facade's input checks it against
+    /// [`MAX_COUNTED_MOVES`].
     pub fn bounded_by_moves(self, max_moves: usize) -> Joint {
         Joint {
             max_moves,
@@ -1037,17 +1052,19 @@ enum Verdict {
 
 /// The seeds this planner makes itself for `job` (a streamed, offloaded,
 /// kept-link or mixed job) on `order`, planned for `share_s` seconds, each
-/// named after its kind.
+/// named after its kind; `counted`: the search is bounded by counts
+/// ([`Joint::bounded_by_moves`]).
 fn own_seeds(
     request: &PlanRequest<'_>,
     job: &Job<'_>,
     order: Option<&[OpId]>,
     share_s: f64,
+    counted: bool,
 ) -> Vec<(String, Result<PlanOutcome, PlannerError>)> {
     let share = Duration::try_from_secs_f64(share_s).unwrap_or_default();
     let until = Instant::now() + share;
     match job {
-        Job::Streamed(_) => streamed::streamed_seeds(request, order, until),
+        Job::Streamed(_) => streamed::streamed_seeds(request, order, until, counted),
         Job::Offloaded(_) => offloaded::offloaded_seeds(request, order, until),
         Job::Mixed(_) => mixed::mixed_seeds(request, order, until),
         _ => kept::kept_link_seed(request, order, until)
@@ -1470,7 +1487,9 @@ impl Joint {
                 | Job::Offloaded(order)
                 | Job::Kept(order)
                 | Job::Mixed(order) => {
-                    for (name, outcome) in own_seeds(request, job, order, share_s) {
+                    for (name, outcome) in
+                        own_seeds(request, job, order, share_s, self.bounded_by_counts)
+                    {
                         let name = format!("{name}{}", order_name(order));
                         out.record(self.name(), request, name, outcome)?;
                     }
@@ -1778,11 +1797,20 @@ impl Joint {
                 share: PROGRAM_SHARE,
             });
         }
+        // On the clock each relaxed seed gets a second (they take
+        // milliseconds on the suite's graphs, but `dtr`'s and
+        // `checkpoint`'s candidates past their time limit are skipped);
+        // bounded by counts it gets the request's unbounded limit, so that
+        // no candidate is skipped for the machine's speed.
         let relaxed = PlanRequest {
             budget_bytes: request
                 .budget_bytes
                 .saturating_add(request.budget_bytes / 2),
-            time_limit_s: 1.0,
+            time_limit_s: if self.bounded_by_counts {
+                request.time_limit_s
+            } else {
+                RELAXED_SEED_LIMIT_S
+            },
             ..*request
         };
         for name in RELAXED_SEEDS {
@@ -1880,7 +1908,7 @@ impl Joint {
             }
             _ => Ok(PlanOutcome::Feasible(renamed(
                 self.name(),
-                self.bounded_by(),
+                (self.bounded_by(), self.bounded_by_counts),
                 fastest,
                 context,
                 tried,
@@ -2090,6 +2118,9 @@ struct Start {
 
 /// Recomputation planners whose plans at 1.5x the budget are repair starts.
 const RELAXED_SEEDS: [&str; 2] = ["checkpoint-greedy", "checkpoint-sqrt"];
+/// The time limit of each of [`RELAXED_SEEDS`] on the clock (bounded by
+/// counts, the request's).
+const RELAXED_SEED_LIMIT_S: f64 = 1.0;
 
 /// A start's cost under the evaluator; `None` if it cannot be scored (an
 /// order the graph rejects, a lowering error, an allocator failure).
@@ -2134,20 +2165,26 @@ fn prove(
     )
 }
 
-/// The fastest seed's plan under this planner's name, its settings kept.
+/// The fastest seed's plan under this planner's name, its settings kept;
+/// bounded by counts (`counted`), without the seed's wall-clock times
+/// ([`WALL_TIME_KEYS`]), so that the same seed writes the same plan file.
 fn renamed(
     name: &'static str,
-    bounded_by: Value,
+    (bounded_by, counted): (Value, bool),
     seed: &Seed,
     context: &Context<'_, '_>,
     tried: Vec<Value>,
 ) -> Box<Plan> {
     let mut plan = seed.plan.clone();
     plan.planner.name = name.into();
+    let mut seed_settings = seed.plan.planner.settings.clone();
+    if counted {
+        drop_wall_times(&mut seed_settings);
+    }
     plan.planner.settings = json!({
         "seed": seed.name,
         "bounded_by": bounded_by,
-        "seed_settings": seed.plan.planner.settings,
+        "seed_settings": seed_settings,
         "seeds": context.seed_summary,
         "seed_errors": context.seed_errors,
         "seeds_skipped": context.seeds_skipped,
@@ -2155,6 +2192,24 @@ fn renamed(
         "note": "no local search improved on the fastest seed",
     });
     plan
+}
+
+/// The keys under which seeds record wall-clock seconds in their settings:
+/// HOME's search time and each SwapAdvisor generation's `elapsed_s`.
+const WALL_TIME_KEYS: [&str; 2] = ["search_s", "elapsed_s"];
+
+/// Removes every [`WALL_TIME_KEYS`] entry from `settings`, at any depth.
+fn drop_wall_times(settings: &mut Value) {
+    match settings {
+        Value::Object(map) => {
+            for key in WALL_TIME_KEYS {
+                map.remove(key);
+            }
+            map.values_mut().for_each(drop_wall_times);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_wall_times),
+        _ => {}
+    }
 }
 
 /// No seed found a plan: the infeasibility closest to fitting.
@@ -2180,7 +2235,40 @@ fn no_seed(request: &PlanRequest<'_>, infeasible: Vec<Infeasible>) -> Infeasible
 #[cfg(test)]
 mod tests {
     use super::{Job, Joint, MergeBudget, Score, Verdict, early_out_count, seeds_time};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
+
+    /// A seed's wall-clock times go, at any depth; everything else stays.
+    #[test]
+    fn wall_times_are_dropped_at_any_depth() {
+        let mut settings = serde_json::json!({
+            "search_s": 1.5,
+            "particles": 20,
+            "history": [{"generation": 1, "elapsed_s": 0.25, "best_s": 0.047}],
+        });
+        super::drop_wall_times(&mut settings);
+        assert_eq!(
+            settings,
+            serde_json::json!({
+                "particles": 20,
+                "history": [{"generation": 1, "best_s": 0.047}],
+            })
+        );
+    }
+
+    /// A search bounded by counts runs as if it had
+    /// [`super::COUNTED_TIME_LIMIT_S`]: its deadline and its seeds' part of
+    /// it must be `Instant`s past anything a run reaches (a deadline that
+    /// overflowed would fall back to now and end the search at once).
+    #[test]
+    fn the_counted_time_limit_gives_deadlines_years_away() {
+        let total = Duration::try_from_secs_f64(super::COUNTED_TIME_LIMIT_S).expect("in range");
+        let now = Instant::now();
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let deadline = now.checked_add(total).expect("a deadline, not an overflow");
+        assert!(deadline.duration_since(now) > 1000 * year);
+        let seeds_until = now.checked_add(seeds_time(total)).expect("seeds' deadline");
+        assert!(seeds_until.duration_since(now) > 100 * year);
+    }
 
     /// `tensile` runs after every streamed and mixed seed and before the
     /// swap-only seeds and the searches ([`super::LATE_SEEDS`]), in the

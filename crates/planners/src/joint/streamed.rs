@@ -88,6 +88,14 @@ pub const RECOMPUTE_PLANNERS: [&str; 5] = [
     DTR_KEPT_BY_POSITION,
 ];
 
+/// The time limit of one recomputation plan of a merge on the clock: a
+/// second, so that one slow plan cannot take a seed's whole share (they
+/// take milliseconds on the suite's graphs, but `dtr` and `checkpoint`
+/// skip their candidates past their time limit). Bounded by counts, the
+/// time left is its limit, so that no candidate is skipped for the
+/// machine's speed.
+pub const MERGE_PLAN_LIMIT_S: f64 = 1.0;
+
 /// DTR planned with a budget per position (`crate::dtr::dtr_gaps_under`):
 /// the request's budget plus the bytes of the offloaded tensors that are
 /// off the device at that position (DTR counts every persistent tensor as
@@ -239,10 +247,13 @@ pub const LARGE_SHARE: f64 = 1.0 / 16.0;
 /// The streamed seeds for `request` on `order` (`None`: the graph's), each
 /// named after its set and planner, planned until `until`: for each offload
 /// set, the fastest feasible merge over timings and recomputation planners.
+/// `counted`: a search bounded by counts (`Joint::bounded_by_moves`), whose
+/// recomputation plans are not cut at [`MERGE_PLAN_LIMIT_S`].
 pub fn streamed_seeds(
     request: &PlanRequest<'_>,
     order: Option<&[OpId]>,
     until: Instant,
+    counted: bool,
 ) -> Vec<(String, Result<PlanOutcome, PlannerError>)> {
     let order = order.map_or_else(|| graph_order(request.graph), <[OpId]>::to_vec);
     let ctx = Ctx::new(request.graph, request.cost, order);
@@ -256,7 +267,7 @@ pub fn streamed_seeds(
         if chosen.is_empty() {
             continue;
         }
-        let best = best_merge(request, &ctx, &chosen, set, UpdateGaps::No, until);
+        let best = best_merge(request, &ctx, &chosen, set, UpdateGaps::No, until, counted);
         let hidden = link_hidden(&ctx, request.cost, chosen.clone());
         let hidden_differs = !hidden.is_empty() && hidden.len() < chosen.len();
         let Some(best) = best else {
@@ -265,12 +276,12 @@ pub fn streamed_seeds(
             // also off the device until their updates.
             let mut fallback = None;
             if hidden_differs {
-                fallback = best_merge(request, &ctx, &hidden, set, UpdateGaps::No, until)
+                fallback = best_merge(request, &ctx, &hidden, set, UpdateGaps::No, until, counted)
                     .map(|m| ("streamed link-hidden", m));
             }
             for updates in [UpdateGaps::Large, UpdateGaps::Every] {
                 if fallback.is_none() && set != OffloadSet::OptimizerState {
-                    fallback = best_merge(request, &ctx, &chosen, set, updates, until)
+                    fallback = best_merge(request, &ctx, &chosen, set, updates, until, counted)
                         .map(|m| ("streamed", m));
                 }
             }
@@ -293,9 +304,15 @@ pub fn streamed_seeds(
                     .filter(|&p| p != best.planner),
             );
             for planner in planners {
-                if let Some((_, schedule)) =
-                    merge_rounds(request, &ctx, &hidden, best.variant, planner, until)
-                {
+                if let Some((_, schedule)) = merge_rounds(
+                    request,
+                    &ctx,
+                    &hidden,
+                    best.variant,
+                    planner,
+                    until,
+                    counted,
+                ) {
                     let name = seed_name("streamed link-hidden", set, planner, best.variant);
                     out.push((
                         name.clone(),
@@ -324,6 +341,7 @@ fn best_merge(
     set: OffloadSet,
     updates: UpdateGaps,
     until: Instant,
+    counted: bool,
 ) -> Option<Merge> {
     let mut best: Option<Merge> = None;
     for variant in VARIANTS.iter().filter(|v| v.set == set) {
@@ -336,7 +354,7 @@ fn best_merge(
                 return best;
             }
             if let Some((time_s, schedule)) =
-                merge_rounds(request, ctx, chosen, *variant, planner, until)
+                merge_rounds(request, ctx, chosen, *variant, planner, until, counted)
                 && best.as_ref().is_none_or(|b| time_s < b.time_s)
             {
                 best = Some(Merge {
@@ -397,10 +415,11 @@ fn merge_rounds(
     variant: Variant,
     planner: &str,
     until: Instant,
+    counted: bool,
 ) -> Option<(f64, Schedule)> {
     let base_plan = BasePlanner::new(ctx, request, chosen, variant, planner)?;
     let round = |next| {
-        Some(match base_plan.plan(next, until).ok()? {
+        Some(match base_plan.plan(next, until, counted).ok()? {
             Some(base) => {
                 Round::Merged(ctx.schedule(merged_gaps(ctx, request, &base, chosen, variant)))
             }
@@ -473,7 +492,14 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
 
     /// The plan's schedule at `budget_bytes`: `Ok(None)` where the planner
     /// has none, `Err` where it failed otherwise or planned another order.
-    fn plan(&self, budget_bytes: u64, until: Instant) -> Result<Option<Schedule>, ()> {
+    /// A named planner gets the time left until `until`, at most
+    /// [`MERGE_PLAN_LIMIT_S`] unless `counted`.
+    fn plan(
+        &self,
+        budget_bytes: u64,
+        until: Instant,
+        counted: bool,
+    ) -> Result<Option<Schedule>, ()> {
         match self {
             BasePlanner::Named {
                 planner,
@@ -481,13 +507,17 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
                 order,
                 ..
             } => {
+                let left_s = until
+                    .saturating_duration_since(Instant::now())
+                    .as_secs_f64();
                 let sub = PlanRequest {
                     budget_bytes,
                     order: Some(order),
-                    time_limit_s: until
-                        .saturating_duration_since(Instant::now())
-                        .as_secs_f64()
-                        .min(1.0),
+                    time_limit_s: if counted {
+                        left_s
+                    } else {
+                        left_s.min(MERGE_PLAN_LIMIT_S)
+                    },
                     ..**request
                 };
                 let plan = match planner.plan(&sub) {
@@ -936,6 +966,7 @@ mod tests {
             &request,
             Some(&eager),
             Instant::now() + Duration::from_secs(60),
+            false,
         );
         let plans: Vec<_> = seeds
             .into_iter()
@@ -1125,6 +1156,7 @@ mod tests {
             &request,
             Some(&eager),
             Instant::now() + Duration::from_secs(600),
+            false,
         );
         let names: Vec<&str> = seeds.iter().map(|(name, _)| name.as_str()).collect();
         let plan = seeds

@@ -76,7 +76,9 @@
 //!   ahead of `odswap`'s 27.43 s. `polish_share: 0.0` turns it off.
 //! - On a terminal, standard error shows one progress line per generation
 //!   (best and mean time, evaluations per second), cleared at the end; nothing
-//!   is written when standard error is not a terminal.
+//!   is written when standard error is not a terminal, nor where
+//!   `progress_line` is off (`outcore` runs this search as a seed and shows
+//!   its own).
 //! - Ablations (Sec. 6.4): `swapadvisor-order-only` keeps the seed's pool and
 //!   searches the schedule; `swapadvisor-alloc-only` keeps a schedule and
 //!   searches the pool. Which schedule ([`FixedOrder`]): by default the
@@ -199,6 +201,9 @@ pub struct SwapAdvisor {
     pub polish_share: f64,
     /// The schedule the allocation-only search keeps (module doc).
     pub fixed_order: FixedOrder,
+    /// Show one progress line per generation on a terminal (module doc);
+    /// off where another search runs this one as a part and shows its own.
+    pub progress_line: bool,
 }
 
 impl SwapAdvisor {
@@ -215,6 +220,7 @@ impl SwapAdvisor {
             max_evaluations: None,
             polish_share: POLISH_SHARE,
             fixed_order: FixedOrder::FrameworkDefault,
+            progress_line: true,
         }
     }
 
@@ -848,7 +854,11 @@ impl<'a, 'g> Env<'a, 'g> {
             max_generations: self.planner.max_generations,
             max_evaluations: self.planner.max_evaluations,
         };
-        let progress = Progress::new(self.planner.name(), self.ideal_s);
+        let progress = Progress::new(
+            self.planner.name(),
+            self.ideal_s,
+            self.planner.progress_line,
+        );
         let outcome = ga::run(
             &breeder,
             initial,
@@ -951,11 +961,12 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(name: &'static str, ideal_s: f64) -> Self {
+    /// Shown only where `wanted` and standard error is a terminal.
+    fn new(name: &'static str, ideal_s: f64, wanted: bool) -> Self {
         Progress {
             name,
             ideal_s,
-            terminal: std::io::stderr().is_terminal(),
+            terminal: wanted && std::io::stderr().is_terminal(),
         }
     }
 
