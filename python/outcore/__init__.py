@@ -231,8 +231,9 @@ def plan(
 
     ``moves`` (``outcore`` and ``outcore-recompute`` only) ends the search
     after that many scored moves per start instead of at ``time_limit_s``,
-    which it then does not read: the same ``seed`` gives the same plan on
-    every machine, however long the search takes there.
+    which it then does not read: the same ``seed`` gives the same plan
+    whatever the machine's speed and thread count, however long the search
+    takes there.
     """
     p, rest = _native.plan(
         graph, planner, device, _budget_text(budget), allocator, seed, time_limit_s, _path(latency_table), moves

@@ -51,6 +51,7 @@ def plan(
     seed: int = 0,
     time_limit_s: float = 10.0,
     latency_table: str | None = None,
+    moves: int | None = None,
 ) -> tuple[Plan, str]: ...
 def compare(
     graph: Graph,
@@ -61,6 +62,7 @@ def compare(
     seed: int = 0,
     time_limit_s: float = 10.0,
     latency_table: str | None = None,
+    moves: int | None = None,
 ) -> str: ...
 def verify(plan: Plan, graph: Graph) -> str: ...
 def simulate(plan: Plan, iterations: int = 2, latency_table: str | None = None, record_trace: bool = False) -> str: ...

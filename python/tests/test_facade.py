@@ -82,6 +82,9 @@ def test_a_search_bounded_by_moves_gives_the_same_plan_whatever_the_time_limit()
         outcore.plan(g, "outcore", device="v100-16gb-pcie3", budget="60%", moves=-1)
     with pytest.raises(outcore.InvalidValueError, match="`window` has no move count"):
         outcore.plan(g, "window", device="v100-16gb-pcie3", budget="60%", moves=10)
+    # A comparison none of whose planners counts moves refuses the count.
+    with pytest.raises(outcore.InvalidValueError, match="`window`, `dtr` have no move count"):
+        outcore.compare(g, ["window", "dtr"], device="v100-16gb-pcie3", budget="60%", moves=10)
 
 
 def test_errors_are_typed_and_carry_the_message():

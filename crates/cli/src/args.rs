@@ -250,7 +250,7 @@ pub struct RunArgs {
     /// Seed of the planner's randomness: the same seed gives the same plan,
     /// except where a search planner's 10 s limit ends its search (then how
     /// far it got depends on the machine's speed); with `--moves`,
-    /// `outcore`'s plan is the same on every machine.
+    /// `outcore`'s plan is the same whatever the machine's speed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// End `outcore`'s own search (`--planner outcore` or
@@ -351,8 +351,8 @@ pub struct TargetArgs {
     pub allocator: String,
     /// Seed of the planners' randomness: the same seed gives the same plan,
     /// except where `--seconds` ends a search (then how far it got depends on
-    /// the machine's speed); with `--moves`, `outcore`'s plan is the same on
-    /// every machine.
+    /// the machine's speed); with `--moves`, `outcore`'s plan is the same
+    /// whatever the machine's speed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Wall-clock seconds for search-based planners.
@@ -360,8 +360,9 @@ pub struct TargetArgs {
     pub seconds: f64,
     /// End `outcore`'s own search (`outcore`, `outcore-recompute`) after N
     /// scored moves per start instead of at `--seconds`, so that the same
-    /// seed gives the same plan on every machine, however long it takes
-    /// there (20000: about a minute on the GPT-2 example on 2 cores). Other
+    /// seed gives the same plan whatever the machine's speed and thread
+    /// count, however long it takes there (20000: 44 to 56 s on the GPT-2
+    /// example on 2 cores). Other
     /// planners still end at `--seconds`.
     // Negative text reaches the facade's check, which names the accepted range.
     #[arg(long, value_name = "N", allow_hyphen_values = true)]

@@ -571,7 +571,12 @@ fn cmd_plan(
         Some(moves) => format!("at most {moves} scored moves per start"),
         None => format!("a search ends within {} s", options.time_limit_s),
     };
-    let spinner = progress::spinner(format!("planning with {planner} ({bound})"));
+    // SwapAdvisor shows its own line per generation on a terminal.
+    let spinner = if planner.starts_with("swapadvisor") {
+        indicatif::ProgressBar::hidden()
+    } else {
+        progress::spinner(format!("planning with {planner} ({bound})"))
+    };
     // Only a plan that verifies and runs under its allocator comes back.
     let result = outcore::plan(&loaded, planner, &target, &options);
     spinner.finish_and_clear();

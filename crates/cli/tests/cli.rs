@@ -445,6 +445,30 @@ fn bad_input_is_a_one_line_error() {
         &args.iter().map(String::as_str).collect::<Vec<_>>(),
         "moves `-3`: out of range",
     );
+    // An unknown planner is named before the move count is judged.
+    let args = mlp(&["--planner", "nosuch", "--moves", "10"]);
+    fails_with(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "unknown planner `nosuch`",
+    );
+    // A comparison whose planners count no moves rejects the count rather
+    // than ignore it.
+    fails_with(
+        &[
+            "compare",
+            "--model",
+            "mlp",
+            "--device",
+            "a100-40gb",
+            "--budget",
+            "50%",
+            "--planners",
+            "home,dtr",
+            "--moves",
+            "10",
+        ],
+        "`home`, `dtr` have no move count",
+    );
     fails_with(&["simulate", "/nonexistent/plan.json"], "cannot read");
     fails_with(
         &["simulate", garbage.to_str().expect("utf8")],

@@ -413,6 +413,33 @@ pub(crate) fn counts_moves(name: &str) -> bool {
     )
 }
 
+/// A move count ([`crate::PlanOptions::max_moves`]) is for `outcore`'s own
+/// search: where none of `planners` counts moves, it is an error, not a
+/// flag silently ignored.
+pub(crate) fn check_moves_counted<S: AsRef<str>>(
+    planners: &[S],
+    options: &crate::PlanOptions,
+) -> Result<()> {
+    let Some(moves) = options.max_moves else {
+        return Ok(());
+    };
+    if planners.iter().any(|p| counts_moves(p.as_ref())) {
+        return Ok(());
+    }
+    let names = planners
+        .iter()
+        .map(|p| format!("`{}`", p.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let verb = if planners.len() == 1 { "has" } else { "have" };
+    Err(Error::invalid(
+        "moves",
+        moves.to_string(),
+        format!("{names} {verb} no move count: each ends at its own end or at the time limit"),
+        "a move count with the planners outcore or outcore-recompute only; drop it, or add one of them",
+    ))
+}
+
 /// The planner of that name as `options` ask for it: `outcore`'s own search
 /// bounded by `options.max_moves` where given (the other planners as they
 /// are).

@@ -13,7 +13,7 @@
 //! failure.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::input::{GraphSource, cost_model, load_graph, planner_by_name};
+use crate::input::{GraphSource, cost_model, load_graph, planner_for};
 use crate::planning::{PlanOptions, PlannerOutcome, Runnability, Target, plan_and_check};
 use outcore_cost::{CostModel, DeviceProfile};
 use outcore_plan::{AllocatorSpec, Planner, fmt_bytes};
@@ -94,8 +94,9 @@ pub fn max_batch(
     crate::input::check_time_limit_s(options.time_limit_s)?;
     let chosen = planners
         .iter()
-        .map(|name| planner_by_name(name))
+        .map(|name| planner_for(name, options))
         .collect::<Result<Vec<_>>>()?;
+    crate::input::check_moves_counted(planners, options)?;
     // Fail on a bad model or knob before any planning.
     load_at(request, 1)?;
     let cost = cost_model(request.device.clone(), options.latency_table.as_ref());
@@ -263,7 +264,31 @@ pub fn next_batch(good: Option<u64>, bad: Option<u64>, limit: u64) -> Option<u64
 
 #[cfg(test)]
 mod tests {
-    use super::next_batch;
+    use super::{MaxBatchRequest, max_batch, next_batch};
+    use crate::PlanOptions;
+    use outcore_cost::DeviceProfile;
+    use outcore_plan::AllocatorSpec;
+
+    /// A move count bounds `outcore`'s searches here as in `plan`: where no
+    /// planner asked for counts moves it is refused, not ignored.
+    #[test]
+    fn a_move_count_without_outcore_is_refused() {
+        let request = MaxBatchRequest {
+            model: "mlp".into(),
+            knobs: Default::default(),
+            optimizer: None,
+            device: DeviceProfile::builtin("a100-40gb").expect("profile"),
+            budget_bytes: 1 << 30,
+            allocator: AllocatorSpec::Perfect,
+            batch_limit: 8,
+        };
+        let options = PlanOptions {
+            max_moves: Some(10),
+            ..PlanOptions::default()
+        };
+        let e = max_batch(&request, &["checkpoint-sqrt".into()], &options).expect_err("refused");
+        assert!(e.to_string().contains("has no move count"), "{e}");
+    }
 
     /// Replays the search against a known threshold: every batch up to `max`
     /// plans. The answer is `max` (capped at the limit), found in about

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{
-    LoadedGraph, check_time_limit_s, cost_model, counts_moves, graph_of_plan, planner_for,
+    LoadedGraph, check_moves_counted, check_time_limit_s, cost_model, graph_of_plan, planner_for,
 };
 use outcore_cost::{CostModel, DeviceProfile, MeasuredTable, RooflineModel};
 use outcore_graph::{Graph, OpId};
@@ -116,10 +116,14 @@ pub struct PlanOptions {
     pub time_limit_s: f64,
     /// Ends `outcore`'s own search (`outcore`, `outcore-recompute`) after
     /// this many scored moves per start instead of at `time_limit_s`, so
-    /// that the same seed gives the same plan on every machine
+    /// that the same seed gives the same plan whatever the machine's speed
     /// ([`outcore_planners::Joint::bounded_by_moves`]); the other planners
     /// still end at `time_limit_s`. At most
-    /// [`outcore_planners::joint::MAX_COUNTED_MOVES`].
+    /// [`outcore_planners::joint::MAX_COUNTED_MOVES`]. [`plan`],
+    /// [`compare`] and [`crate::max_batch`] reject it where none of their
+    /// planners counts moves (rather than ignore it), and
+    /// [`crate::run_suite`] where the suite retries cases with more time
+    /// (a retry bounded by the same count would plan the same again).
     pub max_moves: Option<u64>,
     /// Measured latencies that override the roofline model for the ops they list.
     pub latency_table: Option<MeasuredTable>,
@@ -286,15 +290,9 @@ pub fn plan(
     options: &PlanOptions,
 ) -> Result<PlanResult> {
     check_time_limit_s(options.time_limit_s)?;
-    if let Some(moves) = options.max_moves.filter(|_| !counts_moves(planner)) {
-        return Err(Error::invalid(
-            "moves",
-            moves.to_string(),
-            format!("`{planner}` has no move count: it ends at its own end or at the time limit"),
-            "a move count with the planners outcore or outcore-recompute only; drop it for any other",
-        ));
-    }
+    // An unknown name first: its error lists the planners.
     let planner_impl = planner_for(planner, options)?;
+    check_moves_counted(std::slice::from_ref(&planner), options)?;
     let cost = cost_model(target.device.clone(), options.latency_table.as_ref());
     let outcome = plan_and_check(planner_impl.as_ref(), graph, cost.as_ref(), target, options);
     let infeasible = |reason: String| -> Error {
@@ -342,6 +340,7 @@ pub fn compare(
         .iter()
         .map(|name| planner_for(name, options))
         .collect::<Result<Vec<_>>>()?;
+    check_moves_counted(planners, options)?;
     let cost = cost_model(target.device.clone(), options.latency_table.as_ref());
     let g = &graph.graph;
     let ideal_time_s = (0..g.ops.len())

@@ -167,6 +167,14 @@ pub struct SuiteResult {
 pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
     if let Some(retry) = suite.retry {
         check_retry(retry, options.time_limit_s)?;
+        if let Some(moves) = options.max_moves {
+            return Err(crate::error::Error::invalid(
+                "moves",
+                moves.to_string(),
+                "a suite that retries cases with more time cannot be bounded by moves: the retry would plan the same again",
+                "drop the move count, or run the suite without retries",
+            ));
+        }
     }
     let total = suite.graphs.len() * suite.devices.len() * suite.budget_percents.len();
     let total = u32::try_from(total).unwrap_or(u32::MAX);
@@ -460,5 +468,17 @@ mod tests {
                 "{text}"
             );
         }
+        // A retry bounded by the same move count would plan the same again:
+        // a suite with both is refused before any case.
+        let counted = PlanOptions {
+            max_moves: Some(100),
+            ..options.clone()
+        };
+        let retry = Retry {
+            above_gap: 0.1,
+            time_limit_s: 1.0,
+        };
+        let e = run_suite(&suite_with(Some(retry)), &counted).expect_err("refused");
+        assert!(e.to_string().contains("cannot be bounded by moves"), "{e}");
     }
 }
