@@ -5,7 +5,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn outcore(args: &[&str]) -> Output {
+fn outcore<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_outcore"))
         .args(args)
         .output()
@@ -23,7 +23,7 @@ fn json_of(args: &[&str]) -> Value {
 }
 
 /// Asserts a clean failure: non-zero exit, one `error:` line naming `needle`.
-fn fails_with(args: &[&str], needle: &str) {
+fn fails_with<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], needle: &str) {
     let out = outcore(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{args:?} succeeded");
@@ -382,20 +382,11 @@ fn bad_input_is_a_one_line_error() {
         v
     };
     let args = with(&["--device", "v100-16gb-pcie3", "--budget", "40GiB"]);
-    fails_with(
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        "larger than",
-    );
+    fails_with(&args, "larger than");
     let args = with(&["--device", "tpu-v9", "--budget", "4GiB"]);
-    fails_with(
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        "tpu-v9",
-    );
+    fails_with(&args, "tpu-v9");
     let args = with(&["--device", "v100-16gb-pcie3", "--budget", "lots"]);
-    fails_with(
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        "budget `lots`",
-    );
+    fails_with(&args, "budget `lots`");
     fails_with(
         &[
             "plan",
@@ -431,26 +422,17 @@ fn bad_input_is_a_one_line_error() {
         .collect()
     };
     let args = mlp(&["--planner", "home", "--moves", "10"]);
-    fails_with(
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        "`home` has no move count",
-    );
+    fails_with(&args, "`home` has no move count");
     let args = mlp(&["--moves", "10000000000"]);
     fails_with(
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &args,
         "moves `10000000000`: out of range; accepted: 0 to 1000000000",
     );
     let args = mlp(&["--moves", "-3"]);
-    fails_with(
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        "moves `-3`: out of range",
-    );
+    fails_with(&args, "moves `-3`: out of range");
     // An unknown planner is named before the move count is judged.
     let args = mlp(&["--planner", "nosuch", "--moves", "10"]);
-    fails_with(
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        "unknown planner `nosuch`",
-    );
+    fails_with(&args, "unknown planner `nosuch`");
     // A comparison whose planners count no moves rejects the count rather
     // than ignore it.
     fails_with(
