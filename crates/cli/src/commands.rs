@@ -572,7 +572,7 @@ fn cmd_plan(
         None => format!("a search ends within {} s", options.time_limit_s),
     };
     // SwapAdvisor shows its own line per generation on a terminal.
-    let spinner = if planner.starts_with("swapadvisor") {
+    let spinner = if outcore::planner_draws_own_progress(planner) {
         indicatif::ProgressBar::hidden()
     } else {
         progress::spinner(format!("planning with {planner} ({bound})"))

@@ -403,6 +403,14 @@ pub(crate) fn planner_by_name(name: &str) -> Result<Box<dyn outcore_plan::Planne
     })
 }
 
+/// Whether the planner of that name draws its own progress on a terminal
+/// ([`outcore_plan::Planner::draws_own_progress`]), so that a front end
+/// shows no spinner of its own beside it; `false` for an unknown name
+/// (planning it fails with the list of names).
+pub fn planner_draws_own_progress(name: &str) -> bool {
+    planner_by_name(name).is_ok_and(|p| p.draws_own_progress())
+}
+
 /// Whether the named planner's search can be bounded by a move count
 /// ([`crate::PlanOptions::max_moves`]): `outcore`'s own, and its
 /// recompute-only variant.

@@ -53,3 +53,19 @@ fn a_swapadvisor_plan_keeps_its_own_pool() {
     .expect("compares");
     assert_eq!(comparison.results[0].status, Runnability::Feasible);
 }
+
+/// The CLI hides its spinner for the planners that draw their own progress
+/// line: SwapAdvisor's three searches, and no other planner of the list.
+#[test]
+fn only_swapadvisor_draws_its_own_progress() {
+    for name in [
+        "swapadvisor",
+        "swapadvisor-order-only",
+        "swapadvisor-alloc-only",
+    ] {
+        assert!(outcore::planner_draws_own_progress(name), "{name}");
+    }
+    for name in ["outcore", "home", "dtr", "tensile", "window", "nosuch"] {
+        assert!(!outcore::planner_draws_own_progress(name), "{name}");
+    }
+}

@@ -184,6 +184,12 @@ pub trait Planner: std::fmt::Debug + Send + Sync {
     /// Plans the request: a verified plan, or why none exists under this
     /// planner; `Err` only for bad input or a planner bug.
     fn plan(&self, request: &PlanRequest<'_>) -> Result<PlanOutcome, PlannerError>;
+    /// Whether [`Planner::plan`] draws its own progress on a terminal's
+    /// standard error (SwapAdvisor's line per generation), so that a
+    /// caller's spinner there would garble it. No planner does by default.
+    fn draws_own_progress(&self) -> bool {
+        false
+    }
 }
 
 /// Human-readable bytes, e.g. `3.71 GiB`.

@@ -287,6 +287,10 @@ impl Planner for SwapAdvisor {
         let env = Env::new(self, &ctx, request);
         env.search(&search)
     }
+
+    fn draws_own_progress(&self) -> bool {
+        self.progress_line
+    }
 }
 
 /// How the pool relates to the allocator asked for (module doc).
