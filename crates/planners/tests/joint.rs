@@ -20,6 +20,15 @@ fn graph(name: &str, batch: u64, knobs: &[(&str, u64)]) -> Graph {
     zoo::build(name, Some(batch), &knobs, None).expect("zoo model builds")
 }
 
+/// The tiny CNN most tests here plan (depth 8, width 8, batch 16) on
+/// `v100-16gb-pcie3`, with 40% of its footprint as the budget.
+fn tiny_cnn_at_40_percent() -> (Graph, RooflineModel, u64) {
+    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
+    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
+    let budget_bytes = footprint(&g).0 * 2 / 5;
+    (g, cost, budget_bytes)
+}
+
 /// Bounded by move and kick counts, not the clock, so that the plan is the
 /// same on every machine; SwapAdvisor's seed runs two generations of eight,
 /// HOME's a swarm of 32 then one of 64 (its default 512 would be most of
@@ -148,10 +157,8 @@ fn not_slower_than_any_planner_on_a_tiny_transformer() {
 
 #[test]
 fn the_same_seed_gives_the_same_plan() {
-    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
-    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
-    let (fp, _) = footprint(&g);
-    let plan = || match bounded().plan(&request(&g, &cost, fp * 2 / 5)) {
+    let (g, cost, budget_bytes) = tiny_cnn_at_40_percent();
+    let plan = || match bounded().plan(&request(&g, &cost, budget_bytes)) {
         Ok(PlanOutcome::Feasible(p)) => p,
         other => panic!("outcore on tiny-cnn at 40%: {other:?}"),
     };
@@ -165,14 +172,12 @@ fn the_same_seed_gives_the_same_plan() {
 /// and the plan records the move count that bounded it.
 #[test]
 fn bounded_by_moves_the_time_limit_is_not_read() {
-    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
-    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
-    let (fp, _) = footprint(&g);
+    let (g, cost, budget_bytes) = tiny_cnn_at_40_percent();
     let joint = bounded().bounded_by_moves(300);
     let plan = |time_limit_s: f64| {
         let request = PlanRequest {
             time_limit_s,
-            ..PlanRequest::new(&g, &cost, fp * 2 / 5)
+            ..PlanRequest::new(&g, &cost, budget_bytes)
         };
         match joint.plan(&request) {
             Ok(PlanOutcome::Feasible(p)) => p,
@@ -207,16 +212,14 @@ fn bounded_by_moves_the_time_limit_is_not_read() {
 /// (each parallel batch's results are judged in the candidates' order).
 #[test]
 fn bounded_by_moves_the_thread_count_does_not_change_the_plan() {
-    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
-    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
-    let (fp, _) = footprint(&g);
+    let (g, cost, budget_bytes) = tiny_cnn_at_40_percent();
     let joint = bounded().bounded_by_moves(300);
     let plan = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .expect("a rayon pool");
-        match pool.install(|| joint.plan(&PlanRequest::new(&g, &cost, fp * 2 / 5))) {
+        match pool.install(|| joint.plan(&PlanRequest::new(&g, &cost, budget_bytes))) {
             Ok(PlanOutcome::Feasible(p)) => p,
             other => panic!("outcore on tiny-cnn at 40%, {threads} threads: {other:?}"),
         }
@@ -231,15 +234,13 @@ fn bounded_by_moves_the_thread_count_does_not_change_the_plan() {
 /// graph's own, and a request that brings it gets the same plan.
 #[test]
 fn the_plan_carries_the_graphs_fingerprint() {
-    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
-    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
-    let (fp, _) = footprint(&g);
+    let (g, cost, budget_bytes) = tiny_cnn_at_40_percent();
     let fingerprint = graph_fingerprint(&g);
     let plan = |request: &PlanRequest<'_>| match bounded().plan(request) {
         Ok(PlanOutcome::Feasible(p)) => p,
         other => panic!("outcore on tiny-cnn at 40%: {other:?}"),
     };
-    let asked = request(&g, &cost, fp * 2 / 5);
+    let asked = request(&g, &cost, budget_bytes);
     let computed = plan(&asked);
     let given = plan(&PlanRequest {
         fingerprint: Some(&fingerprint),
@@ -256,14 +257,12 @@ fn the_plan_carries_the_graphs_fingerprint() {
 /// `home_runs` bounds them.
 #[test]
 fn home_restarts_double_the_swarm_up_to_their_bound() {
-    let g = graph("tiny-cnn", 16, &[("depth", 8), ("width", 8)]);
-    let cost = RooflineModel::new(DeviceProfile::builtin("v100-16gb-pcie3").expect("profile"));
-    let (fp, _) = footprint(&g);
+    let (g, cost, budget_bytes) = tiny_cnn_at_40_percent();
     let joint = Joint {
         home_runs: 3,
         ..bounded()
     };
-    let plan = match joint.plan(&request(&g, &cost, fp * 2 / 5)) {
+    let plan = match joint.plan(&request(&g, &cost, budget_bytes)) {
         Ok(PlanOutcome::Feasible(p)) => p,
         other => panic!("outcore on tiny-cnn at 40%: {other:?}"),
     };
