@@ -1743,12 +1743,14 @@ impl Joint {
     /// 1.5x the budget — which the search first brings under the budget with
     /// its own moves (a mix of swaps and recomputations none of the seeds
     /// makes). Waits for the program's solve where it is still running
-    /// ([`ProgramStart::join`]).
+    /// ([`ProgramStart::join`]). The relaxed seeds are planned by
+    /// `deadline`, the local search's ([`inner_plan_limit_s`]).
     fn starts(
         &self,
         request: &PlanRequest<'_>,
         seeds: &[Seed],
         program: ProgramStart<'_>,
+        deadline: Instant,
     ) -> Vec<Start> {
         // The fastest seeds of distinct planners (or kinds of seed, for
         // those this planner makes itself: [`seed_family`]): a planner's plan in the
@@ -1797,25 +1799,16 @@ impl Joint {
                 share: PROGRAM_SHARE,
             });
         }
-        // On the clock each relaxed seed gets a second (they take
-        // milliseconds on the suite's graphs, but `dtr`'s and
-        // `checkpoint`'s candidates past their time limit are skipped);
-        // bounded by counts it gets the request's unbounded limit, so that
-        // no candidate is skipped for the machine's speed.
-        let relaxed = PlanRequest {
-            budget_bytes: request
-                .budget_bytes
-                .saturating_add(request.budget_bytes / 2),
-            time_limit_s: if self.bounded_by_counts {
-                request.time_limit_s
-            } else {
-                RELAXED_SEED_LIMIT_S
-            },
-            ..*request
-        };
         for name in RELAXED_SEEDS {
             let Ok(planner) = crate::by_name(name) else {
                 continue;
+            };
+            let relaxed = PlanRequest {
+                budget_bytes: request
+                    .budget_bytes
+                    .saturating_add(request.budget_bytes / 2),
+                time_limit_s: inner_plan_limit_s(self.bounded_by_counts, deadline),
+                ..*request
             };
             if let Ok(PlanOutcome::Feasible(plan)) = planner.plan(&relaxed)
                 && let Some(schedule) = plan.lowered_from.as_deref()
@@ -1856,7 +1849,7 @@ impl Joint {
         deadline: Instant,
     ) -> Result<PlanOutcome, PlannerError> {
         let request = context.request;
-        let starts = self.starts(request, &seeds, program);
+        let starts = self.starts(request, &seeds, program, deadline);
         let first_until = Instant::now()
             + deadline
                 .saturating_duration_since(Instant::now())
@@ -2118,9 +2111,32 @@ struct Start {
 
 /// Recomputation planners whose plans at 1.5x the budget are repair starts.
 const RELAXED_SEEDS: [&str; 2] = ["checkpoint-greedy", "checkpoint-sqrt"];
-/// The time limit of each of [`RELAXED_SEEDS`] on the clock (bounded by
-/// counts, the request's).
-const RELAXED_SEED_LIMIT_S: f64 = 1.0;
+
+/// The most time one rule-based plan made inside the search gets on the
+/// clock ([`inner_plan_limit_s`]): a second.
+pub const INNER_PLAN_LIMIT_S: f64 = 1.0;
+
+/// The time limit of one rule-based plan made inside the search (a
+/// streamed merge's recomputation plan, a relaxed repair start) that must
+/// be done by `until`.
+///
+/// On the clock, the time left until `until`, at most
+/// [`INNER_PLAN_LIMIT_S`]: they take milliseconds on the suite's graphs, but
+/// `dtr` and `checkpoint` skip their candidates past their time limit, so
+/// one slow plan must not take a part's whole share, nor run past its end.
+/// Bounded by counts (`counted`, [`Joint::bounded_by_moves`]), the time left
+/// itself, which is then [`COUNTED_TIME_LIMIT_S`] away: no candidate is
+/// skipped for the machine's speed.
+pub(crate) fn inner_plan_limit_s(counted: bool, until: Instant) -> f64 {
+    let left_s = until
+        .saturating_duration_since(Instant::now())
+        .as_secs_f64();
+    if counted {
+        left_s
+    } else {
+        left_s.min(INNER_PLAN_LIMIT_S)
+    }
+}
 
 /// A start's cost under the evaluator; `None` if it cannot be scored (an
 /// order the graph rejects, a lowering error, an allocator failure).
@@ -2268,6 +2284,23 @@ mod tests {
         assert!(deadline.duration_since(now) > 1000 * year);
         let seeds_until = now.checked_add(seeds_time(total)).expect("seeds' deadline");
         assert!(seeds_until.duration_since(now) > 100 * year);
+    }
+
+    /// An inner plan's limit on the clock is the time left, capped at a
+    /// second, and never past its part's end (a part already over gets
+    /// none); bounded by counts it is the time left, uncapped.
+    #[test]
+    fn inner_plans_get_at_most_a_second_on_the_clock_and_never_past_the_end() {
+        use super::{INNER_PLAN_LIMIT_S, inner_plan_limit_s};
+        let now = Instant::now();
+        let far = now + Duration::from_secs(3600);
+        assert_eq!(inner_plan_limit_s(false, far), INNER_PLAN_LIMIT_S);
+        assert!(inner_plan_limit_s(true, far) > 3599.0);
+        let soon = now + Duration::from_millis(200);
+        let left_s = inner_plan_limit_s(false, soon);
+        assert!(left_s > 0.0 && left_s <= 0.2, "{left_s}");
+        assert_eq!(inner_plan_limit_s(false, now), 0.0);
+        assert_eq!(inner_plan_limit_s(true, now), 0.0);
     }
 
     /// `tensile` runs after every streamed and mixed seed and before the

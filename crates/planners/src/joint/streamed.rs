@@ -88,14 +88,6 @@ pub const RECOMPUTE_PLANNERS: [&str; 5] = [
     DTR_KEPT_BY_POSITION,
 ];
 
-/// The time limit of one recomputation plan of a merge on the clock: a
-/// second, so that one slow plan cannot take a seed's whole share (they
-/// take milliseconds on the suite's graphs, but `dtr` and `checkpoint`
-/// skip their candidates past their time limit). Bounded by counts, the
-/// time left is its limit, so that no candidate is skipped for the
-/// machine's speed.
-pub const MERGE_PLAN_LIMIT_S: f64 = 1.0;
-
 /// DTR planned with a budget per position (`crate::dtr::dtr_gaps_under`):
 /// the request's budget plus the bytes of the offloaded tensors that are
 /// off the device at that position (DTR counts every persistent tensor as
@@ -248,7 +240,8 @@ pub const LARGE_SHARE: f64 = 1.0 / 16.0;
 /// named after its set and planner, planned until `until`: for each offload
 /// set, the fastest feasible merge over timings and recomputation planners.
 /// `counted`: a search bounded by counts (`Joint::bounded_by_moves`), whose
-/// recomputation plans are not cut at [`MERGE_PLAN_LIMIT_S`].
+/// recomputation plans are not cut at [`super::INNER_PLAN_LIMIT_S`]
+/// ([`super::inner_plan_limit_s`]).
 pub fn streamed_seeds(
     request: &PlanRequest<'_>,
     order: Option<&[OpId]>,
@@ -493,7 +486,8 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
     /// The plan's schedule at `budget_bytes`: `Ok(None)` where the planner
     /// has none, `Err` where it failed otherwise or planned another order.
     /// A named planner gets the time left until `until`, at most
-    /// [`MERGE_PLAN_LIMIT_S`] unless `counted`.
+    /// [`super::INNER_PLAN_LIMIT_S`] unless `counted`
+    /// ([`super::inner_plan_limit_s`]).
     fn plan(
         &self,
         budget_bytes: u64,
@@ -507,17 +501,10 @@ impl<'c, 'r> BasePlanner<'c, 'r> {
                 order,
                 ..
             } => {
-                let left_s = until
-                    .saturating_duration_since(Instant::now())
-                    .as_secs_f64();
                 let sub = PlanRequest {
                     budget_bytes,
                     order: Some(order),
-                    time_limit_s: if counted {
-                        left_s
-                    } else {
-                        left_s.min(MERGE_PLAN_LIMIT_S)
-                    },
+                    time_limit_s: super::inner_plan_limit_s(counted, until),
                     ..**request
                 };
                 let plan = match planner.plan(&sub) {
