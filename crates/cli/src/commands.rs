@@ -571,7 +571,8 @@ fn cmd_plan(
         Some(moves) => format!("at most {moves} scored moves per start"),
         None => format!("a search ends within {} s", options.time_limit_s),
     };
-    // SwapAdvisor shows its own line per generation on a terminal.
+    // No spinner beside a planner that draws its own progress line
+    // (SwapAdvisor's line per generation).
     let spinner = if outcore::planner_draws_own_progress(planner) {
         indicatif::ProgressBar::hidden()
     } else {

@@ -2127,7 +2127,7 @@ pub const INNER_PLAN_LIMIT_S: f64 = 1.0;
 /// Bounded by counts (`counted`, [`Joint::bounded_by_moves`]), the time left
 /// itself, which is then [`COUNTED_TIME_LIMIT_S`] away: no candidate is
 /// skipped for the machine's speed.
-pub(crate) fn inner_plan_limit_s(counted: bool, until: Instant) -> f64 {
+pub fn inner_plan_limit_s(counted: bool, until: Instant) -> f64 {
     let left_s = until
         .saturating_duration_since(Instant::now())
         .as_secs_f64();
