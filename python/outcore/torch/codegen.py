@@ -297,230 +297,283 @@ def generate(conv: Converted, plan: dict[str, Any], *, profile: bool = False,
     (``outcore._native.pin_to_timeline``); the steps are then issued in that
     order and copy streams' frees released in place.  Without it, the older
     merge that issues copies as early as their waits allow."""
-    e = _Emitter(conv, plan, profile)
-    streams = plan["streams"]
-    ops = conv.ops
-    tensors = conv.tensors
-    cap = conv.captured
-    order = _timeline_order(streams, timeline) if timeline is not None else _emission_order(streams)
-    vc = _vector_clocks(streams, order)
-    hoisted = _hoisted_swap_ins(streams, order) if timeline is not None else {}
-    hoisted_at = {si: k for k, sis in hoisted.items() for si in sis}
+    g = _Generation(conv, plan, profile, timeline)
+    g.prologue()
+    for s, i in g.order:
+        g.step(s, i)
+    return g.finish()
 
-    # Which steps need an event: those waited for, and frees on copy streams.
-    needs_event: set[tuple[int, int]] = set()
-    for s in range(3):
-        for step in streams[s]:
-            for w in step.get("waits", []):
-                needs_event.add(_step_key(w))
-    # Deferred frees: copy-stream free -> first compute step ordered after it
-    # (issued in the timeline's order, a pinned plan releases them in place).
-    deferred: dict[int, list[tuple[int, int, int]]] = {}
-    compute_clocks = [vc[(0, i)] for i in range(len(streams[0]))]
-    for s in (1, 2) if timeline is None else ():
-        for i, step in enumerate(streams[s]):
-            instr = step["instr"]
-            if isinstance(instr, dict) and "free" in instr:
-                needs_event.add((s, i))
-                at = next((c for c, clock in enumerate(compute_clocks) if clock[s] >= i), None)
-                if at is not None:
-                    deferred.setdefault(at, []).append((s, i, int(instr["free"])))
 
-    def ev(s: int, i: int) -> str:
+class _Generation:
+    """The state of one ``generate`` call: the issue order, the events, the
+    host copies and the frees still pending on copy streams, and the source
+    lines emitted so far."""
+
+    def __init__(self, conv: Converted, plan: dict[str, Any], profile: bool,
+                 timeline: list[tuple[int, int]] | None):
+        self.e = _Emitter(conv, plan, profile)
+        self.conv = conv
+        self.profile = profile
+        self.timeline = timeline
+        self.streams = streams = plan["streams"]
+        self.order = (_timeline_order(streams, timeline) if timeline is not None
+                      else _emission_order(streams))
+        self.hoisted = _hoisted_swap_ins(streams, self.order) if timeline is not None else {}
+        self.hoisted_at = {si: k for k, sis in self.hoisted.items() for si in sis}
+        self._events_and_deferred_frees()
+        self.residency = {int(t): r for t, r in plan.get("initial_residency", [])}
+        self._host_copies()
+        self.writes_in_place: dict[int, list[int]] = {}
+        for op in conv.ops:
+            for t in op.outputs:
+                info = conv.tensors[t]
+                if info.version:
+                    self.writes_in_place.setdefault(op.id, []).append(info.owner)
+        self.batch_host: list[int] = []
+        self.returned: set[int] = set()
+        self.n_rec = self.n_out = self.n_in = 0
+        self.pending: dict[tuple[int, int], int] = {}
+
+    def _events_and_deferred_frees(self) -> None:
+        """Which steps need an event (those waited for, and frees on copy
+        streams), and the deferred frees: copy-stream free -> first compute
+        step ordered after it (issued in the timeline's order, a pinned plan
+        releases them in place)."""
+        streams = self.streams
+        vc = _vector_clocks(streams, self.order)
+        self.needs_event: set[tuple[int, int]] = set()
+        for s in range(3):
+            for step in streams[s]:
+                for w in step.get("waits", []):
+                    self.needs_event.add(_step_key(w))
+        self.deferred: dict[int, list[tuple[int, int, int]]] = {}
+        compute_clocks = [vc[(0, i)] for i in range(len(streams[0]))]
+        for s in (1, 2) if self.timeline is None else ():
+            for i, step in enumerate(streams[s]):
+                instr = step["instr"]
+                if isinstance(instr, dict) and "free" in instr:
+                    self.needs_event.add((s, i))
+                    at = next((c for c, clock in enumerate(compute_clocks) if clock[s] >= i), None)
+                    if at is not None:
+                        self.deferred.setdefault(at, []).append((s, i, int(instr["free"])))
+
+    def _host_copies(self) -> None:
+        """The host buffers of tensors that start the step on the host, and
+        which host copies are current (for in-place writes the plan cannot
+        see)."""
+        cap = self.conv.captured
+        self.host_buffers: dict[int, int] = {}
+        self.host_valid: dict[int, bool] = {}
+        for t in self.conv.tensors:
+            if t.placeholder is not None and t.view_of is None:
+                role = cap.placeholders[t.placeholder].role
+                if role in ("input", "label"):
+                    self.host_valid[t.id] = True
+                elif self.residency.get(t.id, "device") != "device":
+                    self.host_valid[t.id] = True
+                    self.host_buffers[t.id] = t.storage_nbytes
+
+    def ev(self, s: int, i: int) -> str:
         return f"e_{STREAMS[s]}_{i}"
 
-    def waits_of(s: int, i: int) -> list[str]:
-        return [ev(*_step_key(w)) for w in streams[s][i].get("waits", [])]
+    def waits_of(self, s: int, i: int) -> list[str]:
+        return [self.ev(*_step_key(w)) for w in self.streams[s][i].get("waits", [])]
 
-    residency = {int(t): r for t, r in plan.get("initial_residency", [])}
-    host_buffers: dict[int, int] = {}
-    batch_host: list[int] = []
-    # host copies that are current (for in-place writes the plan cannot see)
-    host_valid: dict[int, bool] = {}
-    for t in tensors:
-        if t.placeholder is not None and t.view_of is None:
-            role = cap.placeholders[t.placeholder].role
-            if role in ("input", "label"):
-                host_valid[t.id] = True
-            elif residency.get(t.id, "device") != "device":
-                host_valid[t.id] = True
-                host_buffers[t.id] = t.storage_nbytes
-    writes_in_place: dict[int, list[int]] = {}
-    for op in ops:
-        for t in op.outputs:
-            info = tensors[t]
-            if info.version:
-                writes_in_place.setdefault(op.id, []).append(info.owner)
-
-    L = e.lines
-    # prologue: bind inputs, pinned state, riders before the first op
-    for i, ph in enumerate(cap.placeholders):
-        node = [n for n in cap.gm.graph.nodes if n.op == "placeholder"][i]
-        if ph.role == "input":
-            L.append(f"{e.var(node)} = x")
-        elif ph.role == "label":
-            L.append(f"{e.var(node)} = y")
-        else:
-            L.append(f"{e.var(node)} = _ph[{i}]")
-    for n in cap.gm.graph.nodes:
-        if n.op == "get_attr":
-            L.append(f"{e.var(n)} = {e.const(getattr(cap.gm, n.target))}")
-    L.append("_start()")
-    swapped_in_first: set[int] = set()
-    first_swap: dict[int, str] = {}
-    for s, i in order:
-        instr = streams[s][i]["instr"]
-        if isinstance(instr, dict):
-            for k in ("swap_in", "swap_out"):
-                if k in instr:
-                    first_swap.setdefault(int(instr[k]), k)
-    for tid, k in first_swap.items():
-        t = tensors[tid]
-        if k == "swap_in" and t.placeholder is not None and cap.placeholders[t.placeholder].role in ("input", "label"):
-            batch_host.append(tid)
-            host_buffers[tid] = t.storage_nbytes
-            swapped_in_first.add(tid)
-    if batch_host:
-        L.append("_batch_host(" + ", ".join(f"({e.owner_var(t)}, _H[{t}])" for t in batch_host) + ")")
-    for n in conv.prologue:
-        e.emit_node(n)
-
-    out_node = [n for n in cap.gm.graph.nodes if n.op == "output"][0]
-    returned = {tensors[conv.tensor_of[a]].owner for a in _arg_nodes(out_node.args) if a in conv.tensor_of}
-    n_rec = n_out = n_in = 0
-    pending: dict[tuple[int, int], int] = {}
-    for s, i in order:
-        step = streams[s][i]
-        instr = step["instr"]
-        waits = waits_of(s, i)
-        if s == 0:
-            for hs, hi in hoisted.get(i, []):
-                tid = int(streams[hs][hi]["instr"]["swap_in"])
-                L.append(f"_pa_{hs}_{hi} = _sa({e.owner_var(tid)}, {tensors[tid].storage_nbytes})")
-            for fs, fi, tid in deferred.get(i, []):
-                if (fs, fi) in pending:
-                    del pending[(fs, fi)]
-                    L.append(f"_wait_c({ev(fs, fi)})")
-                    L.append(f"_free(_pf_{fs}_{fi})")
-                    L.append(f"_pf_{fs}_{fi} = None")
-        if isinstance(instr, dict) and "compute" in instr:
-            op = ops[int(instr["compute"])]
-            if waits:
-                L.append(f"_wait_c({', '.join(waits)})")
-            L.append(f"# op {op.id}: {op.name}" + (f" [{op.module}]" if op.module else ""))
-            if profile:
-                L.append("_t0 = _tick()")
-            for n in op.nodes:
-                e.emit_node(n)
-                for g in [n] + e.getitems.get(n, []):
-                    if g in conv.tensor_of:
-                        e.view_epoch[g] = e.epoch.get(tensors[conv.tensor_of[g]].owner, 0)
-            if profile:
-                L.append(f"_tock({op.id}, _t0)")
-                e.timed_ops.append(op.id)
-            for r in op.riders:
-                e.emit_node(r)
-            for owner in writes_in_place.get(op.id, []):
-                host_valid[owner] = False
-        elif isinstance(instr, dict) and "recompute" in instr:
-            rc = instr["recompute"]
-            op = ops[int(rc["op"])]
-            if not op.recomputable:
-                raise UnsupportedOpError(
-                    f"the plan recomputes op `{op.name}` ({op.label}), which cannot be recomputed: "
-                    f"{op.why_not_recomputable}; re-plan (the graph marks it not recomputable)"
-                )
-            if waits:
-                L.append(f"_wait_c({', '.join(waits)})")
-            keep = {tensors[int(t)].node for t in rc["outputs"]}
-            L.append(f"# recompute op {op.id}: {op.name} -> {', '.join(str(tensors[int(t)].name) for t in rc['outputs'])}")
-            for n in op.nodes:
-                e.emit_node(n, keep=keep, scratch=True)
-            for t in rc["outputs"]:
-                owner = tensors[int(t)].owner
-                e.epoch[owner] = e.epoch.get(owner, 0) + 1
-                node = tensors[int(t)].node
-                e.view_epoch[node] = e.epoch[owner]
-            n_rec += 1
-        elif isinstance(instr, dict) and "swap_out" in instr:
-            tid = int(instr["swap_out"])
-            host_buffers[tid] = tensors[tid].storage_nbytes
-            name = ev(s, i) if (s, i) in needs_event else "_"
-            L.append(f"{name} = _so({e.owner_var(tid)}, _H[{tid}], ({', '.join(waits)}{',' if len(waits) == 1 else ''}), {tid})")
-            host_valid[tid] = True
-            n_out += 1
-            if profile:
-                e.timed_copies.append((tid, "d2h"))
-        elif isinstance(instr, dict) and "swap_in" in instr:
-            tid = int(instr["swap_in"])
-            if not host_valid.get(tid, False):
-                raise PlanError(
-                    f"the plan swaps in `{tensors[tid].name}` from a host copy that an in-place op "
-                    "has made stale (outcore's lowering does not see in-place writes to activations); "
-                    "re-plan with another planner or a larger budget"
-                )
-            host_buffers.setdefault(tid, tensors[tid].storage_nbytes)
-            for key, pt in list(pending.items()):
-                if pt == tid:
-                    # freed on a copy stream but not yet released: the storage
-                    # is still there; the copy below rewrites the same bytes
-                    del pending[key]
-                    L.append(f"_pf_{key[0]}_{key[1]} = None")
-            name = ev(s, i) if (s, i) in needs_event else "_"
-            pre = f"_pa_{s}_{i}" if (s, i) in hoisted_at else "None"
-            L.append(f"{name} = _si({e.owner_var(tid)}, _H[{tid}], {tensors[tid].storage_nbytes}, ({', '.join(waits)}{',' if len(waits) == 1 else ''}), {tid}, {pre})")
-            n_in += 1
-            if profile:
-                e.timed_copies.append((tid, "h2d"))
-        elif isinstance(instr, dict) and "free" in instr:
-            tid = int(instr["free"])
-            if s != 0 and timeline is not None:
-                # released where it stands: every later allocating step of the
-                # pinned plan waits for this stream up to here or further
-                if waits:
-                    L.append(f"_wait_s({s}, {', '.join(waits)})")
-                if (s, i) in needs_event:
-                    L.append(f"{ev(s, i)} = _rec({s})")
-                if tid not in returned:
-                    L.append(f"_free({e.owner_var(tid)})")
-                continue
-            if s == 0:
-                if waits:
-                    L.append(f"_wait_c({', '.join(waits)})")
-                if tid not in returned:  # a returned tensor belongs to the caller
-                    L.append(f"_free({e.owner_var(tid)})")
+    def prologue(self) -> None:
+        """Binds the inputs, pinned state and constants, takes host copies of
+        a batch the plan swaps in first, and runs the riders before the first
+        op."""
+        e, conv, cap, L = self.e, self.conv, self.conv.captured, self.e.lines
+        tensors = conv.tensors
+        for i, ph in enumerate(cap.placeholders):
+            node = [n for n in cap.gm.graph.nodes if n.op == "placeholder"][i]
+            if ph.role == "input":
+                L.append(f"{e.var(node)} = x")
+            elif ph.role == "label":
+                L.append(f"{e.var(node)} = y")
             else:
-                # the event marks the free; the storage is released where a
-                # compute step is ordered after it (see `deferred`), through a
-                # reference taken now (a recomputation may rebind the name)
-                if waits:
-                    L.append(f"_wait_s({s}, {', '.join(waits)})")
-                L.append(f"{ev(s, i)} = _rec({s})")
-                if tid not in returned:
-                    L.append(f"_pf_{s}_{i} = {e.owner_var(tid)}")
-                    pending[(s, i)] = tid
-                continue
+                L.append(f"{e.var(node)} = _ph[{i}]")
+        for n in cap.gm.graph.nodes:
+            if n.op == "get_attr":
+                L.append(f"{e.var(n)} = {e.const(getattr(cap.gm, n.target))}")
+        L.append("_start()")
+        first_swap: dict[int, str] = {}
+        for s, i in self.order:
+            instr = self.streams[s][i]["instr"]
+            if isinstance(instr, dict):
+                for k in ("swap_in", "swap_out"):
+                    if k in instr:
+                        first_swap.setdefault(int(instr[k]), k)
+        for tid, k in first_swap.items():
+            t = tensors[tid]
+            if k == "swap_in" and t.placeholder is not None and cap.placeholders[t.placeholder].role in ("input", "label"):
+                self.batch_host.append(tid)
+                self.host_buffers[tid] = t.storage_nbytes
+        if self.batch_host:
+            L.append("_batch_host(" + ", ".join(f"({e.owner_var(t)}, _H[{t}])" for t in self.batch_host) + ")")
+        for n in conv.prologue:
+            e.emit_node(n)
+        out_node = [n for n in cap.gm.graph.nodes if n.op == "output"][0]
+        self.returned = {tensors[conv.tensor_of[a]].owner for a in _arg_nodes(out_node.args) if a in conv.tensor_of}
+
+    def step(self, s: int, i: int) -> None:
+        """The source of plan step ``i`` of stream ``s``."""
+        instr = self.streams[s][i]["instr"]
+        waits = self.waits_of(s, i)
+        if s == 0:
+            self._before_compute_step(i)
+        if isinstance(instr, dict) and "compute" in instr:
+            self._compute(int(instr["compute"]), waits)
+        elif isinstance(instr, dict) and "recompute" in instr:
+            self._recompute(instr["recompute"], waits)
+        elif isinstance(instr, dict) and "swap_out" in instr:
+            self._swap_out(s, i, int(instr["swap_out"]), waits)
+        elif isinstance(instr, dict) and "swap_in" in instr:
+            self._swap_in(s, i, int(instr["swap_in"]), waits)
+        elif isinstance(instr, dict) and "free" in instr:
+            self._free(s, i, int(instr["free"]), waits)
         else:
             raise PlanError(f"unknown plan instruction {instr!r}")
-        if (s, i) in needs_event and s == 0:
-            L.append(f"{ev(s, i)} = _rec(0)")
-    L.append("_join()")
-    for (fs, fi), tid in pending.items():
-        L.append(f"_free(_pf_{fs}_{fi})")
-    out = [n for n in cap.gm.graph.nodes if n.op == "output"][0]
-    outs = ", ".join(e.var(a) for a in out.args[0])
-    L.append(f"return ({outs},)")
-    body = "\n".join("    " + line for line in L)
-    source = "def step(x, y):\n" + body + "\n"
-    return Generated(
-        source=source,
-        globals=e.globals,
-        host_buffers=host_buffers,
-        initial_residency={t: r for t, r in residency.items()},
-        batch_host_copies=[tensors[t].placeholder for t in batch_host],
-        timed_ops=e.timed_ops,
-        timed_copies=e.timed_copies,
-        n_recomputes=n_rec,
-        n_swap_outs=n_out,
-        n_swap_ins=n_in,
-    )
+        if (s, i) in self.needs_event and s == 0:
+            self.e.lines.append(f"{self.ev(s, i)} = _rec(0)")
+
+    def _before_compute_step(self, i: int) -> None:
+        """Before compute step ``i``: the memory of swap-ins hoisted to it, and
+        the copy-stream frees deferred to it."""
+        L, tensors = self.e.lines, self.conv.tensors
+        for hs, hi in self.hoisted.get(i, []):
+            tid = int(self.streams[hs][hi]["instr"]["swap_in"])
+            L.append(f"_pa_{hs}_{hi} = _sa({self.e.owner_var(tid)}, {tensors[tid].storage_nbytes})")
+        for fs, fi, tid in self.deferred.get(i, []):
+            if (fs, fi) in self.pending:
+                del self.pending[(fs, fi)]
+                L.append(f"_wait_c({self.ev(fs, fi)})")
+                L.append(f"_free(_pf_{fs}_{fi})")
+                L.append(f"_pf_{fs}_{fi} = None")
+
+    def _compute(self, op_id: int, waits: list[str]) -> None:
+        e, conv, L = self.e, self.conv, self.e.lines
+        op = conv.ops[op_id]
+        if waits:
+            L.append(f"_wait_c({', '.join(waits)})")
+        L.append(f"# op {op.id}: {op.name}" + (f" [{op.module}]" if op.module else ""))
+        if self.profile:
+            L.append("_t0 = _tick()")
+        for n in op.nodes:
+            e.emit_node(n)
+            for g in [n] + e.getitems.get(n, []):
+                if g in conv.tensor_of:
+                    e.view_epoch[g] = e.epoch.get(conv.tensors[conv.tensor_of[g]].owner, 0)
+        if self.profile:
+            L.append(f"_tock({op.id}, _t0)")
+            e.timed_ops.append(op.id)
+        for r in op.riders:
+            e.emit_node(r)
+        for owner in self.writes_in_place.get(op.id, []):
+            self.host_valid[owner] = False
+
+    def _recompute(self, rc: dict[str, Any], waits: list[str]) -> None:
+        e, tensors, L = self.e, self.conv.tensors, self.e.lines
+        op = self.conv.ops[int(rc["op"])]
+        if not op.recomputable:
+            raise UnsupportedOpError(
+                f"the plan recomputes op `{op.name}` ({op.label}), which cannot be recomputed: "
+                f"{op.why_not_recomputable}; re-plan (the graph marks it not recomputable)"
+            )
+        if waits:
+            L.append(f"_wait_c({', '.join(waits)})")
+        keep = {tensors[int(t)].node for t in rc["outputs"]}
+        L.append(f"# recompute op {op.id}: {op.name} -> {', '.join(str(tensors[int(t)].name) for t in rc['outputs'])}")
+        for n in op.nodes:
+            e.emit_node(n, keep=keep, scratch=True)
+        for t in rc["outputs"]:
+            owner = tensors[int(t)].owner
+            e.epoch[owner] = e.epoch.get(owner, 0) + 1
+            node = tensors[int(t)].node
+            e.view_epoch[node] = e.epoch[owner]
+        self.n_rec += 1
+
+    def _swap_out(self, s: int, i: int, tid: int, waits: list[str]) -> None:
+        e, tensors = self.e, self.conv.tensors
+        self.host_buffers[tid] = tensors[tid].storage_nbytes
+        name = self.ev(s, i) if (s, i) in self.needs_event else "_"
+        e.lines.append(f"{name} = _so({e.owner_var(tid)}, _H[{tid}], ({', '.join(waits)}{',' if len(waits) == 1 else ''}), {tid})")
+        self.host_valid[tid] = True
+        self.n_out += 1
+        if self.profile:
+            e.timed_copies.append((tid, "d2h"))
+
+    def _swap_in(self, s: int, i: int, tid: int, waits: list[str]) -> None:
+        e, tensors, L = self.e, self.conv.tensors, self.e.lines
+        if not self.host_valid.get(tid, False):
+            raise PlanError(
+                f"the plan swaps in `{tensors[tid].name}` from a host copy that an in-place op "
+                "has made stale (outcore's lowering does not see in-place writes to activations); "
+                "re-plan with another planner or a larger budget"
+            )
+        self.host_buffers.setdefault(tid, tensors[tid].storage_nbytes)
+        for key, pt in list(self.pending.items()):
+            if pt == tid:
+                # freed on a copy stream but not yet released: the storage
+                # is still there; the copy below rewrites the same bytes
+                del self.pending[key]
+                L.append(f"_pf_{key[0]}_{key[1]} = None")
+        name = self.ev(s, i) if (s, i) in self.needs_event else "_"
+        pre = f"_pa_{s}_{i}" if (s, i) in self.hoisted_at else "None"
+        L.append(f"{name} = _si({e.owner_var(tid)}, _H[{tid}], {tensors[tid].storage_nbytes}, ({', '.join(waits)}{',' if len(waits) == 1 else ''}), {tid}, {pre})")
+        self.n_in += 1
+        if self.profile:
+            e.timed_copies.append((tid, "h2d"))
+
+    def _free(self, s: int, i: int, tid: int, waits: list[str]) -> None:
+        e, L = self.e, self.e.lines
+        if s != 0 and self.timeline is not None:
+            # released where it stands: every later allocating step of the
+            # pinned plan waits for this stream up to here or further
+            if waits:
+                L.append(f"_wait_s({s}, {', '.join(waits)})")
+            if (s, i) in self.needs_event:
+                L.append(f"{self.ev(s, i)} = _rec({s})")
+            if tid not in self.returned:
+                L.append(f"_free({e.owner_var(tid)})")
+        elif s == 0:
+            if waits:
+                L.append(f"_wait_c({', '.join(waits)})")
+            if tid not in self.returned:  # a returned tensor belongs to the caller
+                L.append(f"_free({e.owner_var(tid)})")
+        else:
+            # the event marks the free; the storage is released where a
+            # compute step is ordered after it (see `deferred`), through a
+            # reference taken now (a recomputation may rebind the name)
+            if waits:
+                L.append(f"_wait_s({s}, {', '.join(waits)})")
+            L.append(f"{self.ev(s, i)} = _rec({s})")
+            if tid not in self.returned:
+                L.append(f"_pf_{s}_{i} = {e.owner_var(tid)}")
+                self.pending[(s, i)] = tid
+
+    def finish(self) -> Generated:
+        """Joins the streams, releases the frees still pending, returns the
+        step's outputs, and the function's source with what runs it."""
+        e, conv, L = self.e, self.conv, self.e.lines
+        cap, tensors = conv.captured, conv.tensors
+        L.append("_join()")
+        for (fs, fi), tid in self.pending.items():
+            L.append(f"_free(_pf_{fs}_{fi})")
+        out = [n for n in cap.gm.graph.nodes if n.op == "output"][0]
+        outs = ", ".join(e.var(a) for a in out.args[0])
+        L.append(f"return ({outs},)")
+        body = "\n".join("    " + line for line in L)
+        source = "def step(x, y):\n" + body + "\n"
+        return Generated(
+            source=source,
+            globals=e.globals,
+            host_buffers=self.host_buffers,
+            initial_residency={t: r for t, r in self.residency.items()},
+            batch_host_copies=[tensors[t].placeholder for t in self.batch_host],
+            timed_ops=e.timed_ops,
+            timed_copies=e.timed_copies,
+            n_recomputes=self.n_rec,
+            n_swap_outs=self.n_out,
+            n_swap_ins=self.n_in,
+        )

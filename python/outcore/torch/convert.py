@@ -331,226 +331,22 @@ def _phase_kind(phase: str) -> str:
 def convert(cap: Captured) -> Converted:
     """Builds the outcore graph of a captured step (see the module docs)."""
     b = _Builder(cap)
-    gm = cap.gm
-    nodes = list(gm.graph.nodes)
+    nodes = list(cap.gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     if len(placeholders) != len(cap.placeholders):
         raise UnsupportedOpError(
             f"the trace has {len(placeholders)} inputs but {len(cap.placeholders)} were given"
         )
-
-    # 1. Which storages are pinned: buffers written outside the optimizer,
-    #    constants, and zero-element values.
-    storage_of_node: dict[torch.fx.Node, StorageWeakRef] = {}
-    for n in nodes:
-        v = n.meta.get("val")
-        if isinstance(v, torch.Tensor):
-            storage_of_node[n] = StorageWeakRef(v.untyped_storage())
+    storage_of_node = _storages_of_nodes(nodes)
     ph_index = {n: i for i, n in enumerate(placeholders)}
-    buffer_storages = {
-        storage_of_node[n]: i for n, i in ph_index.items() if cap.placeholders[i].role == "buffer"
-    }
-    for n in nodes:
-        if n.op != "call_function":
-            continue
-        for _, arg in _written_args(n):
-            for a in _arg_nodes(arg):
-                st = storage_of_node.get(a)
-                if st is None:
-                    continue
-                if st in buffer_storages and cap.phase[n] != "optimizer":
-                    b.pinned_storages.add(st)
-    for n in nodes:
-        if n.op == "get_attr":
-            v = getattr(gm, n.target, None)
-            if isinstance(v, torch.Tensor):
-                b.side.add(n)
-    pinned_placeholders = [
-        i for n, i in ph_index.items() if storage_of_node.get(n) in b.pinned_storages
-    ]
-    pinned_bytes = sum(int(cap.placeholders[i].tensor.untyped_storage().nbytes()) for i in pinned_placeholders)
-
-    # 2. Graph inputs.
-    role_kind = {"param": "parameter", "buffer": "buffer", "opt_state": "optimizer_state",
-                 "input": "input", "label": "label"}
-    for n, i in ph_index.items():
-        ph = cap.placeholders[i]
-        v = n.meta["val"]
-        st = storage_of_node[n]
-        if st in b.pinned_storages or v.numel() == 0:
-            b.side.add(n)
-            continue
-        if st in b.owner_of_storage:
-            # Two inputs sharing one storage (tied tensors): a view of the first.
-            tid = b.new_tensor(n, v, ph.name, role_kind[ph.role], None,
-                               view_of=b.owner_of_storage[st], placeholder=i)
-            b.tensors[tid].owner = b.owner_of_storage[st]
-        else:
-            tid = b.new_tensor(n, v, ph.name, role_kind[ph.role], None, placeholder=i)
-            b.owner_of_storage[st] = tid
-        b.tensor_of[n] = tid
-
-    # 3. Which in-place writes on non-persistent storages can run out of place:
-    #    nothing reads an older value of that storage afterwards.
-    last_read_of_storage_before: dict[StorageWeakRef, list[tuple[int, torch.fx.Node]]] = {}
-    index = {n: k for k, n in enumerate(nodes)}
-    created_at = {n: index[n] for n in nodes}
-    for n in nodes:
-        if n.op not in ("call_function", "output"):
-            continue
-        for a in _arg_nodes((n.args, n.kwargs)):
-            st = storage_of_node.get(a)
-            if st is not None:
-                last_read_of_storage_before.setdefault(st, []).append((index[n], a))
-
+    pinned_placeholders, pinned_bytes = _pin_state(b, nodes, ph_index, storage_of_node)
+    _add_graph_inputs(b, ph_index, storage_of_node)
     persistent_storages = {
         storage_of_node[n] for n, i in ph_index.items()
         if cap.placeholders[i].role in ("param", "buffer", "opt_state")
     } - b.pinned_storages
-
-    def functionalizable(n: torch.fx.Node, written: list[tuple[int, Any]]) -> Any | None:
-        if len(written) != 1:
-            return None
-        if torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
-            return None
-        f = _functional_variant(n.target)
-        if f is None:
-            return None
-        (_, arg), = written
-        if not isinstance(arg, torch.fx.Node):
-            return None
-        st = storage_of_node.get(arg)
-        if st is None or st in persistent_storages or st in b.pinned_storages:
-            return None
-        here = index[n]
-        for at, a in last_read_of_storage_before.get(st, []):
-            if at > here and created_at[a] < here:
-                return None  # an older value of the storage is read later
-        return f
-
-    # 4. Walk the trace: graph ops, riders, storage owners / views / versions.
-    raw_ops: list[dict[str, Any]] = []
-    prologue: list[torch.fx.Node] = []
-    getitem_of: dict[torch.fx.Node, list[torch.fx.Node]] = {}
-    for n in nodes:
-        if n.op == "call_function" and n.target is operator.getitem:
-            getitem_of.setdefault(n.args[0], []).append(n)
-
-    def is_side_value(a: torch.fx.Node) -> bool:
-        if a in b.side:
-            return True
-        st = storage_of_node.get(a)
-        return st is not None and st in b.pinned_storages
-
-    for n in nodes:
-        if n.op != "call_function" or n.target is operator.getitem:
-            continue
-        ns = getattr(n.target, "namespace", None)
-        if ns == "profiler" or str(n.target).startswith("profiler."):
-            continue
-        if not isinstance(n.target, torch._ops.OpOverload):
-            raise UnsupportedOpError(
-                f"op `{n.name}` ({n.target}) is not an ATen operator; outcore.torch runs "
-                "ATen-level traces only"
-            )
-        phase = cap.phase[n]
-        written = _written_args(n)
-        inputs = [a for a in _arg_nodes((n.args, n.kwargs))]
-        graph_inputs = [a for a in inputs if not is_side_value(a)]
-        for a in graph_inputs:
-            if a not in b.tensor_of and a.meta.get("val") is not None and _tensors(a.meta.get("val")):
-                # e.g. a zero-element value produced earlier
-                if all(t.numel() == 0 for t in _tensors(a.meta["val"])):
-                    continue
-                raise UnsupportedOpError(f"op `{n.name}` ({n.target}) reads `{a.name}`, which has no graph tensor")
-        graph_inputs = [a for a in graph_inputs if a in b.tensor_of]
-        # values this node produces
-        produced: list[tuple[torch.fx.Node, torch.Tensor]] = []
-        v = n.meta.get("val")
-        if isinstance(v, torch.Tensor):
-            produced.append((n, v))
-        elif isinstance(v, (tuple, list)):
-            for g in getitem_of.get(n, []):
-                gv = g.meta.get("val")
-                if isinstance(gv, torch.Tensor):
-                    produced.append((g, gv))
-        written_graph = []
-        pinned_written_pos = []
-        for pos, arg in written:
-            for a in _arg_nodes(arg):
-                if is_side_value(a):
-                    pinned_written_pos.append(pos)
-                    b.written_pinned_storages.add(storage_of_node.get(a))
-                elif a in b.tensor_of:
-                    written_graph.append(a)
-        if pinned_written_pos:
-            b.pinned_writes[n] = sorted(set(pinned_written_pos))
-        f = functionalizable(n, written) if written_graph else None
-        out_ids: list[int] = []
-        real_outputs = [
-            (g, gv) for g, gv in produced
-            if gv.numel() > 0 and StorageWeakRef(gv.untyped_storage()) not in b.pinned_storages
-        ]
-        for g, gv in produced:
-            if (g, gv) not in real_outputs:
-                b.side.add(g)
-        if not real_outputs and not written_graph:
-            # produces nothing the graph tracks: a rider of the previous op
-            if graph_inputs and pinned_written_pos:
-                raise UnsupportedOpError(
-                    f"op `{n.name}` ({n.target}) reads graph tensors only to update module state "
-                    "in place; outcore.torch cannot place it in a plan"
-                )
-            b.side.add(n)
-            if raw_ops:
-                raw_ops[-1]["riders"].append(n)
-            else:
-                prologue.append(n)
-            continue
-        kind = _phase_kind(phase)
-        is_view_op = bool(real_outputs) and not written_graph
-        for g, gv in real_outputs:
-            st = StorageWeakRef(gv.untyped_storage())
-            name = g.name
-            if f is not None:
-                tid = b.new_tensor(g, gv, name, kind, None)
-                b.owner_of_storage[st] = tid
-            elif st in b.owner_of_storage:
-                owner = b.owner_of_storage[st]
-                root = b.tensors[owner].owner
-                is_written = any(storage_of_node.get(a) == st for a in written_graph)
-                tid = b.new_tensor(g, gv, name, kind, None, view_of=root, version=is_written)
-                b.tensors[tid].owner = root
-                if is_written:
-                    b.kept_inplace_owners.add(root)
-                else:
-                    pass
-            else:
-                tid = b.new_tensor(g, gv, name, kind, None)
-                b.owner_of_storage[st] = tid
-                is_view_op = False
-            if b.tensors[tid].view_of is None:
-                is_view_op = False
-            b.tensor_of[g] = tid
-            out_ids.append(tid)
-        # in-place writes whose written value is not returned (e.g. _foreach_*_)
-        for a in written_graph:
-            st = storage_of_node.get(a)
-            root = b.tensors[b.owner_of_storage[st]].owner
-            if any(b.tensors[t].owner == root for t in out_ids):
-                continue
-            val = a.meta["val"]
-            tid = b.new_tensor(None, val, f"{n.name}.{a.name}", kind, None, view_of=root, version=True)
-            b.tensors[tid].owner = root
-            b.kept_inplace_owners.add(root)
-            out_ids.append(tid)
-        if f is not None:
-            b.functional[n] = f
-        raw_ops.append({
-            "nodes": [n], "phase": phase, "inputs": graph_inputs, "outputs": out_ids,
-            "riders": [], "is_view": is_view_op, "written": written_graph,
-        })
-
+    functionalizable = _Functionalizer(b, nodes, storage_of_node, persistent_storages)
+    raw_ops, prologue = _walk_trace(b, nodes, storage_of_node, functionalizable)
     ops = _group_persistent_writes(b, raw_ops, persistent_storages, storage_of_node)
     _mark_outputs(b, cap, nodes)
     _finish_ops(b, cap, ops)
@@ -569,6 +365,262 @@ def convert(cap: Captured) -> Converted:
     _set_recomputable(conv, b, storage_of_node)
     conv.graph_json = to_graph_json(conv)
     return conv
+
+
+def _storages_of_nodes(nodes) -> dict[torch.fx.Node, StorageWeakRef]:
+    """The storage of every node whose fake value is one tensor."""
+    storage_of_node: dict[torch.fx.Node, StorageWeakRef] = {}
+    for n in nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            storage_of_node[n] = StorageWeakRef(v.untyped_storage())
+    return storage_of_node
+
+
+def _pin_state(b: _Builder, nodes, ph_index, storage_of_node) -> tuple[list[int], int]:
+    """Step 1: which storages are pinned (buffers written outside the
+    optimizer; tensor constants are side values). Returns the pinned
+    placeholders' indices and their bytes."""
+    cap = b.cap
+    buffer_storages = {
+        storage_of_node[n]: i for n, i in ph_index.items() if cap.placeholders[i].role == "buffer"
+    }
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        for _, arg in _written_args(n):
+            for a in _arg_nodes(arg):
+                st = storage_of_node.get(a)
+                if st is None:
+                    continue
+                if st in buffer_storages and cap.phase[n] != "optimizer":
+                    b.pinned_storages.add(st)
+    for n in nodes:
+        if n.op == "get_attr":
+            v = getattr(cap.gm, n.target, None)
+            if isinstance(v, torch.Tensor):
+                b.side.add(n)
+    pinned_placeholders = [
+        i for n, i in ph_index.items() if storage_of_node.get(n) in b.pinned_storages
+    ]
+    pinned_bytes = sum(int(cap.placeholders[i].tensor.untyped_storage().nbytes()) for i in pinned_placeholders)
+    return pinned_placeholders, pinned_bytes
+
+
+# The graph tensor kind of each placeholder role.
+_ROLE_KIND = {"param": "parameter", "buffer": "buffer", "opt_state": "optimizer_state",
+              "input": "input", "label": "label"}
+
+
+def _add_graph_inputs(b: _Builder, ph_index, storage_of_node) -> None:
+    """Step 2: a graph tensor per placeholder that is neither pinned nor
+    empty; a placeholder sharing an earlier one's storage (tied tensors) is
+    a view of it."""
+    for n, i in ph_index.items():
+        ph = b.cap.placeholders[i]
+        v = n.meta["val"]
+        st = storage_of_node[n]
+        if st in b.pinned_storages or v.numel() == 0:
+            b.side.add(n)
+            continue
+        if st in b.owner_of_storage:
+            tid = b.new_tensor(n, v, ph.name, _ROLE_KIND[ph.role], None,
+                               view_of=b.owner_of_storage[st], placeholder=i)
+            b.tensors[tid].owner = b.owner_of_storage[st]
+        else:
+            tid = b.new_tensor(n, v, ph.name, _ROLE_KIND[ph.role], None, placeholder=i)
+            b.owner_of_storage[st] = tid
+        b.tensor_of[n] = tid
+
+
+class _Functionalizer:
+    """Step 3: which in-place writes on non-persistent storages can run out
+    of place (nothing reads an older value of that storage afterwards).
+    Called with a node and its written arguments, it returns the functional
+    variant to run instead, or ``None``."""
+
+    def __init__(self, b: _Builder, nodes, storage_of_node, persistent_storages):
+        self.b = b
+        self.storage_of_node = storage_of_node
+        self.persistent_storages = persistent_storages
+        self.index = {n: k for k, n in enumerate(nodes)}
+        self.reads: dict[StorageWeakRef, list[tuple[int, torch.fx.Node]]] = {}
+        for n in nodes:
+            if n.op not in ("call_function", "output"):
+                continue
+            for a in _arg_nodes((n.args, n.kwargs)):
+                st = storage_of_node.get(a)
+                if st is not None:
+                    self.reads.setdefault(st, []).append((self.index[n], a))
+
+    def __call__(self, n: torch.fx.Node, written: list[tuple[int, Any]]) -> Any | None:
+        if len(written) != 1:
+            return None
+        if torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
+            return None
+        f = _functional_variant(n.target)
+        if f is None:
+            return None
+        (_, arg), = written
+        if not isinstance(arg, torch.fx.Node):
+            return None
+        st = self.storage_of_node.get(arg)
+        if st is None or st in self.persistent_storages or st in self.b.pinned_storages:
+            return None
+        here = self.index[n]
+        for at, a in self.reads.get(st, []):
+            if at > here and self.index[a] < here:
+                return None  # an older value of the storage is read later
+        return f
+
+
+def _walk_trace(b: _Builder, nodes, storage_of_node, functionalizable):
+    """Step 4: walks the trace into raw graph ops (and riders), creating
+    storage owners, views and versions. Returns the raw ops and the
+    prologue (riders before the first graph op)."""
+    raw_ops: list[dict[str, Any]] = []
+    prologue: list[torch.fx.Node] = []
+    getitem_of: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for n in nodes:
+        if n.op == "call_function" and n.target is operator.getitem:
+            getitem_of.setdefault(n.args[0], []).append(n)
+    for n in nodes:
+        if n.op != "call_function" or n.target is operator.getitem:
+            continue
+        ns = getattr(n.target, "namespace", None)
+        if ns == "profiler" or str(n.target).startswith("profiler."):
+            continue
+        if not isinstance(n.target, torch._ops.OpOverload):
+            raise UnsupportedOpError(
+                f"op `{n.name}` ({n.target}) is not an ATen operator; outcore.torch runs "
+                "ATen-level traces only"
+            )
+        op = _raw_op(b, n, storage_of_node, functionalizable, getitem_of.get(n, []))
+        if op is not None:
+            raw_ops.append(op)
+        elif raw_ops:
+            raw_ops[-1]["riders"].append(n)
+        else:
+            prologue.append(n)
+    return raw_ops, prologue
+
+
+def _is_side_value(b: _Builder, storage_of_node, a: torch.fx.Node) -> bool:
+    """Whether `a` stays out of the graph (a side value or pinned state)."""
+    if a in b.side:
+        return True
+    st = storage_of_node.get(a)
+    return st is not None and st in b.pinned_storages
+
+
+def _raw_op(b: _Builder, n: torch.fx.Node, storage_of_node, functionalizable, getitems):
+    """One trace node as a raw graph op, or ``None`` for a rider (it produces
+    and writes nothing the graph tracks)."""
+    phase = b.cap.phase[n]
+    written = _written_args(n)
+    inputs = [a for a in _arg_nodes((n.args, n.kwargs))]
+    graph_inputs = [a for a in inputs if not _is_side_value(b, storage_of_node, a)]
+    for a in graph_inputs:
+        if a not in b.tensor_of and a.meta.get("val") is not None and _tensors(a.meta.get("val")):
+            # e.g. a zero-element value produced earlier
+            if all(t.numel() == 0 for t in _tensors(a.meta["val"])):
+                continue
+            raise UnsupportedOpError(f"op `{n.name}` ({n.target}) reads `{a.name}`, which has no graph tensor")
+    graph_inputs = [a for a in graph_inputs if a in b.tensor_of]
+    # values this node produces
+    produced: list[tuple[torch.fx.Node, torch.Tensor]] = []
+    v = n.meta.get("val")
+    if isinstance(v, torch.Tensor):
+        produced.append((n, v))
+    elif isinstance(v, (tuple, list)):
+        for g in getitems:
+            gv = g.meta.get("val")
+            if isinstance(gv, torch.Tensor):
+                produced.append((g, gv))
+    written_graph = []
+    pinned_written_pos = []
+    for pos, arg in written:
+        for a in _arg_nodes(arg):
+            if _is_side_value(b, storage_of_node, a):
+                pinned_written_pos.append(pos)
+                b.written_pinned_storages.add(storage_of_node.get(a))
+            elif a in b.tensor_of:
+                written_graph.append(a)
+    if pinned_written_pos:
+        b.pinned_writes[n] = sorted(set(pinned_written_pos))
+    f = functionalizable(n, written) if written_graph else None
+    real_outputs = [
+        (g, gv) for g, gv in produced
+        if gv.numel() > 0 and StorageWeakRef(gv.untyped_storage()) not in b.pinned_storages
+    ]
+    for g, gv in produced:
+        if (g, gv) not in real_outputs:
+            b.side.add(g)
+    if not real_outputs and not written_graph:
+        # produces nothing the graph tracks: a rider of the previous op
+        if graph_inputs and pinned_written_pos:
+            raise UnsupportedOpError(
+                f"op `{n.name}` ({n.target}) reads graph tensors only to update module state "
+                "in place; outcore.torch cannot place it in a plan"
+            )
+        b.side.add(n)
+        return None
+    kind = _phase_kind(phase)
+    out_ids, is_view_op = _op_outputs(b, real_outputs, written_graph, storage_of_node, kind, f)
+    _written_versions(b, n, written_graph, storage_of_node, kind, out_ids)
+    if f is not None:
+        b.functional[n] = f
+    return {
+        "nodes": [n], "phase": phase, "inputs": graph_inputs, "outputs": out_ids,
+        "riders": [], "is_view": is_view_op, "written": written_graph,
+    }
+
+
+def _op_outputs(b: _Builder, real_outputs, written_graph, storage_of_node, kind, f):
+    """The graph tensors of a node's outputs (new owners, or views and
+    versions of an earlier storage's owner), and whether the op only makes
+    views."""
+    out_ids: list[int] = []
+    is_view_op = bool(real_outputs) and not written_graph
+    for g, gv in real_outputs:
+        st = StorageWeakRef(gv.untyped_storage())
+        name = g.name
+        if f is not None:
+            tid = b.new_tensor(g, gv, name, kind, None)
+            b.owner_of_storage[st] = tid
+        elif st in b.owner_of_storage:
+            owner = b.owner_of_storage[st]
+            root = b.tensors[owner].owner
+            is_written = any(storage_of_node.get(a) == st for a in written_graph)
+            tid = b.new_tensor(g, gv, name, kind, None, view_of=root, version=is_written)
+            b.tensors[tid].owner = root
+            if is_written:
+                b.kept_inplace_owners.add(root)
+        else:
+            tid = b.new_tensor(g, gv, name, kind, None)
+            b.owner_of_storage[st] = tid
+            is_view_op = False
+        if b.tensors[tid].view_of is None:
+            is_view_op = False
+        b.tensor_of[g] = tid
+        out_ids.append(tid)
+    return out_ids, is_view_op
+
+
+def _written_versions(b: _Builder, n, written_graph, storage_of_node, kind, out_ids) -> None:
+    """In-place writes whose written value is not returned (e.g.
+    ``_foreach_*_``): a new version of each written storage, appended to
+    `out_ids`."""
+    for a in written_graph:
+        st = storage_of_node.get(a)
+        root = b.tensors[b.owner_of_storage[st]].owner
+        if any(b.tensors[t].owner == root for t in out_ids):
+            continue
+        val = a.meta["val"]
+        tid = b.new_tensor(None, val, f"{n.name}.{a.name}", kind, None, view_of=root, version=True)
+        b.tensors[tid].owner = root
+        b.kept_inplace_owners.add(root)
+        out_ids.append(tid)
 
 
 def _group_persistent_writes(b: _Builder, raw_ops, persistent_storages, storage_of_node):
