@@ -62,11 +62,12 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             seconds,
             retry_gap,
             retry_seconds,
+            retry_moves,
             only,
             allocator,
             json,
         } => {
-            let retry = suite_retry(seconds, retry_gap, retry_seconds)?;
+            let retry = suite_retry(seconds, retry_gap, retry_seconds, retry_moves)?;
             cmd_bench_suite(
                 &planners,
                 seconds,
@@ -768,10 +769,14 @@ fn suite_retry(
     seconds: f64,
     gap: Option<f64>,
     retry_seconds: Option<f64>,
+    retry_moves: Option<i64>,
 ) -> Result<Option<outcore::Retry>> {
     let (Some(gap), Some(retry_seconds)) = (gap, retry_seconds) else {
         return Ok(None);
     };
+    let max_moves = retry_moves
+        .map(|m| outcore::check_moves(m).context("--retry-moves"))
+        .transpose()?;
     if !(gap.is_finite() && gap > 0.0) {
         bail!(
             "--retry-gap {gap}: a fraction above the lower bound must be a finite number above 0 (e.g. 0.1 for 10%)"
@@ -786,6 +791,7 @@ fn suite_retry(
     Ok(Some(outcore::Retry {
         above_gap: gap,
         time_limit_s,
+        max_moves,
     }))
 }
 

@@ -793,6 +793,22 @@ fn bench_suite_retry_flags_are_checked() {
         ],
         "--retry-seconds",
     );
+    // A retry's move count: only with a retry, and in range.
+    let out = outcore(&["bench-suite", "--retry-moves", "5"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--retry-gap <RETRY_GAP>"));
+    fails_with(
+        &[
+            "bench-suite",
+            "--retry-gap",
+            "0.1",
+            "--retry-seconds",
+            "50",
+            "--retry-moves",
+            "-5",
+        ],
+        "--retry-moves: moves `-5`: out of range",
+    );
 }
 
 /// `bench-suite` runs from the repository's root: for VGG-16 (the zoo model
