@@ -412,6 +412,23 @@ mod tests {
         .expect("zoo model")
     }
 
+    /// ResNet-18 b8 at 75% of its footprint on `v100-16gb-pcie3`, compared
+    /// over `planners` with 0.3 s each: the graph, the target, the options
+    /// and the comparison.
+    fn resnet18_at_75_percent(
+        planners: &[&str],
+    ) -> (crate::input::LoadedGraph, Target, PlanOptions, Comparison) {
+        let loaded = resnet18();
+        let target = Target::parse(&loaded, "v100-16gb-pcie3", "75%", "perfect").expect("target");
+        let options = PlanOptions {
+            time_limit_s: 0.3,
+            ..PlanOptions::default()
+        };
+        let names: Vec<String> = planners.iter().map(|p| p.to_string()).collect();
+        let case = compare(&loaded, &names, &target, &options).expect("compare");
+        (loaded, target, options, case)
+    }
+
     fn suite_with(retry: Option<Retry>) -> Suite {
         Suite {
             graphs: Vec::new(),
@@ -429,14 +446,8 @@ mod tests {
     /// without `retry` are left alone.
     #[test]
     fn far_cases_of_search_planners_are_planned_again() {
-        let loaded = resnet18();
-        let target = Target::parse(&loaded, "v100-16gb-pcie3", "75%", "perfect").expect("target");
-        let options = PlanOptions {
-            time_limit_s: 0.3,
-            ..PlanOptions::default()
-        };
-        let names = ["outcore".to_string(), "checkpoint-sqrt".to_string()];
-        let case = compare(&loaded, &names, &target, &options).expect("compare");
+        let (loaded, target, options, case) =
+            resnet18_at_75_percent(&["outcore", "checkpoint-sqrt"]);
         let (search, rule) = (&case.results[0], &case.results[1]);
         let gap = case.gap_to_bound(search).unwrap_or_else(|| {
             panic!(
@@ -520,14 +531,7 @@ mod tests {
     /// counts no moves is retried on the clock.
     #[test]
     fn a_retry_bounded_by_moves_is_the_same_plan_whatever_its_time_limit() {
-        let loaded = resnet18();
-        let target = Target::parse(&loaded, "v100-16gb-pcie3", "75%", "perfect").expect("target");
-        let options = PlanOptions {
-            time_limit_s: 0.3,
-            ..PlanOptions::default()
-        };
-        let names = ["outcore".to_string(), "swapadvisor".to_string()];
-        let case = compare(&loaded, &names, &target, &options).expect("compare");
+        let (loaded, target, options, case) = resnet18_at_75_percent(&["outcore", "swapadvisor"]);
         let search = &case.results[0];
         assert_eq!(search.status, Runnability::Feasible, "{:?}", search.reason);
         let retried = |time_limit_s: f64| {
