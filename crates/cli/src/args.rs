@@ -133,7 +133,8 @@ pub enum Command {
         /// Retry `outcore`'s own searches bounded by this many scored moves
         /// per start instead of `--retry-seconds` (the same plan whatever the
         /// machine's speed; the other planners still retry on the clock).
-        /// 20000 took 18 to 47 s per retried case on the suite on 2 cores.
+        /// 20000 took 18 to 49 s per retried case of the suite on 2 cores
+        /// (2026-12-04).
         #[arg(
             long,
             value_name = "N",

@@ -459,10 +459,8 @@ pub(crate) fn planner_for(
     let Some(moves) = options.max_moves else {
         return Ok(planner);
     };
-    let moves = match usize::try_from(moves) {
-        Ok(m) if moves <= outcore_planners::joint::MAX_COUNTED_MOVES => m,
-        _ => return Err(moves_out_of_range(moves.to_string())),
-    };
+    let moves = usize::try_from(check_counted_moves(moves)?)
+        .map_err(|_| moves_out_of_range(moves.to_string()))?;
     Ok(match name {
         outcore_planners::joint::NAME => {
             Box::new(outcore_planners::Joint::default().bounded_by_moves(moves))
@@ -477,9 +475,18 @@ pub(crate) fn planner_for(
 /// Checks a move count (`--moves`, `moves=`): 0 to
 /// [`outcore_planners::joint::MAX_COUNTED_MOVES`] scored moves per start.
 pub fn check_moves(moves: i64) -> Result<u64> {
-    match u64::try_from(moves) {
-        Ok(m) if m <= outcore_planners::joint::MAX_COUNTED_MOVES => Ok(m),
-        _ => Err(moves_out_of_range(moves.to_string())),
+    u64::try_from(moves)
+        .map_err(|_| moves_out_of_range(moves.to_string()))
+        .and_then(check_counted_moves)
+}
+
+/// [`check_moves`] for a count already unsigned (a library caller's
+/// [`crate::PlanOptions::max_moves`] or `Retry::max_moves`).
+pub(crate) fn check_counted_moves(moves: u64) -> Result<u64> {
+    if moves <= outcore_planners::joint::MAX_COUNTED_MOVES {
+        Ok(moves)
+    } else {
+        Err(moves_out_of_range(moves.to_string()))
     }
 }
 

@@ -58,7 +58,7 @@ pub struct Suite {
 /// differently on a faster or slower machine (the PyTorch GPT-2 export at
 /// 25% on `h100-80gb`: 0.747 of ideal in the suite of 2026-12-03, 0.7501
 /// in that of 2026-12-04 at 54 s; 0.752 in every run at 20,000 moves,
-/// 25 s on the 2-core VM; RESULTS.md, issue-16 section).
+/// 25 to 56 s on the 2-core VM; RESULTS.md, issue-16 section).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Retry {
     /// A plan more than this fraction above the lower bound is retried.
@@ -275,7 +275,7 @@ fn check_retry(retry: Retry, first_s: f64) -> Result<()> {
         ));
     }
     if let Some(moves) = retry.max_moves {
-        crate::input::check_moves(i64::try_from(moves).unwrap_or(i64::MAX))?;
+        crate::input::check_counted_moves(moves)?;
     }
     let limit_s = crate::input::check_time_limit_s(retry.time_limit_s)?;
     if limit_s <= first_s {
