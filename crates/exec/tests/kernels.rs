@@ -3,7 +3,7 @@
 
 use outcore_exec::cpu::run_kernel;
 use outcore_exec::{DeviceSegment, KernelCall, Operand};
-use outcore_graph::{Conv2dAttrs, DType, OpId, OpKind, TensorId};
+use outcore_graph::{Conv2dAttrs, DType, OpId, OpKind, Pool2dAttrs, TensorId};
 
 fn operand(shape: &[u64], dtype: DType) -> Operand {
     let n: u64 = shape.iter().product();
@@ -234,6 +234,73 @@ fn silu_and_broadcast_mul_backward_match_finite_differences() {
     grad_check(OpKind::Mul, &[&[5], &[5]], &[&[5]], |ins, _| {
         vec![(ins[0].clone(), vec![5]), (ins[1].clone(), vec![5])]
     });
+}
+
+#[test]
+fn pooling_backward_matches_finite_differences() {
+    // A 3x3 window with stride 2 and padding 1: windows overlap and some
+    // fall partly in the padding, which the divisor still counts.
+    let pool = Pool2dAttrs {
+        kernel: [3, 3],
+        stride: [2, 2],
+        padding: [1, 1],
+        ceil_mode: false,
+    };
+    grad_check(
+        OpKind::AvgPool2d(pool),
+        &[&[2, 3, 5, 5]],
+        &[&[2, 3, 3, 3]],
+        |ins, _| vec![(ins[0].clone(), vec![2, 3, 5, 5])],
+    );
+    grad_check(
+        OpKind::GlobalAvgPool,
+        &[&[2, 3, 4, 4]],
+        &[&[2, 3, 1, 1]],
+        |ins, _| vec![(ins[0].clone(), vec![2, 3, 4, 4])],
+    );
+}
+
+#[test]
+fn operands_of_the_wrong_rank_are_errors_not_panics() {
+    let pool = Pool2dAttrs {
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+        ceil_mode: false,
+    };
+    let input = vec![bytes(&values(16, 1))];
+    for kind in [
+        OpKind::AvgPool2d(pool),
+        OpKind::GlobalAvgPool,
+        OpKind::Conv2d(Conv2dAttrs {
+            kernel: [1, 1],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            bias: false,
+        }),
+    ] {
+        let ins: &[&[u64]] = if matches!(kind, OpKind::Conv2d(_)) {
+            &[&[4, 4], &[1, 1]]
+        } else {
+            &[&[4, 4]]
+        };
+        let raw: Vec<Vec<u8>> = ins
+            .iter()
+            .map(|s| bytes(&values(s.iter().product::<u64>() as usize, 1)))
+            .collect();
+        let err = run_kernel(&call(kind.clone(), ins, &[&[2, 2]]), &raw)
+            .expect_err("a 2-D operand is refused");
+        assert!(err.contains("4-D"), "{kind:?}: {err}");
+    }
+    let max = call(OpKind::MaxPool2d(pool), &[&[4, 4]], &[&[2, 2], &[2, 2]]);
+    let err = run_kernel(&max, &input).expect_err("a 2-D max pool is refused");
+    assert!(err.contains("4-D"), "{err}");
+    // Concatenation along an axis the operands do not have.
+    let cat = call(OpKind::Concat { axis: 3 }, &[&[4, 4]], &[&[4, 4]]);
+    let err = run_kernel(&cat, &input).expect_err("axis 3 of 2-D operands is refused");
+    assert!(err.contains("axis 3"), "{err}");
 }
 
 #[test]
