@@ -2,7 +2,7 @@
 
 use crate::builder::MAX_TENSOR_BYTES;
 use crate::error::{Location, ValidationErrors, Violation, ViolationKind};
-use crate::{Graph, OpId, TensorId};
+use crate::{Graph, OpId, Tensor, TensorId};
 
 /// The most bytes all tensors and workspaces of a graph may add up to: live
 /// bytes are summed as signed 64-bit deltas.
@@ -13,35 +13,54 @@ const MAX_TOTAL: u64 = i64::MAX as u64;
 /// dependence cycle, sane views and in-place updates, and non-zero sizes that
 /// agree with shape and dtype.
 pub fn validate(graph: &Graph) -> Result<(), ValidationErrors> {
-    let mut v = Vec::new();
-    let n_tensors = graph.tensors.len();
-    let n_ops = graph.ops.len();
-
-    for (i, t) in graph.tensors.iter().enumerate() {
-        if t.id.index() != i {
-            v.push(at_graph(ViolationKind::IdNotDense {
-                index: i,
-                found: t.id.0,
-            }));
-        }
-    }
-    for (i, op) in graph.ops.iter().enumerate() {
-        if op.id.index() != i {
-            v.push(at_graph(ViolationKind::IdNotDense {
-                index: i,
-                found: op.id.0,
-            }));
-        }
+    // Everything after the first check indexes by id, and everything after
+    // the second sums sizes: each stops the validation where it fails.
+    let mut v = check_dense_ids(graph);
+    if v.is_empty() {
+        v = check_totals(graph);
     }
     if !v.is_empty() {
-        // Everything below indexes by id; stop here.
         return Err(ValidationErrors { violations: v });
     }
-    // The analyses sum sizes (signed, for live-byte deltas), FLOPs and bytes
-    // moved over the whole graph: if the totals fit, no partial sum wraps.
+    let actual_producer = producers_as_ops_see_them(graph, &mut v);
+    for t in &graph.tensors {
+        check_tensor(graph, t, &actual_producer, &mut v);
+    }
+    check_second_updates(graph, &mut v);
+    check_read_order(graph, &actual_producer, &mut v);
+    if let Some(cycle) = find_cycle(graph, &actual_producer) {
+        v.push(at_graph(ViolationKind::Cycle { ops: cycle }));
+    }
+    if v.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationErrors { violations: v })
+    }
+}
+
+/// Tensor and op ids equal to their positions.
+fn check_dense_ids(graph: &Graph) -> Vec<Violation> {
+    let tensor_ids = graph.tensors.iter().map(|t| t.id.0);
+    let op_ids = graph.ops.iter().map(|o| o.id.0);
+    let mut v: Vec<Violation> = misplaced_ids(tensor_ids).collect();
+    v.extend(misplaced_ids(op_ids));
+    v
+}
+
+/// A violation for each id in `ids` that is not its position.
+fn misplaced_ids(ids: impl Iterator<Item = u32>) -> impl Iterator<Item = Violation> {
+    ids.enumerate()
+        .filter(|&(i, found)| found as usize != i)
+        .map(|(index, found)| at_graph(ViolationKind::IdNotDense { index, found }))
+}
+
+/// The analyses sum sizes (signed, for live-byte deltas), FLOPs and bytes
+/// moved over the whole graph: if the totals fit, no partial sum wraps.
+fn check_totals(graph: &Graph) -> Vec<Violation> {
     fn total(mut values: impl Iterator<Item = u64>) -> Option<u64> {
         values.try_fold(0u64, |sum, x| sum.checked_add(x))
     }
+    let mut v = Vec::new();
     let memory = total(
         graph
             .tensors
@@ -73,11 +92,14 @@ pub fn validate(graph: &Graph) -> Result<(), ValidationErrors> {
             limit: u64::MAX,
         }));
     }
-    if !v.is_empty() {
-        return Err(ValidationErrors { violations: v });
-    }
+    v
+}
 
-    // Operand references and producers as the ops see them.
+/// Each tensor's producer as the ops' output lists give it, checking the
+/// operand references on the way: no dangling tensor, at least one output,
+/// no output listed twice, no tensor produced twice.
+fn producers_as_ops_see_them(graph: &Graph, v: &mut Vec<Violation>) -> Vec<Option<OpId>> {
+    let n_tensors = graph.tensors.len();
     let mut actual_producer: Vec<Option<OpId>> = vec![None; n_tensors];
     for op in &graph.ops {
         for &t in op.inputs.iter().chain(&op.outputs) {
@@ -124,82 +146,89 @@ pub fn validate(graph: &Graph) -> Result<(), ValidationErrors> {
             }
         }
     }
+    actual_producer
+}
 
-    for t in &graph.tensors {
-        let here = Location::Tensor(t.id);
-        if let Some(p) = t.producer
-            && p.index() >= n_ops
-        {
-            v.push(Violation {
-                location: here,
-                kind: ViolationKind::DanglingReference {
-                    field: "producer",
-                    target: p.0,
-                },
-            });
-            continue;
-        }
-        if t.producer != actual_producer[t.id.index()] {
-            v.push(Violation {
-                location: here,
-                kind: ViolationKind::ProducerMismatch {
-                    recorded: t.producer,
-                    actual: actual_producer[t.id.index()],
-                },
-            });
-        }
-        if t.size_bytes == 0 {
-            v.push(Violation {
-                location: here,
-                kind: ViolationKind::ZeroSize,
-            });
-        } else if t.size_bytes > MAX_TENSOR_BYTES {
-            v.push(Violation {
-                location: here,
-                kind: ViolationKind::TooLarge {
-                    what: "size_bytes",
-                    limit: MAX_TENSOR_BYTES,
-                },
-            });
-        } else {
-            // Checked: the shape of a file can be anything.
-            let expected_bytes = t
-                .shape
-                .iter()
-                .try_fold(t.dtype.size_bytes(), |n, &d| n.checked_mul(d))
-                .unwrap_or(u64::MAX);
-            if expected_bytes != t.size_bytes {
-                v.push(Violation {
-                    location: here,
-                    kind: ViolationKind::SizeMismatch { expected_bytes },
-                });
-            }
-        }
-        match (t.producer, t.kind.is_graph_input()) {
-            (None, false) => v.push(Violation {
-                location: here,
-                kind: ViolationKind::NoProducer,
-            }),
-            (Some(p), true) if t.inplace_update_of.is_none() && t.view_of.is_none() => {
-                v.push(Violation {
-                    location: here,
-                    kind: ViolationKind::InputWithProducer { producer: p },
-                })
-            }
-            _ => {}
-        }
-        check_view(graph, t.id, &mut v);
-        check_inplace(graph, t.id, &mut v);
+/// One tensor: its recorded producer exists and is the one the ops give,
+/// its size, whether it may lack a producer, and its view and in-place
+/// relations.
+fn check_tensor(
+    graph: &Graph,
+    t: &Tensor,
+    actual_producer: &[Option<OpId>],
+    v: &mut Vec<Violation>,
+) {
+    let here = Location::Tensor(t.id);
+    if let Some(p) = t.producer
+        && p.index() >= graph.ops.len()
+    {
+        v.push(Violation {
+            location: here,
+            kind: ViolationKind::DanglingReference {
+                field: "producer",
+                target: p.0,
+            },
+        });
+        return;
     }
-    check_second_updates(graph, &mut v);
+    if t.producer != actual_producer[t.id.index()] {
+        v.push(Violation {
+            location: here,
+            kind: ViolationKind::ProducerMismatch {
+                recorded: t.producer,
+                actual: actual_producer[t.id.index()],
+            },
+        });
+    }
+    if let Some(kind) = size_violation(t) {
+        v.push(Violation {
+            location: here,
+            kind,
+        });
+    }
+    match (t.producer, t.kind.is_graph_input()) {
+        (None, false) => v.push(Violation {
+            location: here,
+            kind: ViolationKind::NoProducer,
+        }),
+        (Some(p), true) if t.inplace_update_of.is_none() && t.view_of.is_none() => {
+            v.push(Violation {
+                location: here,
+                kind: ViolationKind::InputWithProducer { producer: p },
+            })
+        }
+        _ => {}
+    }
+    check_view(graph, t.id, v);
+    check_inplace(graph, t.id, v);
+}
 
-    // Reads in the given order, and cycles in the dependence relation.
+/// A size of zero, above [`MAX_TENSOR_BYTES`], or other than the shape and
+/// dtype give.
+fn size_violation(t: &Tensor) -> Option<ViolationKind> {
+    if t.size_bytes == 0 {
+        return Some(ViolationKind::ZeroSize);
+    }
+    if t.size_bytes > MAX_TENSOR_BYTES {
+        return Some(ViolationKind::TooLarge {
+            what: "size_bytes",
+            limit: MAX_TENSOR_BYTES,
+        });
+    }
+    // Checked: the shape of a file can be anything.
+    let expected_bytes = t
+        .shape
+        .iter()
+        .try_fold(t.dtype.size_bytes(), |n, &d| n.checked_mul(d))
+        .unwrap_or(u64::MAX);
+    (expected_bytes != t.size_bytes).then_some(ViolationKind::SizeMismatch { expected_bytes })
+}
+
+/// Every read after its producer in the graph's order.
+fn check_read_order(graph: &Graph, actual_producer: &[Option<OpId>], v: &mut Vec<Violation>) {
     for op in &graph.ops {
         for &t in &op.inputs {
-            if t.index() >= n_tensors {
-                continue;
-            }
-            if let Some(p) = actual_producer[t.index()]
+            if let Some(p) = actual_producer.get(t.index()).copied().flatten()
                 && p >= op.id
             {
                 v.push(Violation {
@@ -211,15 +240,6 @@ pub fn validate(graph: &Graph) -> Result<(), ValidationErrors> {
                 });
             }
         }
-    }
-    if let Some(cycle) = find_cycle(graph, &actual_producer) {
-        v.push(at_graph(ViolationKind::Cycle { ops: cycle }));
-    }
-
-    if v.is_empty() {
-        Ok(())
-    } else {
-        Err(ValidationErrors { violations: v })
     }
 }
 
