@@ -1425,6 +1425,23 @@ impl GraphBuilder {
     pub fn finish(mut self, loss: TensorId, optimizer: Optimizer) -> Result<Graph, GraphError> {
         // Before the backward pass: it would only repeat saturated numbers.
         self.check_overflow()?;
+        let grad = self.emit_backward(loss);
+        self.emit_optimizer(&grad, optimizer);
+        self.meta.optimizer = optimizer.name().to_string();
+        self.sum_totals();
+        self.check_overflow()?;
+        let graph = Graph {
+            meta: self.meta,
+            tensors: self.tensors,
+            ops: self.ops,
+        };
+        crate::validate(&graph)?;
+        Ok(graph)
+    }
+
+    /// Emits the backward pass from `loss`, the tape in reverse; returns each
+    /// tensor's gradient (`None` where none flows).
+    fn emit_backward(&mut self, loss: TensorId) -> Vec<Option<TensorId>> {
         let mut grad: Vec<Option<TensorId>> = vec![None; self.tensors.len()];
         // Seed: d loss / d loss = 1.
         let seed = self.backward_op(
@@ -1435,143 +1452,155 @@ impl GraphBuilder {
             1,
         );
         grad[loss.index()] = Some(seed[0]);
-
         let tape = std::mem::take(&mut self.tape);
         for entry in tape.iter().rev() {
             let fwd = self.ops[entry.op.index()].clone();
             match &entry.rule {
                 BackwardRule::None => {}
-                BackwardRule::PassThrough => {
-                    let Some(g) = grad.get(fwd.outputs[0].index()).copied().flatten() else {
-                        continue;
-                    };
-                    for &x in &fwd.inputs {
-                        if self.requires_grad[x.index()] {
-                            self.accumulate(&mut grad, x, g);
-                        }
-                    }
-                }
-                BackwardRule::Views => {
-                    let Some(g) = grad.get(fwd.outputs[0].index()).copied().flatten() else {
-                        continue;
-                    };
-                    let targets: Vec<TensorId> = fwd
-                        .inputs
-                        .iter()
-                        .copied()
-                        .filter(|x| self.requires_grad[x.index()])
-                        .collect();
-                    if targets.is_empty() {
-                        continue;
-                    }
-                    let g_owner = self.tensors[g.index()].view_of.unwrap_or(g);
-                    let outs: Vec<(TensorId, TensorKind)> =
-                        targets.iter().map(|&x| (x, TensorKind::Gradient)).collect();
-                    let kind = OpKind::Backward {
-                        forward: Box::new(fwd.kind.clone()),
-                        grads_for: fwd
-                            .inputs
-                            .iter()
-                            .map(|x| self.requires_grad[x.index()])
-                            .collect(),
-                    };
-                    let views = self.backward_op(
-                        kind,
-                        &format!("{}.backward", fwd.name),
-                        vec![g],
-                        &outs,
-                        0,
-                    );
-                    for (&x, &v) in targets.iter().zip(&views) {
-                        self.tensors[v.index()].view_of = Some(g_owner);
-                        self.accumulate(&mut grad, x, v);
-                    }
-                    if let Some(last) = self.ops.last_mut() {
-                        last.bytes_written = 0;
-                    }
-                }
+                BackwardRule::PassThrough => self.pass_gradient_through(&fwd, &mut grad),
+                BackwardRule::Views => self.emit_view_backward(&fwd, &mut grad),
                 BackwardRule::Op {
                     grad_of,
                     saved,
                     flops,
-                } => {
-                    let present: Vec<Option<TensorId>> = grad_of
-                        .iter()
-                        .map(|t| grad.get(t.index()).copied().flatten())
-                        .collect();
-                    if present.iter().all(Option::is_none) {
-                        continue;
-                    }
-                    // Missing output gradients are materialised as zeros, as autograd does.
-                    let mut inputs = Vec::new();
-                    for (k, g) in present.iter().enumerate() {
-                        let g = match g {
-                            Some(g) => *g,
-                            None => {
-                                let like = grad_of[k];
-                                self.backward_op(
-                                    OpKind::Fill { value: 0.0 },
-                                    &format!("{}.zero_grad", fwd.name),
-                                    vec![],
-                                    &[(like, TensorKind::Gradient)],
-                                    self.numel(like),
-                                )[0]
-                            }
-                        };
-                        inputs.push(g);
-                    }
-                    inputs.extend(saved.iter().copied());
-                    let needs: Vec<bool> = fwd
-                        .inputs
-                        .iter()
-                        .map(|x| self.requires_grad[x.index()])
-                        .collect();
-                    let targets: Vec<(TensorId, TensorKind)> = fwd
-                        .inputs
-                        .iter()
-                        .zip(&needs)
-                        .filter(|(_, n)| **n)
-                        .map(|(&x, _)| {
-                            let kind = if self.tensors[x.index()].kind == TensorKind::Parameter {
-                                TensorKind::ParameterGradient
-                            } else {
-                                TensorKind::Gradient
-                            };
-                            (x, kind)
-                        })
-                        .collect();
-                    let kind = OpKind::Backward {
-                        forward: Box::new(fwd.kind.clone()),
-                        grads_for: needs,
-                    };
-                    let outs = self.backward_op(
-                        kind,
-                        &format!("{}.backward", fwd.name),
-                        inputs,
-                        &targets,
-                        *flops,
-                    );
-                    if fwd.kind == OpKind::SoftmaxCrossEntropy {
-                        // Eager PyTorch runs nll_loss_backward, then
-                        // _log_softmax_backward_data: the logits-sized gradient of the
-                        // log-probabilities exists while the second runs. The fused op
-                        // holds it as workspace.
-                        let logits_bytes = self.tensors[fwd.inputs[0].index()].size_bytes;
-                        if let Some(last) = self.ops.last_mut() {
-                            last.workspace_bytes = logits_bytes;
-                        }
-                    }
-                    for ((x, _), g) in targets.iter().zip(outs) {
-                        self.accumulate(&mut grad, *x, g);
-                    }
-                }
+                } => self.emit_op_backward(&fwd, grad_of, saved, *flops, &mut grad),
             }
         }
+        grad
+    }
 
-        self.emit_optimizer(&grad, optimizer);
-        self.meta.optimizer = optimizer.name().to_string();
-        // Every total an analysis takes (footprint, bytes and FLOPs by phase) is at
-        // most the sum over all tensors or all ops: if these fit, none wraps.
+    /// An op whose inputs' gradients are its output's (no op emitted).
+    fn pass_gradient_through(&mut self, fwd: &Op, grad: &mut Vec<Option<TensorId>>) {
+        let Some(g) = grad.get(fwd.outputs[0].index()).copied().flatten() else {
+            return;
+        };
+        for &x in &fwd.inputs {
+            if self.requires_grad[x.index()] {
+                self.accumulate(grad, x, g);
+            }
+        }
+    }
+
+    /// A view op's backward: views of its output's gradient, one per input
+    /// that needs one, writing nothing.
+    fn emit_view_backward(&mut self, fwd: &Op, grad: &mut Vec<Option<TensorId>>) {
+        let Some(g) = grad.get(fwd.outputs[0].index()).copied().flatten() else {
+            return;
+        };
+        let targets: Vec<TensorId> = fwd
+            .inputs
+            .iter()
+            .copied()
+            .filter(|x| self.requires_grad[x.index()])
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        let g_owner = self.tensors[g.index()].view_of.unwrap_or(g);
+        let outs: Vec<(TensorId, TensorKind)> =
+            targets.iter().map(|&x| (x, TensorKind::Gradient)).collect();
+        let kind = OpKind::Backward {
+            forward: Box::new(fwd.kind.clone()),
+            grads_for: fwd
+                .inputs
+                .iter()
+                .map(|x| self.requires_grad[x.index()])
+                .collect(),
+        };
+        let views = self.backward_op(kind, &format!("{}.backward", fwd.name), vec![g], &outs, 0);
+        for (&x, &v) in targets.iter().zip(&views) {
+            self.tensors[v.index()].view_of = Some(g_owner);
+            self.accumulate(grad, x, v);
+        }
+        if let Some(last) = self.ops.last_mut() {
+            last.bytes_written = 0;
+        }
+    }
+
+    /// An op's backward op: inputs its outputs' gradients (zeros where none
+    /// flows, as autograd materialises them) and the tensors it saved;
+    /// outputs the gradients of the inputs that need one.
+    fn emit_op_backward(
+        &mut self,
+        fwd: &Op,
+        grad_of: &[TensorId],
+        saved: &[TensorId],
+        flops: u64,
+        grad: &mut Vec<Option<TensorId>>,
+    ) {
+        let present: Vec<Option<TensorId>> = grad_of
+            .iter()
+            .map(|t| grad.get(t.index()).copied().flatten())
+            .collect();
+        if present.iter().all(Option::is_none) {
+            return;
+        }
+        let mut inputs = Vec::new();
+        for (k, g) in present.iter().enumerate() {
+            let g = match g {
+                Some(g) => *g,
+                None => {
+                    let like = grad_of[k];
+                    self.backward_op(
+                        OpKind::Fill { value: 0.0 },
+                        &format!("{}.zero_grad", fwd.name),
+                        vec![],
+                        &[(like, TensorKind::Gradient)],
+                        self.numel(like),
+                    )[0]
+                }
+            };
+            inputs.push(g);
+        }
+        inputs.extend(saved.iter().copied());
+        let needs: Vec<bool> = fwd
+            .inputs
+            .iter()
+            .map(|x| self.requires_grad[x.index()])
+            .collect();
+        let targets: Vec<(TensorId, TensorKind)> = fwd
+            .inputs
+            .iter()
+            .zip(&needs)
+            .filter(|(_, n)| **n)
+            .map(|(&x, _)| {
+                let kind = if self.tensors[x.index()].kind == TensorKind::Parameter {
+                    TensorKind::ParameterGradient
+                } else {
+                    TensorKind::Gradient
+                };
+                (x, kind)
+            })
+            .collect();
+        let kind = OpKind::Backward {
+            forward: Box::new(fwd.kind.clone()),
+            grads_for: needs,
+        };
+        let outs = self.backward_op(
+            kind,
+            &format!("{}.backward", fwd.name),
+            inputs,
+            &targets,
+            flops,
+        );
+        if fwd.kind == OpKind::SoftmaxCrossEntropy {
+            // Eager PyTorch runs nll_loss_backward, then
+            // _log_softmax_backward_data: the logits-sized gradient of the
+            // log-probabilities exists while the second runs. The fused op
+            // holds it as workspace.
+            let logits_bytes = self.tensors[fwd.inputs[0].index()].size_bytes;
+            if let Some(last) = self.ops.last_mut() {
+                last.workspace_bytes = logits_bytes;
+            }
+        }
+        for ((x, _), g) in targets.iter().zip(outs) {
+            self.accumulate(grad, *x, g);
+        }
+    }
+
+    /// Every total an analysis takes (footprint, bytes and FLOPs by phase) is
+    /// at most the sum over all tensors or all ops: if these fit, none wraps.
+    fn sum_totals(&mut self) {
         let sizes: Vec<u64> = self.tensors.iter().map(|t| t.size_bytes).collect();
         self.sum("total tensor bytes", &sizes);
         let flops: Vec<u64> = self.ops.iter().map(|o| o.flops).collect();
@@ -1582,14 +1611,6 @@ impl GraphBuilder {
             .map(|o| o.bytes_read.saturating_add(o.bytes_written))
             .collect();
         self.sum("total bytes moved", &moved);
-        self.check_overflow()?;
-        let graph = Graph {
-            meta: self.meta,
-            tensors: self.tensors,
-            ops: self.ops,
-        };
-        crate::validate(&graph)?;
-        Ok(graph)
     }
 
     /// Adds a backward-phase op whose outputs are gradients shaped like `like`.
