@@ -937,73 +937,12 @@ fn emit<S: ProgramSink>(
     for (pos, &op) in schedule.order.iter().enumerate() {
         // Waits go on the first step of this position: a recomputation or the op.
         s.waits.clear();
-        let (mut k, end) = (
+        let (k, end) = (
             s.action_start[pos] as usize,
             s.action_start[pos + 1] as usize,
         );
         chain_frees_at(prepared, gaps, s, pos, op, k, end);
-        while k < end && s.grouped[k].phase < Phase::FinalFree {
-            let a = s.grouped[k];
-            k += 1;
-            match a.phase {
-                Phase::SwapInWait => {
-                    let gi = s.sorted[a.value as usize] as usize;
-                    let Some(step) = s.swap_in_step[gi] else {
-                        return Err(err(format!(
-                            "the swap-in of {} is not triggered before position {pos}",
-                            gaps[gi].tensor
-                        )));
-                    };
-                    s.waits.push(step);
-                }
-                Phase::ReclaimWait => {
-                    if let Some(step) = s.free_step[s.sorted[a.value as usize] as usize] {
-                        s.waits.push(step);
-                    }
-                }
-                Phase::Recompute => {
-                    // Gaps of one producer ending here are adjacent (keyed by
-                    // producer) and share one step: the op runs once for all
-                    // the outputs it brings back.
-                    let mut outputs = std::mem::take(&mut s.recompute_outputs);
-                    outputs.clear();
-                    outputs.push(gaps[s.sorted[a.value as usize] as usize].tensor);
-                    while k < end
-                        && s.grouped[k].phase == Phase::Recompute
-                        && s.grouped[k].key == a.key
-                    {
-                        outputs.push(gaps[s.sorted[s.grouped[k].value as usize] as usize].tensor);
-                        k += 1;
-                    }
-                    let producer = prepared.producer[outputs[0].index()].unwrap_or(OpId(0));
-                    let instr = StepInstr::Recompute {
-                        op: producer,
-                        outputs: &outputs,
-                    };
-                    sink.push_step(Stream::Compute, instr, &s.waits);
-                    s.waits.clear();
-                    s.recompute_outputs = outputs;
-                    // The links this step was the last to read.
-                    for c in s.chain_frees.iter().filter(|c| c.after_producer == a.key) {
-                        let free = sink.push_step(Stream::Compute, StepInstr::Free(c.tensor), &[]);
-                        if c.gap != NONE {
-                            s.free_step[c.gap as usize] = Some(free);
-                        }
-                    }
-                }
-                _ => {
-                    let t = TensorId(a.value);
-                    let freed_by_chain = s
-                        .chain_frees
-                        .iter()
-                        .any(|c| c.tensor == t && c.after_producer != NONE);
-                    if !freed_by_chain {
-                        sink.push_step(Stream::Compute, StepInstr::Free(t), &s.waits);
-                        s.waits.clear();
-                    }
-                }
-            }
-        }
+        let k = emit_before_op(prepared, gaps, s, pos, k, end, sink)?;
         let at = sink.push_step(Stream::Compute, StepInstr::Compute(op), &s.waits);
         for &w in prepared.op_written(op) {
             s.host_current[w.index()] = false;
@@ -1012,55 +951,161 @@ fn emit<S: ProgramSink>(
         for &t in &s.frees {
             sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
         }
-        for a in &s.grouped[k..end] {
-            match a.phase {
-                Phase::CopyOut => {
-                    let gi = s.sorted[a.value as usize] as usize;
-                    let t = gaps[gi].tensor;
-                    if !s.host_current[t.index()] {
-                        let copy = sink.push_step(Stream::D2h, StepInstr::SwapOut(t), &[at]);
-                        s.copy_out_step[gi] = Some(copy);
-                        s.host_current[t.index()] = true;
-                    }
-                }
-                Phase::GapStart => {
-                    let gi = s.sorted[a.value as usize] as usize;
-                    if s.free_step[gi].is_some() {
-                        // Already freed among the recomputations at `pos`.
-                        continue;
-                    }
-                    let g = &gaps[gi];
-                    let free = match s.copy_out_step[gi] {
-                        // Copied out early: the compute stream frees it once
-                        // the copy is done.
-                        Some(copy) => {
-                            sink.push_step(Stream::Compute, StepInstr::Free(g.tensor), &[copy])
-                        }
-                        None => start_gap(g, at, &mut s.host_current, sink),
-                    };
-                    s.free_step[gi] = Some(free);
-                }
-                _ => {
-                    let gi = s.sorted[a.value as usize] as usize;
-                    let mut waits = [at; 2];
-                    let len = match s.free_step[gi] {
-                        Some(f) => {
-                            waits[1] = f;
-                            2
-                        }
-                        None => 1,
-                    };
-                    let instr = StepInstr::SwapIn(gaps[gi].tensor);
-                    let step = sink.push_step(Stream::H2d, instr, &waits[..len]);
-                    s.swap_in_step[gi] = Some(step);
-                }
-            }
-        }
+        emit_after_op(gaps, s, at, k, end, sink);
     }
     for &t in &prepared.freed_at_end {
         sink.push_step(Stream::Compute, StepInstr::Free(t), &[]);
     }
     Ok(())
+}
+/// The steps of position `pos` before its op (actions `s.grouped[k..end]`
+/// up to the final frees): waits for swap-ins and reclaimed memory (on
+/// `s.waits`, for the first step), recomputations, and frees. Returns the
+/// index of the first action left for after the op.
+#[inline]
+fn emit_before_op<S: ProgramSink>(
+    prepared: &PreparedGraph,
+    gaps: &[Gap],
+    s: &mut LowerScratch,
+    pos: usize,
+    mut k: usize,
+    end: usize,
+    sink: &mut S,
+) -> Result<usize, ScheduleError> {
+    while k < end && s.grouped[k].phase < Phase::FinalFree {
+        let a = s.grouped[k];
+        k += 1;
+        match a.phase {
+            Phase::SwapInWait => {
+                let gi = s.sorted[a.value as usize] as usize;
+                let Some(step) = s.swap_in_step[gi] else {
+                    return Err(err(format!(
+                        "the swap-in of {} is not triggered before position {pos}",
+                        gaps[gi].tensor
+                    )));
+                };
+                s.waits.push(step);
+            }
+            Phase::ReclaimWait => {
+                if let Some(step) = s.free_step[s.sorted[a.value as usize] as usize] {
+                    s.waits.push(step);
+                }
+            }
+            Phase::Recompute => k = emit_recompute(prepared, gaps, s, a, k, end, sink),
+            _ => {
+                let t = TensorId(a.value);
+                let freed_by_chain = s
+                    .chain_frees
+                    .iter()
+                    .any(|c| c.tensor == t && c.after_producer != NONE);
+                if !freed_by_chain {
+                    sink.push_step(Stream::Compute, StepInstr::Free(t), &s.waits);
+                    s.waits.clear();
+                }
+            }
+        }
+    }
+    Ok(k)
+}
+
+/// One recomputation step for action `a` and the recompute actions after it
+/// (from `k`) with the same producer: gaps of one producer ending at a
+/// position are adjacent (keyed by producer) and share one step, the op
+/// running once for all the outputs it brings back. Then the frees of the
+/// chain links this step was the last to read. Returns the next action's
+/// index.
+#[inline]
+fn emit_recompute<S: ProgramSink>(
+    prepared: &PreparedGraph,
+    gaps: &[Gap],
+    s: &mut LowerScratch,
+    a: Action,
+    mut k: usize,
+    end: usize,
+    sink: &mut S,
+) -> usize {
+    let mut outputs = std::mem::take(&mut s.recompute_outputs);
+    outputs.clear();
+    outputs.push(gaps[s.sorted[a.value as usize] as usize].tensor);
+    while k < end && s.grouped[k].phase == Phase::Recompute && s.grouped[k].key == a.key {
+        outputs.push(gaps[s.sorted[s.grouped[k].value as usize] as usize].tensor);
+        k += 1;
+    }
+    let producer = prepared.producer[outputs[0].index()].unwrap_or(OpId(0));
+    let instr = StepInstr::Recompute {
+        op: producer,
+        outputs: &outputs,
+    };
+    sink.push_step(Stream::Compute, instr, &s.waits);
+    s.waits.clear();
+    s.recompute_outputs = outputs;
+    for c in s.chain_frees.iter().filter(|c| c.after_producer == a.key) {
+        let free = sink.push_step(Stream::Compute, StepInstr::Free(c.tensor), &[]);
+        if c.gap != NONE {
+            s.free_step[c.gap as usize] = Some(free);
+        }
+    }
+    k
+}
+
+/// The steps of a position after its op (step `at`; actions
+/// `s.grouped[k..end]`): early copy-outs of tensors whose host copy is
+/// stale, gap starts (frees, after a copy-out where one ran), and swap-ins
+/// triggered here.
+#[inline]
+fn emit_after_op<S: ProgramSink>(
+    gaps: &[Gap],
+    s: &mut LowerScratch,
+    at: StepRef,
+    k: usize,
+    end: usize,
+    sink: &mut S,
+) {
+    for i in k..end {
+        let a = s.grouped[i];
+        match a.phase {
+            Phase::CopyOut => {
+                let gi = s.sorted[a.value as usize] as usize;
+                let t = gaps[gi].tensor;
+                if !s.host_current[t.index()] {
+                    let copy = sink.push_step(Stream::D2h, StepInstr::SwapOut(t), &[at]);
+                    s.copy_out_step[gi] = Some(copy);
+                    s.host_current[t.index()] = true;
+                }
+            }
+            Phase::GapStart => {
+                let gi = s.sorted[a.value as usize] as usize;
+                if s.free_step[gi].is_some() {
+                    // Already freed among the recomputations at this position.
+                    continue;
+                }
+                let g = &gaps[gi];
+                let free = match s.copy_out_step[gi] {
+                    // Copied out early: the compute stream frees it once
+                    // the copy is done.
+                    Some(copy) => {
+                        sink.push_step(Stream::Compute, StepInstr::Free(g.tensor), &[copy])
+                    }
+                    None => start_gap(g, at, &mut s.host_current, sink),
+                };
+                s.free_step[gi] = Some(free);
+            }
+            _ => {
+                let gi = s.sorted[a.value as usize] as usize;
+                let mut waits = [at; 2];
+                let len = match s.free_step[gi] {
+                    Some(f) => {
+                        waits[1] = f;
+                        2
+                    }
+                    None => 1,
+                };
+                let instr = StepInstr::SwapIn(gaps[gi].tensor);
+                let step = sink.push_step(Stream::H2d, instr, &waits[..len]);
+                s.swap_in_step[gi] = Some(step);
+            }
+        }
+    }
 }
 
 /// Fills `s.chain_frees` for position `pos` (op `op`, actions

@@ -185,6 +185,8 @@ pub fn materialise(
     }
 }
 
+/// One pass of [`materialise`]: every non-persistent tensor's gaps, decided
+/// consumers first, or the first demand that nothing satisfies.
 fn materialise_once(
     an: &Ctx<'_>,
     d: &Decisions,
@@ -199,99 +201,31 @@ fn materialise_once(
     let mut regen: Vec<Vec<usize>> = vec![Vec::new(); nt];
     let mut gaps: Vec<Vec<Gap>> = vec![Vec::new(); nt];
     let mut m = Materialised::default();
-    // Consumers before producers, so every demand on a tensor is known when it
-    // is decided.
-    let mut owners: Vec<(usize, TensorId)> = g
-        .tensors
-        .iter()
-        .filter(|t| t.allocates() && !t.is_persistent())
-        .map(|t| (t.producer.map_or(0, |p| an.position(p) + 1), t.id))
-        .collect();
-    owners.sort_unstable_by(|a, b| b.cmp(a));
-    for (_, u) in owners {
-        let tensor = g.tensor(u);
+    for u in consumers_first(an) {
         let ui = u.index();
-        let uses = &an.uses[ui];
         let mut dem = std::mem::take(&mut demands[ui]);
         dem.sort_unstable();
         dem.dedup();
-        let fail = |position: usize, regen: Vec<Vec<usize>>| Unsatisfiable { position, regen };
-        let producer = tensor.producer;
-        let recomputable = producer.is_some_and(|p| g.op(p).recomputable);
         let never_freed = output_storage.get(ui).copied().unwrap_or(false);
-        let Some(&last_use) = uses.last() else {
-            if let Some(&p) = dem.first() {
-                return Err(fail(p, regen));
+        let Some(&last_use) = an.uses[ui].last() else {
+            if let Some(&position) = dem.first() {
+                return Err(Unsatisfiable { position, regen });
             }
             continue;
         };
         let last_use = if never_freed { usize::MAX } else { last_use };
-        // How it comes back when it is gone: by its decision, or for a kept
-        // tensor needed after its last use, whichever works.
-        let decided = d.how.get(ui).copied().unwrap_or(Decision::Keep);
-        let dropped = match decided {
-            Decision::Recompute if recomputable => Some(Restore::Recompute),
-            Decision::Swap => Some(Restore::Swap),
-            _ => None,
+        let spans = match dropped_spans(an, d, u, &dem, never_freed, last_use) {
+            Some(spans) => spans,
+            None => match demanded_spans(an, u, &dem, last_use, rebuild) {
+                Ok(spans) => {
+                    if !spans.is_empty() {
+                        m.chain_only += 1;
+                    }
+                    spans
+                }
+                Err(position) => return Err(Unsatisfiable { position, regen }),
+            },
         };
-        let backward_uses = uses.iter().copied().filter(|&p| p >= an.backward_start);
-        let mut spans: Vec<(usize, usize, Restore)> = Vec::new();
-        let dropped_from = dropped.and_then(|how| {
-            if never_freed {
-                return None;
-            }
-            let lf = an.last_forward_use(u)?;
-            let mut q: Vec<usize> = backward_uses.chain(dem.iter().copied()).collect();
-            q.sort_unstable();
-            q.dedup();
-            let &q1 = q.first()?;
-            (q1 > lf).then_some((lf, q1, how, q))
-        });
-        match dropped_from {
-            Some((lf, q1, how, q)) => {
-                // Back at q1; it stays from a use or an anchor on, but leaves
-                // again after a position where it only fed recomputations, and
-                // after its last use.
-                spans.push((lf, q1, how));
-                let anchors = d.anchors.get(ui).map_or(&[][..], |a| &a[..]);
-                let stays = |p: usize| uses.binary_search(&p).is_ok() || anchors.contains(&p);
-                let mut came_back = true;
-                for w in q.windows(2) {
-                    let (p, next) = (w[0], w[1]);
-                    if (came_back && !stays(p)) || p >= last_use {
-                        spans.push((p, next, how));
-                        came_back = true;
-                    } else {
-                        came_back = false;
-                    }
-                }
-            }
-            None => {
-                let made_at = producer.map(|p| an.position(p));
-                let mut prev = last_use;
-                for &p in &dem {
-                    if made_at.is_some_and(|a| p <= a) {
-                        return Err(fail(p, regen));
-                    }
-                    if p <= prev {
-                        continue;
-                    }
-                    let how = if recomputable && rebuild(u) {
-                        Restore::Recompute
-                    } else if producer.is_none() {
-                        // The input batch: its host copy is current.
-                        Restore::Swap
-                    } else {
-                        return Err(fail(p, regen));
-                    };
-                    spans.push((prev, p, how));
-                    prev = p;
-                }
-                if !spans.is_empty() {
-                    m.chain_only += 1;
-                }
-            }
-        }
         for (after, before, how) in spans {
             match how {
                 Restore::Recompute => {
@@ -316,25 +250,146 @@ fn materialise_once(
                 )),
             }
         }
-        if regen[ui].is_empty() {
-            continue;
-        }
-        let Some(op) = producer.map(|p| g.op(p)) else {
-            continue;
-        };
-        for &i in &op.inputs {
-            let v = g.storage_owner(i);
-            if g.tensor(v).is_persistent() {
-                continue;
-            }
-            if v == u {
-                let p = regen[ui].first().copied().unwrap_or(0);
-                return Err(fail(p, regen));
-            }
-            let positions = regen[ui].clone();
-            demands[v.index()].extend(positions);
+        if let Err(position) = demand_producer_inputs(g, u, &regen[ui], &mut demands) {
+            return Err(Unsatisfiable { position, regen });
         }
     }
     m.gaps = gaps;
     Ok(m)
+}
+
+/// The non-persistent tensors that allocate, consumers before producers
+/// (by their producer's position, latest first), so that every demand on a
+/// tensor is known when it is decided.
+fn consumers_first(an: &Ctx<'_>) -> Vec<TensorId> {
+    let mut owners: Vec<(usize, TensorId)> = an
+        .graph
+        .tensors
+        .iter()
+        .filter(|t| t.allocates() && !t.is_persistent())
+        .map(|t| (t.producer.map_or(0, |p| an.position(p) + 1), t.id))
+        .collect();
+    owners.sort_unstable_by(|a, b| b.cmp(a));
+    owners.into_iter().map(|(_, u)| u).collect()
+}
+
+/// A span `(after, before, how)`: the tensor is off the device between
+/// those positions and restored `how` before `before`.
+type Span = (usize, usize, Restore);
+
+/// The spans of a tensor its decision drops (swap, or recompute where its
+/// producer may re-run) after its last forward use: back at its first
+/// backward use or demand, staying from a use or an anchor on, leaving again
+/// after a position where it only fed recomputations, and after its last
+/// use. `None` where it is kept, never freed, or not needed after the
+/// forward pass.
+fn dropped_spans(
+    an: &Ctx<'_>,
+    d: &Decisions,
+    u: TensorId,
+    dem: &[usize],
+    never_freed: bool,
+    last_use: usize,
+) -> Option<Vec<Span>> {
+    let g = an.graph;
+    let ui = u.index();
+    let recomputable = g.tensor(u).producer.is_some_and(|p| g.op(p).recomputable);
+    let how = match d.how.get(ui).copied().unwrap_or(Decision::Keep) {
+        Decision::Recompute if recomputable => Restore::Recompute,
+        Decision::Swap => Restore::Swap,
+        _ => return None,
+    };
+    if never_freed {
+        return None;
+    }
+    let uses = &an.uses[ui];
+    let lf = an.last_forward_use(u)?;
+    let backward_uses = uses.iter().copied().filter(|&p| p >= an.backward_start);
+    let mut q: Vec<usize> = backward_uses.chain(dem.iter().copied()).collect();
+    q.sort_unstable();
+    q.dedup();
+    let &q1 = q.first()?;
+    if q1 <= lf {
+        return None;
+    }
+    let mut spans = vec![(lf, q1, how)];
+    let anchors = d.anchors.get(ui).map_or(&[][..], |a| &a[..]);
+    let stays = |p: usize| uses.binary_search(&p).is_ok() || anchors.contains(&p);
+    let mut came_back = true;
+    for w in q.windows(2) {
+        let (p, next) = (w[0], w[1]);
+        if (came_back && !stays(p)) || p >= last_use {
+            spans.push((p, next, how));
+            came_back = true;
+        } else {
+            came_back = false;
+        }
+    }
+    Some(spans)
+}
+
+/// The spans of a kept tensor demanded after its last use (by
+/// recomputations that read it): recomputed where `rebuild` allows, the
+/// input batch swapped (its host copy is current); `Err` with the first
+/// demand that neither can meet, or that comes before the tensor is made.
+fn demanded_spans(
+    an: &Ctx<'_>,
+    u: TensorId,
+    dem: &[usize],
+    last_use: usize,
+    rebuild: &dyn Fn(TensorId) -> bool,
+) -> Result<Vec<Span>, usize> {
+    let g = an.graph;
+    let producer = g.tensor(u).producer;
+    let recomputable = producer.is_some_and(|p| g.op(p).recomputable);
+    let made_at = producer.map(|p| an.position(p));
+    let mut spans = Vec::new();
+    let mut prev = last_use;
+    for &p in dem {
+        if made_at.is_some_and(|a| p <= a) {
+            return Err(p);
+        }
+        if p <= prev {
+            continue;
+        }
+        let how = if recomputable && rebuild(u) {
+            Restore::Recompute
+        } else if producer.is_none() {
+            Restore::Swap
+        } else {
+            return Err(p);
+        };
+        spans.push((prev, p, how));
+        prev = p;
+    }
+    Ok(spans)
+}
+
+/// Where `u` is recomputed (at `regen`), each non-persistent input of its
+/// producer is demanded there too; `Err` with the first such position where
+/// the producer reads `u`'s own storage (a recomputation that needs what it
+/// restores).
+fn demand_producer_inputs(
+    g: &Graph,
+    u: TensorId,
+    regen: &[usize],
+    demands: &mut [Vec<usize>],
+) -> Result<(), usize> {
+    if regen.is_empty() {
+        return Ok(());
+    }
+    let Some(op) = g.tensor(u).producer.map(|p| g.op(p)) else {
+        return Ok(());
+    };
+    for &i in &op.inputs {
+        let v = g.storage_owner(i);
+        if g.tensor(v).is_persistent() {
+            continue;
+        }
+        if v == u {
+            return Err(regen.first().copied().unwrap_or(0));
+        }
+        demands[v.index()].extend_from_slice(regen);
+    }
+    Ok(())
 }

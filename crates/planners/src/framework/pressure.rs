@@ -234,50 +234,32 @@ fn evict_with(
     how: Candidates,
     mut choose: impl FnMut(usize, &[Evictable]) -> Option<(usize, Choice)>,
 ) -> Result<Vec<Gap>, Shortfall> {
-    let n = ctx.n;
-    let mut gaps: Vec<Gap> = Vec::new();
-    let mut live = live_bytes(ctx, &gaps);
-    // (tensor, after) of every gap pair already chosen; wrap pairs use `after` = last use.
-    let mut gapped = Gapped::new(ctx.graph.tensors.len());
-    let mut pins: Vec<Vec<usize>> = vec![Vec::new(); ctx.graph.tensors.len()];
-    // Persistent tensors evicted across the iteration boundary before their
-    // first use, whose copy-out after the last use frees nothing yet: the
-    // index of that gap, so a pressure point after the last use can still
-    // take the device copy away (the same gap, freed there).
-    let mut reopenable: HashMap<TensorId, usize> = HashMap::new();
+    let budget = budget_bytes as i128;
+    let mut state = Evictions::new(ctx);
     let owners: Vec<TensorId> = ctx.owners().filter(|&t| ctx.size(t) > 0).collect();
     let mut live_owners = LiveOwners::new(ctx, &owners);
     // The candidates at `cands_at`, as they stand after the evictions there.
     let mut cands: Vec<Evictable> = Vec::new();
     let mut cands_at: Option<usize> = None;
-    for q in 0..n {
-        if live[q] > budget_bytes as i128 {
+    for q in 0..ctx.n {
+        if state.live[q] > budget {
             live_owners.advance_to(q);
         }
-        while live[q] > budget_bytes as i128 {
+        while state.live[q] > budget {
             if cands_at != Some(q) || how == Candidates::Rebuilt {
                 cands = candidates(
                     ctx,
                     q,
                     &live_owners.live,
-                    &gapped,
-                    &reopenable,
-                    &pins,
+                    &state.gapped,
+                    &state.reopenable,
+                    &state.pins,
                     allow_recompute,
                 );
                 cands_at = Some(q);
             }
             let Some((ci, choice)) = choose(q, &cands) else {
-                let needed_bytes = u64::try_from(live[q]).unwrap_or(u64::MAX);
-                return Err(Shortfall {
-                    needed_bytes: Some(needed_bytes),
-                    at: Some(format!("op `{}`", ctx.op_at(q).name)),
-                    message: format!(
-                        "op `{}` needs {} live and nothing else can leave the device",
-                        ctx.op_at(q).name,
-                        fmt_bytes(needed_bytes)
-                    ),
-                });
+                return Err(nothing_can_leave(ctx, q, state.live[q]));
             };
             if ci >= cands.len() {
                 return Err(Shortfall {
@@ -287,92 +269,156 @@ fn evict_with(
                 });
             }
             let c = cands.remove(ci);
-            let size = c.size_bytes as i128;
-            gapped.insert(c.tensor, c.after);
-            let mut absent = |lo: usize, hi: usize| {
-                for v in &mut live[lo..=hi] {
-                    *v -= size;
-                }
-            };
-            match (choice, c.wraps) {
-                (Choice::Recompute, false) => {
-                    absent(c.after + 1, c.before - 1);
-                    let scratch = recompute_scratch_bytes(ctx, c.tensor) as i128;
-                    live[c.before] += scratch;
-                    if let Some(p) = ctx.graph.tensor(c.tensor).producer {
-                        for &x in &ctx.graph.op(p).inputs {
-                            pins[ctx.graph.storage_owner(x).index()].push(c.before);
-                        }
-                    }
-                    gaps.push(Gap {
-                        tensor: c.tensor,
-                        after: Some(c.after),
-                        before: Some(c.before),
-                        how: Restore::Recompute,
-                        prefetch_after: None,
-                        reclaim_before: None,
-                        copy_out_after: None,
-                    });
-                }
-                (Choice::Swap { lead_s }, false) => {
-                    let p = prefetch_trigger(ctx, q, c.before, lead_s);
-                    absent(q, p);
-                    gaps.push(Gap {
-                        tensor: c.tensor,
-                        after: Some(c.after),
-                        before: Some(c.before),
-                        how: Restore::Swap,
-                        prefetch_after: Some(p),
-                        reclaim_before: Some(q),
-                        copy_out_after: None,
-                    });
-                }
-                (_, true) if reopens(&c, q, &reopenable) => {
-                    // Already swapped out after its last use and back before its
-                    // first: free the device copy here as well.
-                    if let Some(gi) = reopenable.remove(&c.tensor) {
-                        gaps[gi].reclaim_before = Some(q);
-                    }
-                    absent(q, n - 1);
-                }
-                (_, true) => {
-                    // Off the device across the iteration boundary: out after the
-                    // last use, back before the first.
-                    let after_last = q > c.after;
-                    if !after_last {
-                        reopenable.insert(c.tensor, gaps.len());
-                    }
-                    let lo = if after_last { 0 } else { q };
-                    let p = prefetch_trigger(ctx, lo, c.before, lead_of(choice));
-                    if after_last {
-                        absent(q, n - 1);
-                    }
-                    absent(0, p);
-                    gaps.push(Gap {
-                        tensor: c.tensor,
-                        after: Some(c.after),
-                        before: None,
-                        how: Restore::Swap,
-                        prefetch_after: None,
-                        reclaim_before: after_last.then_some(q),
-                        copy_out_after: None,
-                    });
-                    gaps.push(Gap {
-                        tensor: c.tensor,
-                        after: None,
-                        before: Some(c.before),
-                        how: Restore::Swap,
-                        prefetch_after: Some(p),
-                        reclaim_before: None,
-                        copy_out_after: None,
-                    });
-                }
-            }
+            state.take(ctx, q, &c, choice);
             let recomputed = matches!(choice, Choice::Recompute) && !c.wraps;
-            after_eviction(ctx, &mut cands, &c, recomputed, &gapped, &pins);
+            after_eviction(ctx, &mut cands, &c, recomputed, &state.gapped, &state.pins);
         }
     }
-    Ok(gaps)
+    Ok(state.gaps)
+}
+
+/// The shortfall where op `q` needs `live` bytes and no candidate is left.
+fn nothing_can_leave(ctx: &Ctx<'_>, q: usize, live: i128) -> Shortfall {
+    let needed_bytes = u64::try_from(live).unwrap_or(u64::MAX);
+    Shortfall {
+        needed_bytes: Some(needed_bytes),
+        at: Some(format!("op `{}`", ctx.op_at(q).name)),
+        message: format!(
+            "op `{}` needs {} live and nothing else can leave the device",
+            ctx.op_at(q).name,
+            fmt_bytes(needed_bytes)
+        ),
+    }
+}
+
+/// The eviction loop's state: the gaps chosen so far, the live bytes at
+/// each position as they leave them, and what later choices depend on.
+struct Evictions {
+    /// Positions in the order.
+    n: usize,
+    live: Vec<i128>,
+    gaps: Vec<Gap>,
+    /// (tensor, after) of every gap pair already chosen; wrap pairs use
+    /// `after` = last use.
+    gapped: Gapped,
+    /// Per storage owner, the positions where a recomputation reads it.
+    pins: Vec<Vec<usize>>,
+    /// Persistent tensors evicted across the iteration boundary before their
+    /// first use, whose copy-out after the last use frees nothing yet: the
+    /// index of that gap, so a pressure point after the last use can still
+    /// take the device copy away (the same gap, freed there).
+    reopenable: HashMap<TensorId, usize>,
+}
+
+impl Evictions {
+    fn new(ctx: &Ctx<'_>) -> Evictions {
+        let tensors = ctx.graph.tensors.len();
+        Evictions {
+            n: ctx.n,
+            live: live_bytes(ctx, &[]),
+            gaps: Vec::new(),
+            gapped: Gapped::new(tensors),
+            pins: vec![Vec::new(); tensors],
+            reopenable: HashMap::new(),
+        }
+    }
+
+    /// `size_bytes` off the device at positions `lo..=hi`.
+    fn absent(&mut self, lo: usize, hi: usize, size_bytes: u64) {
+        for v in &mut self.live[lo..=hi] {
+            *v -= size_bytes as i128;
+        }
+    }
+
+    /// Evicts candidate `c` at pressure point `q` as `choice` says.
+    fn take(&mut self, ctx: &Ctx<'_>, q: usize, c: &Evictable, choice: Choice) {
+        self.gapped.insert(c.tensor, c.after);
+        match (choice, c.wraps) {
+            (Choice::Recompute, false) => self.recompute(ctx, c),
+            (Choice::Swap { lead_s }, false) => self.swap(ctx, q, c, lead_s),
+            (_, true) if reopens(c, q, &self.reopenable) => {
+                // Already swapped out after its last use and back before its
+                // first: free the device copy here as well.
+                if let Some(gi) = self.reopenable.remove(&c.tensor) {
+                    self.gaps[gi].reclaim_before = Some(q);
+                }
+                self.absent(q, self.n - 1, c.size_bytes);
+            }
+            (_, true) => self.swap_across_boundary(ctx, q, c, lead_of(choice)),
+        }
+    }
+
+    /// Recomputed just before its next use: absent between its uses, its
+    /// producer's scratch live at the next use, and the producer's inputs
+    /// pinned there.
+    fn recompute(&mut self, ctx: &Ctx<'_>, c: &Evictable) {
+        self.absent(c.after + 1, c.before - 1, c.size_bytes);
+        let scratch = recompute_scratch_bytes(ctx, c.tensor) as i128;
+        self.live[c.before] += scratch;
+        if let Some(p) = ctx.graph.tensor(c.tensor).producer {
+            for &x in &ctx.graph.op(p).inputs {
+                self.pins[ctx.graph.storage_owner(x).index()].push(c.before);
+            }
+        }
+        self.gaps.push(Gap {
+            tensor: c.tensor,
+            after: Some(c.after),
+            before: Some(c.before),
+            how: Restore::Recompute,
+            prefetch_after: None,
+            reclaim_before: None,
+            copy_out_after: None,
+        });
+    }
+
+    /// Swapped out (freed before `q`) and back in `lead_s` of compute ahead
+    /// of its next use.
+    fn swap(&mut self, ctx: &Ctx<'_>, q: usize, c: &Evictable, lead_s: f64) {
+        let p = prefetch_trigger(ctx, q, c.before, lead_s);
+        self.absent(q, p, c.size_bytes);
+        self.gaps.push(Gap {
+            tensor: c.tensor,
+            after: Some(c.after),
+            before: Some(c.before),
+            how: Restore::Swap,
+            prefetch_after: Some(p),
+            reclaim_before: Some(q),
+            copy_out_after: None,
+        });
+    }
+
+    /// A persistent tensor off the device across the iteration boundary:
+    /// out after its last use, back before its first.
+    fn swap_across_boundary(&mut self, ctx: &Ctx<'_>, q: usize, c: &Evictable, lead_s: f64) {
+        let after_last = q > c.after;
+        if !after_last {
+            self.reopenable.insert(c.tensor, self.gaps.len());
+        }
+        let lo = if after_last { 0 } else { q };
+        let p = prefetch_trigger(ctx, lo, c.before, lead_s);
+        if after_last {
+            self.absent(q, self.n - 1, c.size_bytes);
+        }
+        self.absent(0, p, c.size_bytes);
+        self.gaps.push(Gap {
+            tensor: c.tensor,
+            after: Some(c.after),
+            before: None,
+            how: Restore::Swap,
+            prefetch_after: None,
+            reclaim_before: after_last.then_some(q),
+            copy_out_after: None,
+        });
+        self.gaps.push(Gap {
+            tensor: c.tensor,
+            after: None,
+            before: Some(c.before),
+            how: Restore::Swap,
+            prefetch_after: Some(p),
+            reclaim_before: None,
+            copy_out_after: None,
+        });
+    }
 }
 
 /// The candidates at a pressure point after `taken` (already removed from
