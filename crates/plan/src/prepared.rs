@@ -114,23 +114,12 @@ impl<T: Copy> Csr<T> {
 
 impl PreparedGraph {
     pub fn new(graph: &Graph) -> Self {
-        let n_t = graph.tensors.len();
         let owner: Vec<TensorId> = graph
             .tensors
             .iter()
             .map(|t| graph.storage_owner(t.id))
             .collect();
-        let mut row: Vec<TensorId> = Vec::new();
-        let op_owners = Csr::from_rows(graph.ops.iter().map(|op| {
-            row.clear();
-            for &t in op.inputs.iter().chain(&op.outputs) {
-                let o = owner[t.index()];
-                if !row.contains(&o) {
-                    row.push(o);
-                }
-            }
-            row.clone().into_iter()
-        }));
+        let op_owners = op_owner_rows(graph, &owner);
         let op_written = Csr::from_rows(graph.ops.iter().map(|op| {
             op.outputs
                 .iter()
@@ -139,33 +128,13 @@ impl PreparedGraph {
                 .collect::<Vec<_>>()
                 .into_iter()
         }));
-        let mut writer_rows: Vec<Vec<OpId>> = vec![Vec::new(); n_t];
-        for op in &graph.ops {
-            for &w in op_written.row(op.id.index()) {
-                writer_rows[w.index()].push(op.id);
-            }
-        }
-        let writers = Csr::from_rows(writer_rows.into_iter().map(|r| r.into_iter()));
-        let version = |o: TensorId, op: OpId| -> u32 {
-            writers.row(o.index()).partition_point(|w| *w < op) as u32
-        };
-        let mut reads: Vec<(TensorId, u32)> = Vec::new();
-        let op_reads = Csr::from_rows(graph.ops.iter().map(|op| {
-            let written = op_written.row(op.id.index());
-            reads.clear();
-            for &t in &op.inputs {
-                let o = owner[t.index()];
-                if !written.contains(&o) && !reads.iter().any(|r| r.0 == o) {
-                    reads.push((o, version(o, op.id)));
-                }
-            }
-            reads.clone().into_iter()
-        }));
+        let writers = writer_rows(graph, &op_written);
+        let op_reads = read_rows(graph, &owner, &op_written, &writers);
         let op_writes = Csr::from_rows(graph.ops.iter().map(|op| {
             op_written
                 .row(op.id.index())
                 .iter()
-                .map(|&o| (o, version(o, op.id)))
+                .map(|&o| (o, version(&writers, o, op.id)))
                 .collect::<Vec<_>>()
                 .into_iter()
         }));
@@ -184,23 +153,9 @@ impl PreparedGraph {
             let writes = op_writes.row(i).iter().map(|&(t, v)| (t, Access::Write(v)));
             reads.chain(produces).chain(writes)
         }));
-        let mut used = vec![false; n_t];
-        for &o in &op_owners.items {
-            used[o.index()] = true;
-        }
         let output_storage = graph.output_storage();
-        let transient = |t: &outcore_graph::Tensor| t.allocates() && !persistent[t.id.index()];
-        let freed_after_use: Vec<bool> = graph
-            .tensors
-            .iter()
-            .map(|t| transient(t) && used[t.id.index()] && !output_storage[t.id.index()])
-            .collect();
-        let freed_at_end = graph
-            .tensors
-            .iter()
-            .filter(|t| transient(t) && !freed_after_use[t.id.index()])
-            .map(|t| t.id)
-            .collect();
+        let (freed_after_use, freed_at_end) =
+            transient_frees(graph, &op_owners, &persistent, &output_storage);
         // Relaxed: only uniqueness matters, not ordering with other memory.
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let mut prepared = PreparedGraph {
@@ -302,4 +257,87 @@ impl PreparedGraph {
     pub fn writers(&self, t: TensorId) -> &[OpId] {
         self.writers.row(t.index())
     }
+}
+
+/// Per op, the distinct storage owners of its inputs and outputs, in operand
+/// order.
+fn op_owner_rows(graph: &Graph, owner: &[TensorId]) -> Csr<TensorId> {
+    let mut row: Vec<TensorId> = Vec::new();
+    Csr::from_rows(graph.ops.iter().map(|op| {
+        row.clear();
+        for &t in op.inputs.iter().chain(&op.outputs) {
+            let o = owner[t.index()];
+            if !row.contains(&o) {
+                row.push(o);
+            }
+        }
+        row.clone().into_iter()
+    }))
+}
+
+/// Per storage owner, the ops that update it in place, in graph order.
+fn writer_rows(graph: &Graph, op_written: &Csr<TensorId>) -> Csr<OpId> {
+    let mut rows: Vec<Vec<OpId>> = vec![Vec::new(); graph.tensors.len()];
+    for op in &graph.ops {
+        for &w in op_written.row(op.id.index()) {
+            rows[w.index()].push(op.id);
+        }
+    }
+    Csr::from_rows(rows.into_iter().map(|r| r.into_iter()))
+}
+
+/// The version of owner `o` that op `op` sees: how many in-place updates
+/// of it come before `op` in graph order.
+fn version(writers: &Csr<OpId>, o: TensorId, op: OpId) -> u32 {
+    writers.row(o.index()).partition_point(|w| *w < op) as u32
+}
+
+/// Per op, the distinct owners it reads without updating them, with the
+/// version each read sees.
+fn read_rows(
+    graph: &Graph,
+    owner: &[TensorId],
+    op_written: &Csr<TensorId>,
+    writers: &Csr<OpId>,
+) -> Csr<(TensorId, u32)> {
+    let mut reads: Vec<(TensorId, u32)> = Vec::new();
+    Csr::from_rows(graph.ops.iter().map(|op| {
+        let written = op_written.row(op.id.index());
+        reads.clear();
+        for &t in &op.inputs {
+            let o = owner[t.index()];
+            if !written.contains(&o) && !reads.iter().any(|r| r.0 == o) {
+                reads.push((o, version(writers, o, op.id)));
+            }
+        }
+        reads.clone().into_iter()
+    }))
+}
+
+/// The transient tensors (allocated, not persistent) freed after their last
+/// use (used by some op and not a graph output's storage), and the others,
+/// freed at the iteration's end.
+fn transient_frees(
+    graph: &Graph,
+    op_owners: &Csr<TensorId>,
+    persistent: &[bool],
+    output_storage: &[bool],
+) -> (Vec<bool>, Vec<TensorId>) {
+    let mut used = vec![false; graph.tensors.len()];
+    for &o in &op_owners.items {
+        used[o.index()] = true;
+    }
+    let transient = |t: &outcore_graph::Tensor| t.allocates() && !persistent[t.id.index()];
+    let freed_after_use: Vec<bool> = graph
+        .tensors
+        .iter()
+        .map(|t| transient(t) && used[t.id.index()] && !output_storage[t.id.index()])
+        .collect();
+    let freed_at_end = graph
+        .tensors
+        .iter()
+        .filter(|t| transient(t) && !freed_after_use[t.id.index()])
+        .map(|t| t.id)
+        .collect();
+    (freed_after_use, freed_at_end)
 }

@@ -489,34 +489,8 @@ fn climb(
                 limits.deadline,
             );
             stats.moves_scored += scored(&outcomes);
-            let mut best: Option<(usize, Cost)> = None;
-            let mut improving: Vec<(usize, f64)> = Vec::new();
-            for (i, o) in outcomes.iter().enumerate() {
-                let c = match o {
-                    Outcome::Feasible(t, _) => Cost::feasible(*t),
-                    Outcome::OverBudget(needed, _) => Cost {
-                        excess_bytes: needed.saturating_sub(search.request.budget_bytes).max(1),
-                        time_s: f64::INFINITY,
-                    },
-                    Outcome::Infeasible => {
-                        stats.moves_infeasible += 1;
-                        continue;
-                    }
-                    Outcome::Invalid => {
-                        stats.moves_invalid += 1;
-                        continue;
-                    }
-                    Outcome::Late | Outcome::Slower(_) => continue,
-                };
-                if c.beats(&current_cost) {
-                    if c.is_feasible() {
-                        improving.push((i, c.time_s));
-                    }
-                    if best.is_none_or(|(_, b)| c.beats(&b)) {
-                        best = Some((i, c));
-                    }
-                }
-            }
+            let (best, mut improving) =
+                judge(&outcomes, current_cost, search.request.budget_bytes, stats);
             let after = best.map_or(current_cost, |(_, c)| c);
             record_batch(stats, &outcomes, after);
             limits.note_progress(stats, after);
@@ -549,6 +523,47 @@ fn climb(
         break;
     }
     (current, current_cost)
+}
+
+/// A batch's outcomes against the current cost: the best that beats it
+/// (the first of equals), and every feasible one that beats it with its
+/// time (the rest of the batch [`Step::chain`] tries after the best).
+/// Counts the infeasible and invalid moves in `stats`.
+fn judge(
+    outcomes: &[Outcome],
+    current_cost: Cost,
+    budget_bytes: u64,
+    stats: &mut LocalStats,
+) -> (Option<(usize, Cost)>, Vec<(usize, f64)>) {
+    let mut best: Option<(usize, Cost)> = None;
+    let mut improving: Vec<(usize, f64)> = Vec::new();
+    for (i, o) in outcomes.iter().enumerate() {
+        let c = match o {
+            Outcome::Feasible(t, _) => Cost::feasible(*t),
+            Outcome::OverBudget(needed, _) => Cost {
+                excess_bytes: needed.saturating_sub(budget_bytes).max(1),
+                time_s: f64::INFINITY,
+            },
+            Outcome::Infeasible => {
+                stats.moves_infeasible += 1;
+                continue;
+            }
+            Outcome::Invalid => {
+                stats.moves_invalid += 1;
+                continue;
+            }
+            Outcome::Late | Outcome::Slower(_) => continue,
+        };
+        if c.beats(&current_cost) {
+            if c.is_feasible() {
+                improving.push((i, c.time_s));
+            }
+            if best.is_none_or(|(_, b)| c.beats(&b)) {
+                best = Some((i, c));
+            }
+        }
+    }
+    (best, improving)
 }
 
 /// What scoring one more move on the climb's schedule needs.
