@@ -238,6 +238,47 @@ struct Comparison {
     found: ChecksumHandle,
 }
 
+/// Measured durations of one run's steps: per op (its compute steps) and per
+/// tensor and direction (its copies).
+#[derive(Debug, Default)]
+struct Samples {
+    ops: BTreeMap<OpId, Vec<f64>>,
+    copies: BTreeMap<(TensorId, CopyDirection), Vec<f64>>,
+}
+
+impl Samples {
+    /// One step's duration, where it is a compute step or a copy.
+    fn add(&mut self, instr: &Instr, dur_s: f64) {
+        match instr {
+            Instr::Compute(op) => self.ops.entry(*op).or_default().push(dur_s),
+            Instr::SwapIn(t) => self
+                .copies
+                .entry((*t, CopyDirection::H2d))
+                .or_default()
+                .push(dur_s),
+            Instr::SwapOut(t) => self
+                .copies
+                .entry((*t, CopyDirection::D2h))
+                .or_default()
+                .push(dur_s),
+            _ => {}
+        }
+    }
+}
+
+/// A Chrome trace (`traceEvents`): one named thread per stream, then `events`.
+fn chrome_trace(events: Vec<serde_json::Value>) -> serde_json::Value {
+    let mut all: Vec<serde_json::Value> = StreamKind::ALL
+        .iter()
+        .map(|k| {
+            serde_json::json!({"name": "thread_name", "ph": "M", "pid": 0,
+                "tid": k.index(), "args": {"name": k.as_str()}})
+        })
+        .collect();
+    all.extend(events);
+    serde_json::json!({"traceEvents": all, "displayTimeUnit": "ms"})
+}
+
 #[derive(Debug)]
 struct StepTiming {
     stream: usize,
@@ -675,48 +716,17 @@ impl<'a> Executor<'a> {
     // ----- run -----
 
     fn run(&mut self) -> Result<RunReport, ExecError> {
-        let region_bytes = self
-            .swaps
-            .iter()
-            .map(|s| s.plan.budget_bytes)
-            .fold(self.plan.budget_bytes, u64::max);
-        self.be.alloc_region(region_bytes)?;
-        let persistent: Vec<TensorId> = self.graph.persistent_tensors().map(|t| t.id).collect();
-        for &t in &persistent {
-            let bytes = self.init_bytes(t, 0);
-            let host = self.host_buffer(t)?;
-            self.be.write_host(host, 0, &bytes)?;
-        }
-        self.place_persistent(&persistent)?;
-        self.loss_host = Some(self.be.alloc_host(4)?);
-        let base = self.be.record_event(self.stream(StreamKind::Compute))?;
-        self.be.synchronize_event(base)?;
-
+        let (persistent, base) = self.set_up()?;
         let mut iter_times_s = Vec::new();
         let mut losses = Vec::new();
-        let mut op_samples: BTreeMap<OpId, Vec<f64>> = BTreeMap::new();
-        let mut copy_samples: BTreeMap<(TensorId, CopyDirection), Vec<f64>> = BTreeMap::new();
+        let mut samples = Samples::default();
         let mut trace_events: Vec<serde_json::Value> = Vec::new();
         for iter in 0..self.opts.iters {
             let swaps = self.swaps;
             if let Some(swap) = swaps.iter().find(|s| s.after_iteration == iter) {
                 self.switch_plan(swap, &persistent)?;
             }
-            self.iteration = iter as u64;
-            self.swap_in_bytes = 0;
-            self.swap_out_bytes = 0;
-            self.recomputes = 0;
-            self.loss_copied = false;
-            self.load_batch()?;
-            let started = Instant::now();
-            self.issue_iteration()?;
-            self.sync_all()?;
-            iter_times_s.push(started.elapsed().as_secs_f64());
-            while !self.pending_frees.is_empty() {
-                self.reclaim(true)?;
-            }
-            self.finish_checks()?;
-            self.release_leftovers()?;
+            iter_times_s.push(self.run_iteration(iter)?);
             losses.push(self.read_loss()?);
             let done = iter + 1;
             if let Some(hook) = &self.opts.on_iteration
@@ -728,54 +738,13 @@ impl<'a> Executor<'a> {
                     asked: self.opts.iters,
                 }));
             }
-            // Latencies and trace from the events of this iteration.
-            for st in std::mem::take(&mut self.timings) {
-                let dur = self.be.event_elapsed_s(st.start, st.end)?.max(0.0);
-                let measured = iter >= 1 || self.opts.iters == 1;
-                match &st.instr {
-                    Instr::Compute(op) if measured => op_samples.entry(*op).or_default().push(dur),
-                    Instr::SwapIn(t) if measured => copy_samples
-                        .entry((*t, CopyDirection::H2d))
-                        .or_default()
-                        .push(dur),
-                    Instr::SwapOut(t) if measured => copy_samples
-                        .entry((*t, CopyDirection::D2h))
-                        .or_default()
-                        .push(dur),
-                    _ => {}
-                }
-                if self.opts.trace && !matches!(st.instr, Instr::Free(_)) {
-                    let ts = self.be.event_elapsed_s(base, st.start)?.max(0.0);
-                    let name = match &st.instr {
-                        Instr::Compute(op) => self.graph.op(*op).name.clone(),
-                        Instr::Recompute { op, .. } => {
-                            format!("recompute {}", self.graph.op(*op).name)
-                        }
-                        other => format!("{other} ({})", self.tensor_of(other)),
-                    };
-                    trace_events.push(serde_json::json!({
-                        "name": name, "cat": StreamKind::ALL[st.stream].as_str(), "ph": "X",
-                        "ts": ts * 1e6, "dur": dur * 1e6, "pid": 0, "tid": st.stream,
-                        "args": {"iter": iter, "instr": st.instr.to_string()}
-                    }));
-                }
-                self.be.destroy_event(st.start)?;
-                self.be.destroy_event(st.end)?;
-            }
+            self.collect_timings(iter, base, &mut samples, &mut trace_events)?;
         }
         let final_state = self.read_final_state(&persistent)?;
         let device = self.be.device_name();
-        let table = self.latency_table(&device, op_samples, copy_samples);
+        let table = self.latency_table(&device, samples.ops, samples.copies);
         let trace = if self.opts.trace {
-            let mut events: Vec<serde_json::Value> = StreamKind::ALL
-                .iter()
-                .map(|k| {
-                    serde_json::json!({"name": "thread_name", "ph": "M", "pid": 0,
-                        "tid": k.index(), "args": {"name": k.as_str()}})
-                })
-                .collect();
-            events.extend(trace_events);
-            serde_json::json!({"traceEvents": events, "displayTimeUnit": "ms"})
+            chrome_trace(trace_events)
         } else {
             serde_json::Value::Null
         };
@@ -805,6 +774,89 @@ impl<'a> Executor<'a> {
             trace,
             final_state,
         })
+    }
+
+    /// The device region (the largest budget of the plans the run uses),
+    /// the persistent tensors' initial values placed where the first plan
+    /// starts them, the loss's host buffer, and the event every trace time
+    /// counts from. Returns the persistent tensors and that event.
+    fn set_up(&mut self) -> Result<(Vec<TensorId>, EventHandle), ExecError> {
+        let region_bytes = self
+            .swaps
+            .iter()
+            .map(|s| s.plan.budget_bytes)
+            .fold(self.plan.budget_bytes, u64::max);
+        self.be.alloc_region(region_bytes)?;
+        let persistent: Vec<TensorId> = self.graph.persistent_tensors().map(|t| t.id).collect();
+        for &t in &persistent {
+            let bytes = self.init_bytes(t, 0);
+            let host = self.host_buffer(t)?;
+            self.be.write_host(host, 0, &bytes)?;
+        }
+        self.place_persistent(&persistent)?;
+        self.loss_host = Some(self.be.alloc_host(4)?);
+        let base = self.be.record_event(self.stream(StreamKind::Compute))?;
+        self.be.synchronize_event(base)?;
+        Ok((persistent, base))
+    }
+
+    /// Iteration `iter`: its batch loaded, every step issued and finished,
+    /// memory reclaimed and the checks closed. Returns its wall time (the
+    /// issue and the wait, not the batch's load or the checks).
+    fn run_iteration(&mut self, iter: u32) -> Result<f64, ExecError> {
+        self.iteration = iter as u64;
+        self.swap_in_bytes = 0;
+        self.swap_out_bytes = 0;
+        self.recomputes = 0;
+        self.loss_copied = false;
+        self.load_batch()?;
+        let started = Instant::now();
+        self.issue_iteration()?;
+        self.sync_all()?;
+        let time_s = started.elapsed().as_secs_f64();
+        while !self.pending_frees.is_empty() {
+            self.reclaim(true)?;
+        }
+        self.finish_checks()?;
+        self.release_leftovers()?;
+        Ok(time_s)
+    }
+
+    /// Latencies and trace events from the step events of iteration `iter`
+    /// (latencies from the second iteration on, or from the only one), each
+    /// event destroyed once read.
+    fn collect_timings(
+        &mut self,
+        iter: u32,
+        base: EventHandle,
+        samples: &mut Samples,
+        trace_events: &mut Vec<serde_json::Value>,
+    ) -> Result<(), ExecError> {
+        let measured = iter >= 1 || self.opts.iters == 1;
+        for st in std::mem::take(&mut self.timings) {
+            let dur = self.be.event_elapsed_s(st.start, st.end)?.max(0.0);
+            if measured {
+                samples.add(&st.instr, dur);
+            }
+            if self.opts.trace && !matches!(st.instr, Instr::Free(_)) {
+                let ts = self.be.event_elapsed_s(base, st.start)?.max(0.0);
+                let name = match &st.instr {
+                    Instr::Compute(op) => self.graph.op(*op).name.clone(),
+                    Instr::Recompute { op, .. } => {
+                        format!("recompute {}", self.graph.op(*op).name)
+                    }
+                    other => format!("{other} ({})", self.tensor_of(other)),
+                };
+                trace_events.push(serde_json::json!({
+                    "name": name, "cat": StreamKind::ALL[st.stream].as_str(), "ph": "X",
+                    "ts": ts * 1e6, "dur": dur * 1e6, "pid": 0, "tid": st.stream,
+                    "args": {"iter": iter, "instr": st.instr.to_string()}
+                }));
+            }
+            self.be.destroy_event(st.start)?;
+            self.be.destroy_event(st.end)?;
+        }
+        Ok(())
     }
 
     fn first_plan_name(&self) -> &'a str {
