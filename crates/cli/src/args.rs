@@ -373,9 +373,9 @@ pub struct TargetArgs {
     /// End `outcore`'s own search (`outcore`, `outcore-recompute`) after N
     /// scored moves per start instead of at `--seconds`, so that the same
     /// seed gives the same plan whatever the machine's speed and thread
-    /// count, however long it takes there (20000: 44 to 56 s on the GPT-2
-    /// example on 2 cores). Other
-    /// planners still end at `--seconds`.
+    /// count, however long it takes there (20000: 25 to 56 s for the GPT-2
+    /// example at 25% on 2 cores, 2026-12-03 and 04). Other planners still
+    /// end at `--seconds`.
     // Negative text reaches the facade's check, which names the accepted range.
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub moves: Option<i64>,

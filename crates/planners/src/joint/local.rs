@@ -489,8 +489,10 @@ fn climb(
                 limits.deadline,
             );
             stats.moves_scored += scored(&outcomes);
-            let (best, mut improving) =
-                judge(&outcomes, current_cost, search.request.budget_bytes, stats);
+            let Judged {
+                best,
+                mut improving,
+            } = judge(&outcomes, current_cost, search.request.budget_bytes, stats);
             let after = best.map_or(current_cost, |(_, c)| c);
             record_batch(stats, &outcomes, after);
             limits.note_progress(stats, after);
@@ -534,7 +536,7 @@ fn judge(
     current_cost: Cost,
     budget_bytes: u64,
     stats: &mut LocalStats,
-) -> (Option<(usize, Cost)>, Vec<(usize, f64)>) {
+) -> Judged {
     let mut best: Option<(usize, Cost)> = None;
     let mut improving: Vec<(usize, f64)> = Vec::new();
     for (i, o) in outcomes.iter().enumerate() {
@@ -563,7 +565,15 @@ fn judge(
             }
         }
     }
-    (best, improving)
+    Judged { best, improving }
+}
+
+/// What [`judge`] finds in a batch.
+struct Judged {
+    /// The index and cost of the best move that beats the current cost.
+    best: Option<(usize, Cost)>,
+    /// Every feasible move that beats it, with its time.
+    improving: Vec<(usize, f64)>,
 }
 
 /// What scoring one more move on the climb's schedule needs.

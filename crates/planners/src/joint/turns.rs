@@ -123,6 +123,45 @@ struct Account {
     stats: LocalStats,
 }
 
+/// The turns' summaries (one per phase that ran, from `start`'s cost to
+/// `end_cost`) and the label of where they ended: `start`'s, with each
+/// phase that improved it and each restart that did.
+fn report(
+    start: &Reached,
+    accounts: &[Account; 2],
+    restarts_improved: [Option<bool>; 2],
+    end_cost: Cost,
+) -> (Vec<serde_json::Value>, String) {
+    let runs: Vec<serde_json::Value> = [Phase::Main, Phase::Polish]
+        .into_iter()
+        .filter(|p| accounts[*p as usize].runs > 0)
+        .map(|p| {
+            let account = &accounts[p as usize];
+            let label = phase_label(&start.label, p);
+            let mut s = summary(&label, start.cost, end_cost, &account.stats);
+            s["runs"] = account.runs.into();
+            if p == Phase::Polish {
+                s["kept_improved"] = restarts_improved[Restart::Kept as usize].into();
+                s["room_improved"] = restarts_improved[Restart::Room as usize].into();
+            }
+            s
+        })
+        .collect();
+    let mut label = start.label.clone();
+    for p in [Phase::Main, Phase::Polish] {
+        if accounts[p as usize].improved {
+            label = phase_label(&label, p);
+        }
+    }
+    if restarts_improved[Restart::Kept as usize] == Some(true) {
+        label = format!("{label} (kept to its update)");
+    }
+    if restarts_improved[Restart::Room as usize] == Some(true) {
+        label = format!("{label} (room at the largest working set)");
+    }
+    (runs, label)
+}
+
 impl Joint {
     /// The second phase of [`Joint::improve_best`]: from the fastest
     /// feasible schedule whose first-phase search the time limit cut short
@@ -233,33 +272,7 @@ impl Joint {
             }
             last = Some(phase);
         }
-        let runs: Vec<serde_json::Value> = [Phase::Main, Phase::Polish]
-            .into_iter()
-            .filter(|p| accounts[*p as usize].runs > 0)
-            .map(|p| {
-                let account = &accounts[p as usize];
-                let label = phase_label(&start.label, p);
-                let mut s = summary(&label, start.cost, current.1, &account.stats);
-                s["runs"] = account.runs.into();
-                if p == Phase::Polish {
-                    s["kept_improved"] = restarts_improved[Restart::Kept as usize].into();
-                    s["room_improved"] = restarts_improved[Restart::Room as usize].into();
-                }
-                s
-            })
-            .collect();
-        let mut label = start.label.clone();
-        for p in [Phase::Main, Phase::Polish] {
-            if accounts[p as usize].improved {
-                label = phase_label(&label, p);
-            }
-        }
-        if restarts_improved[Restart::Kept as usize] == Some(true) {
-            label = format!("{label} (kept to its update)");
-        }
-        if restarts_improved[Restart::Room as usize] == Some(true) {
-            label = format!("{label} (room at the largest working set)");
-        }
+        let (runs, label) = report(start, &accounts, restarts_improved, current.1);
         let reached = Reached {
             label,
             schedule: current.0,
