@@ -132,30 +132,80 @@ def capture_step(
 ) -> Captured:
     """Traces ``loss_fn(model(batch[0]), batch[1])``, its gradients and
     ``optimizer.step()`` as one ATen graph on fake tensors."""
-    from torch.func import functional_call
-    from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+    x, y = _check_batch(batch)
+    named_params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    named_buffers = list(model.named_buffers())
+    device = _one_device(named_params, optimizer, x, y)
+    placeholders = _placeholders(named_params, named_buffers, optimizer, x, y)
+    step = _StepFunction(model, loss_fn, optimizer, named_params, named_buffers, placeholders)
+    marks = _ModuleMarks(model)
+    try:
+        gm = _trace(step, placeholders, model, optimizer)
+    finally:
+        marks.remove()
+    nodes = list(gm.graph.nodes)
+    phase = _phases(nodes, step.marks)
+    outs = nodes[-1].args[0]
+    return Captured(
+        gm=gm,
+        placeholders=placeholders,
+        phase=phase,
+        module=marks.modules_of(nodes, phase),
+        loss_node=outs[0],
+        new_state=step.new_state,
+        device=device,
+        signature=step_signature(model, optimizer, batch),
+        model_name=type(model).__name__,
+        batch=int(x.shape[0]) if x.dim() > 0 else 1,
+    )
 
+
+def _check_batch(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The example batch as ``(inputs, targets)``, or a CaptureError naming
+    what it is instead."""
     if len(batch) != 2 or not all(isinstance(t, torch.Tensor) for t in batch):
         raise CaptureError(
             f"example batch: expected (inputs, targets), two tensors; got {type(batch).__name__} "
             f"of {len(batch) if hasattr(batch, '__len__') else '?'} items"
         )
     x, y = batch
-    named_params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    named_buffers = list(model.named_buffers())
-    opt_params = [p for g in optimizer.param_groups for p in g["params"]]
-    by_id = {id(p): i for i, (_, p) in enumerate(named_params)}
-    for p in opt_params:
-        if id(p) not in by_id:
-            raise CaptureError(
-                "the optimizer holds a tensor that is not a trainable parameter of the model; "
-                "build the optimizer from model.parameters()"
-            )
+    return x, y
+
+
+def _one_device(
+    named_params: list[tuple[str, nn.Parameter]],
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> torch.device:
+    """The one device of the parameters and the batch; a CaptureError where
+    the optimizer holds a tensor that is not a trainable parameter, or where
+    they are on several devices."""
+    by_id = {id(p) for _, p in named_params}
+    for g in optimizer.param_groups:
+        for p in g["params"]:
+            if id(p) not in by_id:
+                raise CaptureError(
+                    "the optimizer holds a tensor that is not a trainable parameter of the model; "
+                    "build the optimizer from model.parameters()"
+                )
     devices = {p.device for _, p in named_params} | {x.device, y.device}
     if len(devices) != 1:
         raise CaptureError(f"parameters and batch must be on one device; found {sorted(map(str, devices))}")
-    device = devices.pop()
+    return devices.pop()
 
+
+def _placeholders(
+    named_params: list[tuple[str, nn.Parameter]],
+    named_buffers: list[tuple[str, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> list[Placeholder]:
+    """The graph's inputs in the traced function's order: parameters,
+    buffers, the optimizer's tensor state (per parameter, by key), the
+    inputs and the labels. State on another device than its parameter is a
+    CaptureError naming the fix."""
     placeholders: list[Placeholder] = []
     for i, (n, p) in enumerate(named_params):
         placeholders.append(Placeholder("param", n, p, param_index=i))
@@ -173,53 +223,130 @@ def capture_step(
                 placeholders.append(Placeholder("opt_state", f"{n}.{k}", v, param_index=i, state_key=k))
     placeholders.append(Placeholder("input", "input", x))
     placeholders.append(Placeholder("label", "label", y))
+    return placeholders
 
-    pnames = [n for n, _ in named_params]
-    bnames = [n for n, _ in named_buffers]
-    marks: dict[str, int] = {}
-    module_marks: list[tuple[int, str, bool]] = []
-    names = {m: (n or "<root>") for n, m in model.named_modules()}
-    handles = []
 
-    def pre(mod, _inp):
-        mode = get_proxy_mode()
+class _ModuleMarks:
+    """Forward hooks on every module that record, while tracing, the
+    tracer's node count where each module's forward starts and ends, so that
+    forward nodes can be named by the innermost module that issued them."""
+
+    def __init__(self, model: nn.Module):
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+        self._get_proxy_mode = get_proxy_mode
+        #: (node count, module path, entering)
+        self.marks: list[tuple[int, str, bool]] = []
+        self._names = {m: (n or "<root>") for n, m in model.named_modules()}
+        self._handles = []
+        for m in self._names:
+            self._handles.append(m.register_forward_pre_hook(self._pre))
+            self._handles.append(m.register_forward_hook(self._post, always_call=True))
+
+    def _mark(self, mod: nn.Module, entering: bool) -> None:
+        mode = self._get_proxy_mode()
         if mode is not None:
-            module_marks.append((len(mode.tracer.graph.nodes), names.get(mod, "?"), True))
+            self.marks.append((len(mode.tracer.graph.nodes), self._names.get(mod, "?"), entering))
 
-    def post(mod, _inp, _out):
-        mode = get_proxy_mode()
-        if mode is not None:
-            module_marks.append((len(mode.tracer.graph.nodes), names.get(mod, "?"), False))
+    def _pre(self, mod, _inp):
+        self._mark(mod, True)
 
-    for m in names:
-        handles.append(m.register_forward_pre_hook(pre))
-        handles.append(m.register_forward_hook(post, always_call=True))
+    def _post(self, mod, _inp, _out):
+        self._mark(mod, False)
 
-    n_params = len(named_params)
-    n_buffers = len(named_buffers)
-    state_slots = [(ph.param_index, ph.state_key) for ph in placeholders if ph.role == "opt_state"]
-    new_state: list[tuple[int, str, int]] = []
+    def remove(self) -> None:
+        """Removes the hooks."""
+        for h in self._handles:
+            h.remove()
 
-    def step(*flat):
+    def modules_of(self, nodes: list[torch.fx.Node], phase: dict[torch.fx.Node, str]) -> dict[torch.fx.Node, str]:
+        """Each forward node's innermost module path (nodes issued outside
+        every module have none)."""
+        module: dict[torch.fx.Node, str] = {}
+        stack: list[str] = []
+        mi = 0
+        for i, n in enumerate(nodes):
+            while mi < len(self.marks) and self.marks[mi][0] <= i:
+                _, name, enter = self.marks[mi]
+                if enter:
+                    stack.append(name)
+                elif stack:
+                    stack.pop()
+                mi += 1
+            if stack and phase[n] == "forward":
+                module[n] = stack[-1]
+        return module
+
+
+class _StepFunction:
+    """The function ``make_fx`` traces: the flat placeholders in, the model's
+    forward and loss, ``torch.autograd.grad``, and the user's optimizer
+    stepping the fake parameters (its ``param_groups`` and ``state`` swapped
+    for fake ones for the call and restored after); returns the loss and the
+    tensor state the step created. Records the phase marks (node counts at
+    the loss and after the gradients) and the created state."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        named_params: list[tuple[str, nn.Parameter]],
+        named_buffers: list[tuple[str, torch.Tensor]],
+        placeholders: list[Placeholder],
+    ):
+        self.model = model
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.named_params = named_params
+        self.pnames = [n for n, _ in named_params]
+        self.bnames = [n for n, _ in named_buffers]
+        self.n_params = len(named_params)
+        self.n_buffers = len(named_buffers)
+        self.state_slots = [(ph.param_index, ph.state_key) for ph in placeholders if ph.role == "opt_state"]
+        #: node counts: "forward_end", "backward_end"
+        self.marks: dict[str, int] = {}
+        #: (param index, state key, output position) of state the step created
+        self.new_state: list[tuple[int, str, int]] = []
+
+    def __call__(self, *flat):
+        from torch.func import functional_call
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+        n_params, n_buffers = self.n_params, self.n_buffers
         params = list(flat[:n_params])
         buffers = list(flat[n_params : n_params + n_buffers])
-        states = list(flat[n_params + n_buffers : n_params + n_buffers + len(state_slots)])
+        states = list(flat[n_params + n_buffers : n_params + n_buffers + len(self.state_slots)])
         xx, yy = flat[-2], flat[-1]
         mode = get_proxy_mode()
         out = functional_call(
-            model, {**dict(zip(pnames, params)), **dict(zip(bnames, buffers))}, (xx,), strict=False
+            self.model, {**dict(zip(self.pnames, params)), **dict(zip(self.bnames, buffers))}, (xx,), strict=False
         )
-        loss = loss_fn(out, yy)
-        marks["forward_end"] = len(mode.tracer.graph.nodes)
+        loss = self.loss_fn(out, yy)
+        self.marks["forward_end"] = len(mode.tracer.graph.nodes)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
-        marks["backward_end"] = len(mode.tracer.graph.nodes)
-        fake_of = {id(real): fake for (_, real), fake in zip(named_params, params)}
+        self.marks["backward_end"] = len(mode.tracer.graph.nodes)
+        fake_state = self._step_optimizer(params, grads, states)
+        # State the step created (e.g. SGD's momentum buffers on the first step).
+        extra = []
+        for pi, p in enumerate(params):
+            for k, v in sorted(fake_state.get(p, {}).items()):
+                if isinstance(v, torch.Tensor) and (pi, k) not in self.state_slots:
+                    self.new_state.append((pi, k, 1 + len(extra)))
+                    extra.append(v)
+        return (loss, *extra)
+
+    def _step_optimizer(self, params: list, grads: tuple, states: list) -> dict:
+        """The user's ``optimizer.step()`` on the fake parameters, gradients
+        and state; returns the fake state it leaves."""
+        optimizer = self.optimizer
+        fake_of = {id(real): fake for (_, real), fake in zip(self.named_params, params)}
         saved_groups = [g["params"] for g in optimizer.param_groups]
         saved_state = optimizer.state
         fake_state: dict = defaultdict(dict)
-        for (pi, key), s in zip(state_slots, states):
+        for (pi, key), s in zip(self.state_slots, states):
             fake_state[params[pi]][key] = s
-        for (_, real), fake in zip(named_params, params):
+        for (_, real), fake in zip(self.named_params, params):
             for k, v in saved_state.get(real, {}).items():
                 if not isinstance(v, torch.Tensor):
                     fake_state[fake][k] = v
@@ -240,16 +367,20 @@ def capture_step(
             optimizer.state = saved_state
             for p in params:
                 p.grad = None
-        # State the step created (e.g. SGD's momentum buffers on the first step).
-        extra = []
-        for pi, p in enumerate(params):
-            for k, v in sorted(fake_state.get(p, {}).items()):
-                if isinstance(v, torch.Tensor) and (pi, k) not in state_slots:
-                    new_state.append((pi, k, 1 + len(extra)))
-                    extra.append(v)
-        return (loss, *extra)
+        return fake_state
 
-    flat_inputs = [ph.tensor for ph in placeholders]
+
+def _trace(
+    step: _StepFunction,
+    placeholders: list[Placeholder],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+) -> torch.fx.GraphModule:
+    """``make_fx`` of the step on fake copies of the placeholders
+    (parameters requiring gradients); any tracing failure is a CaptureError
+    naming the model, the optimizer and what cannot be traced."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     trace_inputs = []
     for ph in placeholders:
         t = ph.tensor.detach()
@@ -257,7 +388,11 @@ def capture_step(
             t = t.requires_grad_(True)
         trace_inputs.append(t)
     try:
-        gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=False)(*trace_inputs)
+        # A plain function, as make_fx expects, around the step object.
+        def run(*flat):
+            return step(*flat)
+
+        return make_fx(run, tracing_mode="fake", _allow_non_fake_inputs=False)(*trace_inputs)
     except CaptureError:
         raise
     except Exception as e:  # noqa: BLE001 - every tracing failure is reported the same way
@@ -269,12 +404,11 @@ def capture_step(
             "printing tensor values) and optimizers that read CPU scalars (Adam without "
             "capturable=True) cannot be traced"
         ) from e
-    finally:
-        for h in handles:
-            h.remove()
-    del flat_inputs
 
-    nodes = list(gm.graph.nodes)
+
+def _phases(nodes: list[torch.fx.Node], marks: dict[str, int]) -> dict[torch.fx.Node, str]:
+    """Each node's phase by the node counts the step recorded: forward up to
+    the loss, backward up to the gradients, optimizer after."""
     phase: dict[torch.fx.Node, str] = {}
     for i, n in enumerate(nodes):
         if i < marks.get("forward_end", 0):
@@ -283,31 +417,4 @@ def capture_step(
             phase[n] = "backward"
         else:
             phase[n] = "optimizer"
-    module: dict[torch.fx.Node, str] = {}
-    stack: list[str] = []
-    mi = 0
-    for i, n in enumerate(nodes):
-        while mi < len(module_marks) and module_marks[mi][0] <= i:
-            _, name, enter = module_marks[mi]
-            if enter:
-                stack.append(name)
-            elif stack:
-                stack.pop()
-            mi += 1
-        if stack and phase[n] == "forward":
-            module[n] = stack[-1]
-    output = nodes[-1]
-    outs = output.args[0]
-    loss_node = outs[0]
-    return Captured(
-        gm=gm,
-        placeholders=placeholders,
-        phase=phase,
-        module=module,
-        loss_node=loss_node,
-        new_state=new_state,
-        device=device,
-        signature=step_signature(model, optimizer, batch),
-        model_name=type(model).__name__,
-        batch=int(x.shape[0]) if x.dim() > 0 else 1,
-    )
+    return phase
