@@ -197,19 +197,7 @@ impl Shared {
                 dst,
                 dst_off,
                 len,
-            } => {
-                let start = Instant::now();
-                {
-                    let arena = lock(&self.arena);
-                    let mut host = lock(&dst);
-                    host[dst_off..dst_off + len].copy_from_slice(&arena[src_off..src_off + len]);
-                    let index = self.d2h_copies.fetch_add(1, Ordering::SeqCst);
-                    if self.faults.flip_byte_after_d2h_copy == Some(index) && len > 0 {
-                        host[dst_off + len / 2] ^= 0x5a;
-                    }
-                }
-                self.throttle(start, len);
-            }
+            } => self.copy_d2h(src_off, &dst, dst_off, len),
             Command::Checksum { segments, slot } => {
                 let sum = {
                     let arena = lock(&self.arena);
@@ -222,78 +210,100 @@ impl Shared {
                 };
                 *lock(&slot) = Some(sum);
             }
-            Command::Kernel(call) => {
-                if self.faults.kernel_fails(&call) {
-                    self.fail(ExecError::new(ExecErrorKind::KernelFailed {
-                        op: call.op_name.clone(),
-                        detail: "injected fault".into(),
-                    }));
-                    return;
-                }
-                // Read the inputs, compute without holding the arena (copies on other
-                // streams may proceed), then write the outputs.
-                // Ops known only by name run the synthetic kernel, which hashes just
-                // the ends of each input: read only those.
-                let sample_only = matches!(call.kind, outcore_graph::OpKind::Named { .. });
-                // A kernel's time covers reading its inputs and writing its outputs.
-                let start = Instant::now();
-                let inputs: Vec<Vec<u8>> = {
-                    let arena = lock(&self.arena);
-                    call.inputs
-                        .iter()
-                        .map(|o| {
-                            let span = o.view.as_ref().map_or(o.size_bytes, |m| m.owner_size_bytes)
-                                as usize;
-                            if sample_only {
-                                let n = span.min(kernels::SYNTHETIC_SAMPLE_BYTES);
-                                let mut sample = gather(&arena, &o.segments, 0, n);
-                                sample.extend(gather(&arena, &o.segments, span - n, n));
-                                return sample;
-                            }
-                            let bytes = gather(&arena, &o.segments, 0, span);
-                            match &o.view {
-                                // A view reads its owner and derives its own contents.
-                                Some(map) => crate::view::materialise(&bytes, map),
-                                None => bytes,
-                            }
-                        })
-                        .collect()
-                };
-                // A kernel that panics (e.g. on shapes it cannot handle) must not kill
-                // the stream worker, or every later event would hang the host.
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_kernel(&call, &inputs)
-                }))
-                .unwrap_or_else(|_| Err("the kernel panicked on its operands".to_string()));
-                match result {
-                    Ok((outputs, synthetic)) => {
-                        {
-                            let mut arena = lock(&self.arena);
-                            for (o, bytes) in call.outputs.iter().zip(outputs) {
-                                if !o.write {
-                                    continue;
-                                }
-                                let n = (o.size_bytes as usize).min(bytes.len());
-                                scatter(&mut arena, &o.segments, &bytes[..n]);
-                            }
-                        }
-                        // A stand-in kernel lasts its modelled time in all (the work
-                        // above included), so the stream runs as the simulator assumes.
-                        if synthetic && call.synthetic_time_s > 0.0 {
-                            let target = Duration::from_secs_f64(call.synthetic_time_s);
-                            let spent = start.elapsed();
-                            if target > spent {
-                                std::thread::sleep(target - spent);
-                            }
-                        }
-                    }
-                    Err(detail) => self.fail(ExecError::new(ExecErrorKind::KernelFailed {
-                        op: call.op_name.clone(),
-                        detail,
-                    })),
-                }
+            Command::Kernel(call) => self.kernel(&call),
+        }
+    }
+
+    /// A device-to-host copy, with the injected fault that flips a byte of
+    /// the chosen copy's destination.
+    fn copy_d2h(&self, src_off: usize, dst: &HostMem, dst_off: usize, len: usize) {
+        let start = Instant::now();
+        {
+            let arena = lock(&self.arena);
+            let mut host = lock(dst);
+            host[dst_off..dst_off + len].copy_from_slice(&arena[src_off..src_off + len]);
+            let index = self.d2h_copies.fetch_add(1, Ordering::SeqCst);
+            if self.faults.flip_byte_after_d2h_copy == Some(index) && len > 0 {
+                host[dst_off + len / 2] ^= 0x5a;
             }
         }
+        self.throttle(start, len);
+    }
+
+    /// A kernel: its inputs read, computed without holding the arena (copies
+    /// on other streams may proceed), its outputs written; a stand-in lasts
+    /// its modelled time. A failure (injected, an error, or a panic) is the
+    /// backend's sticky error, never the stream worker's death.
+    fn kernel(&self, call: &KernelCall) {
+        if self.faults.kernel_fails(call) {
+            self.fail(ExecError::new(ExecErrorKind::KernelFailed {
+                op: call.op_name.clone(),
+                detail: "injected fault".into(),
+            }));
+            return;
+        }
+        // A kernel's time covers reading its inputs and writing its outputs.
+        let start = Instant::now();
+        let inputs = self.read_inputs(call);
+        // A kernel that panics (e.g. on shapes it cannot handle) must not kill
+        // the stream worker, or every later event would hang the host.
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_kernel(call, &inputs)))
+                .unwrap_or_else(|_| Err("the kernel panicked on its operands".to_string()));
+        match result {
+            Ok((outputs, synthetic)) => {
+                {
+                    let mut arena = lock(&self.arena);
+                    for (o, bytes) in call.outputs.iter().zip(outputs) {
+                        if !o.write {
+                            continue;
+                        }
+                        let n = (o.size_bytes as usize).min(bytes.len());
+                        scatter(&mut arena, &o.segments, &bytes[..n]);
+                    }
+                }
+                // A stand-in kernel lasts its modelled time in all (the work
+                // above included), so the stream runs as the simulator assumes.
+                if synthetic && call.synthetic_time_s > 0.0 {
+                    let target = Duration::from_secs_f64(call.synthetic_time_s);
+                    let spent = start.elapsed();
+                    if target > spent {
+                        std::thread::sleep(target - spent);
+                    }
+                }
+            }
+            Err(detail) => self.fail(ExecError::new(ExecErrorKind::KernelFailed {
+                op: call.op_name.clone(),
+                detail,
+            })),
+        }
+    }
+
+    /// A kernel's input bytes: each operand gathered from its segments, a
+    /// view derived from its owner's bytes. Ops known only by name run the
+    /// synthetic kernel, which hashes just the ends of each input: only those
+    /// are read.
+    fn read_inputs(&self, call: &KernelCall) -> Vec<Vec<u8>> {
+        let sample_only = matches!(call.kind, outcore_graph::OpKind::Named { .. });
+        let arena = lock(&self.arena);
+        call.inputs
+            .iter()
+            .map(|o| {
+                let span = o.view.as_ref().map_or(o.size_bytes, |m| m.owner_size_bytes) as usize;
+                if sample_only {
+                    let n = span.min(kernels::SYNTHETIC_SAMPLE_BYTES);
+                    let mut sample = gather(&arena, &o.segments, 0, n);
+                    sample.extend(gather(&arena, &o.segments, span - n, n));
+                    return sample;
+                }
+                let bytes = gather(&arena, &o.segments, 0, span);
+                match &o.view {
+                    // A view reads its owner and derives its own contents.
+                    Some(map) => crate::view::materialise(&bytes, map),
+                    None => bytes,
+                }
+            })
+            .collect()
     }
 }
 
