@@ -76,6 +76,7 @@
 //!   `by_name("checkmate-milp")` and the CLI reach it, and it refuses graphs
 //!   of more than [`MAX_OPS`] ops with an error naming both numbers.
 
+use crate::framework::decisions::recompute_gap;
 use crate::framework::{Ctx, Scratch, Search};
 use crate::remat::{RematFacts, Residence};
 use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions, SolveOutcome, Variable};
@@ -780,15 +781,7 @@ impl<'a> Model<'a> {
             for k in p + 1..p + 1 + self.r[i].len().max(self.s[i].len()) {
                 let recomputed = self.r_at(v, k).is_some_and(|r| value(r) > 0.5);
                 if recomputed {
-                    gaps.push(Gap {
-                        tensor: v,
-                        after: Some(anchor),
-                        before: Some(k),
-                        how: Restore::Recompute,
-                        prefetch_after: None,
-                        reclaim_before: None,
-                        copy_out_after: None,
-                    });
+                    gaps.push(recompute_gap(v, anchor, k));
                     anchor = k;
                 } else if uses.binary_search(&k).is_ok()
                     || self

@@ -79,13 +79,14 @@
 //!   does not fit), the planner is infeasible and says where the run at the
 //!   full budget stopped.
 
+use crate::framework::decisions::recompute_gap;
 use crate::framework::{
     Ctx, MARGINS, Pick, Score, Scored, Scratch, Search, Shortfall, margin_budget,
 };
 use crate::remat::{RematFacts, Residence};
 use outcore_graph::TensorId;
 use outcore_plan::{
-    Gap, PlanOutcome, PlanRequest, Planner, PlannerError, PlannerErrorKind, Restore, fmt_bytes,
+    Gap, PlanOutcome, PlanRequest, Planner, PlannerError, PlannerErrorKind, fmt_bytes,
 };
 use serde_json::json;
 
@@ -562,15 +563,7 @@ impl<'a> DtrSim<'a> {
             let root = self.classes.root(c);
             self.classes.cost_s[root as usize] -= facts.recompute_s[i];
         }
-        self.gaps.push(Gap {
-            tensor: t,
-            after: Some(self.anchor[i]),
-            before: Some(k),
-            how: Restore::Recompute,
-            prefetch_after: None,
-            reclaim_before: None,
-            copy_out_after: None,
-        });
+        self.gaps.push(recompute_gap(t, self.anchor[i], k));
         self.anchor[i] = k;
         self.resident[i] = true;
         self.was_remade[i] = true;
@@ -798,7 +791,10 @@ mod tests {
             !gaps.is_empty(),
             "tight in the backward pass, yet nothing recomputed"
         );
-        assert!(gaps.iter().all(|g| g.how == Restore::Recompute));
+        assert!(
+            gaps.iter()
+                .all(|g| g.how == outcore_plan::Restore::Recompute)
+        );
         assert_eq!(dtr_gaps_under(&ctx, &facts, &profile[1..]), None);
     }
 

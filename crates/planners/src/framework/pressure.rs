@@ -7,6 +7,7 @@
 //! schedules are scored by the one scoring path.
 
 use super::ctx::Ctx;
+use super::decisions::recompute_gap;
 use super::score::Shortfall;
 use outcore_graph::TensorId;
 use outcore_plan::{Gap, Restore, fmt_bytes};
@@ -360,15 +361,7 @@ impl Evictions {
                 self.pins[ctx.graph.storage_owner(x).index()].push(c.before);
             }
         }
-        self.gaps.push(Gap {
-            tensor: c.tensor,
-            after: Some(c.after),
-            before: Some(c.before),
-            how: Restore::Recompute,
-            prefetch_after: None,
-            reclaim_before: None,
-            copy_out_after: None,
-        });
+        self.gaps.push(recompute_gap(c.tensor, c.after, c.before));
     }
 
     /// Swapped out (freed before `q`) and back in `lead_s` of compute ahead

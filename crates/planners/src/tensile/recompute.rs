@@ -21,9 +21,10 @@
 
 use super::access::AccessSequence;
 use super::swap::SwapState;
+use crate::framework::decisions::recompute_gap;
 use crate::framework::pressure::pinned_inside;
 use outcore_graph::TensorId;
-use outcore_plan::{Gap, Restore};
+use outcore_plan::Gap;
 
 /// A recomputation candidate at a peak.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,13 +117,5 @@ pub fn take(tas: &AccessSequence<'_, '_>, state: &mut SwapState, c: &Candidate) 
 /// The recomputation gap of a candidate (what [`take`] schedules, without
 /// pinning anything).
 pub fn gap(c: &Candidate) -> Gap {
-    Gap {
-        tensor: c.tensor,
-        after: Some(c.after),
-        before: Some(c.before),
-        how: Restore::Recompute,
-        prefetch_after: None,
-        reclaim_before: None,
-        copy_out_after: None,
-    }
+    recompute_gap(c.tensor, c.after, c.before)
 }
