@@ -211,7 +211,6 @@ impl<'g> LpGraph<'g> {
     /// [`LpGraph::solve`] with the per-storage choice at the optimum.
     pub fn solve_choice(&self, cut: OpId, budget_bytes: u64, link: Link) -> Option<LpChoice> {
         let graph = self.graph;
-        let c = cut.index();
         let side = sides(graph, cut);
         let time_on = |which: Side| -> f64 {
             (0..graph.ops.len())
@@ -220,97 +219,15 @@ impl<'g> LpGraph<'g> {
                 .sum()
         };
         let (before_s, after_s) = (time_on(Side::Before), time_on(Side::After));
-
         let budget = budget_bytes as f64;
-        let tiny = |bytes: u64| (bytes as f64) < budget * 1e-6;
-        // The working set of `c`: present, fixed.
-        let mut in_ws = vec![false; graph.tensors.len()];
-        let op = &graph.ops[c];
-        let mut ws_bytes = op.workspace_bytes as f64;
-        for &t in op.inputs.iter().chain(&op.outputs) {
-            let g = self.owner(t);
-            if !in_ws[g] {
-                in_ws[g] = true;
-                ws_bytes += self.size(g) as f64;
-            }
-        }
+        let (in_ws, ws_bytes) = self.working_set(cut);
         let room = budget - ws_bytes;
         if room < 0.0 {
             return None;
         }
-        // Free ops of the backward and optimizer phases are left out where
-        // there are many (see the module doc): their reads ask for nothing,
-        // their outputs are not candidates.
-        let later_free = |o: usize| side[o] == Side::Free && graph.ops[o].phase != Phase::Forward;
-        let n_later_free = (0..graph.ops.len()).filter(|&o| later_free(o)).count();
-        let ignored = |o: usize| n_later_free > MAX_LATER_FREE_OPS && later_free(o);
-        // A storage that may exist at the cut: persistent or a batch input,
-        // or produced by an op that runs (or may run) before it.
-        let is_candidate = |g: usize| -> bool {
-            let t = &graph.tensors[g];
-            !in_ws[g]
-                && !tiny(t.size_bytes)
-                && t.producer
-                    .is_none_or(|p| side[p.index()] != Side::After && !ignored(p.index()))
-        };
-        let free_of = |o: usize| (side[o] == Side::Free).then_some(o);
-        // N: the storages an op that runs (or may run) after the cut reads or
-        // writes, one row per (storage, free producer, free user); and for
-        // each, the longest tail of an op surely after the cut that needs it.
-        let mut needs: Vec<Need> = Vec::new();
-        let mut needed = vec![false; graph.tensors.len()];
-        let mut deadline_s = vec![0.0f64; graph.tensors.len()];
-        for o in graph
-            .ops
-            .iter()
-            .filter(|o| side[o.id.index()] != Side::Before)
-        {
-            let q = o.id.index();
-            if ignored(q) {
-                continue;
-            }
-            for &t in o.inputs.iter().chain(&o.outputs) {
-                let g = self.owner(t);
-                let producer = graph.tensors[g].producer.map(|p| p.index());
-                if !is_candidate(g) || producer == Some(q) {
-                    continue;
-                }
-                needed[g] = true;
-                needs.push(Need {
-                    storage: g,
-                    free_producer: producer.and_then(free_of),
-                    free_user: free_of(q),
-                });
-                if side[q] == Side::After {
-                    deadline_s[g] = deadline_s[g].max(self.tail_s[q]);
-                }
-            }
-        }
-        needs.sort_unstable();
-        needs.dedup();
-        // X: inputs of the recomputations of N, DEPTH steps deep.
-        let mut in_set = needed.clone();
-        let mut frontier: Vec<usize> = (0..needed.len()).filter(|&g| needed[g]).collect();
-        for _ in 0..DEPTH {
-            let mut next = Vec::new();
-            for &g in &frontier {
-                let Some(p) = graph.tensors[g].producer else {
-                    continue;
-                };
-                if !graph.ops[p.index()].recomputable {
-                    continue;
-                }
-                for &t in &graph.ops[p.index()].inputs {
-                    let x = self.owner(t);
-                    if !in_set[x] && is_candidate(x) {
-                        in_set[x] = true;
-                        next.push(x);
-                    }
-                }
-            }
-            frontier = next;
-        }
-        let storages: Vec<usize> = (0..in_set.len()).filter(|&g| in_set[g]).collect();
+        let view = CutView::new(graph, &side, &in_ws, budget);
+        let (needs, needed, deadline_s) = self.needs(&view);
+        let storages = self.with_recompute_inputs(&view, &needed);
         if storages.is_empty() {
             return None;
         }
@@ -332,6 +249,90 @@ impl<'g> LpGraph<'g> {
             storages: choices,
             deferred,
         })
+    }
+
+    /// The storages of op `cut`'s inputs and outputs (present at the cut,
+    /// fixed), and their bytes with its workspace.
+    fn working_set(&self, cut: OpId) -> (Vec<bool>, f64) {
+        let mut in_ws = vec![false; self.graph.tensors.len()];
+        let op = &self.graph.ops[cut.index()];
+        let mut ws_bytes = op.workspace_bytes as f64;
+        for &t in op.inputs.iter().chain(&op.outputs) {
+            let g = self.owner(t);
+            if !in_ws[g] {
+                in_ws[g] = true;
+                ws_bytes += self.size(g) as f64;
+            }
+        }
+        (in_ws, ws_bytes)
+    }
+
+    /// N: the storages an op that runs (or may run) after the cut reads or
+    /// writes, one row per (storage, free producer, free user), sorted; which
+    /// storages are in N; and for each, the longest tail of an op surely
+    /// after the cut that needs it.
+    fn needs(&self, view: &CutView<'_>) -> (Vec<Need>, Vec<bool>, Vec<f64>) {
+        let graph = self.graph;
+        let mut needs: Vec<Need> = Vec::new();
+        let mut needed = vec![false; graph.tensors.len()];
+        let mut deadline_s = vec![0.0f64; graph.tensors.len()];
+        for o in graph
+            .ops
+            .iter()
+            .filter(|o| view.side[o.id.index()] != Side::Before)
+        {
+            let q = o.id.index();
+            if view.ignored(q) {
+                continue;
+            }
+            for &t in o.inputs.iter().chain(&o.outputs) {
+                let g = self.owner(t);
+                let producer = graph.tensors[g].producer.map(|p| p.index());
+                if !view.is_candidate(g) || producer == Some(q) {
+                    continue;
+                }
+                needed[g] = true;
+                needs.push(Need {
+                    storage: g,
+                    free_producer: producer.and_then(|p| view.free_of(p)),
+                    free_user: view.free_of(q),
+                });
+                if view.side[q] == Side::After {
+                    deadline_s[g] = deadline_s[g].max(self.tail_s[q]);
+                }
+            }
+        }
+        needs.sort_unstable();
+        needs.dedup();
+        (needs, needed, deadline_s)
+    }
+
+    /// N and X, the inputs of the recomputations of N, [`DEPTH`] steps
+    /// deep, in storage order.
+    fn with_recompute_inputs(&self, view: &CutView<'_>, needed: &[bool]) -> Vec<usize> {
+        let graph = self.graph;
+        let mut in_set = needed.to_vec();
+        let mut frontier: Vec<usize> = (0..needed.len()).filter(|&g| needed[g]).collect();
+        for _ in 0..DEPTH {
+            let mut next = Vec::new();
+            for &g in &frontier {
+                let Some(p) = graph.tensors[g].producer else {
+                    continue;
+                };
+                if !graph.ops[p.index()].recomputable {
+                    continue;
+                }
+                for &t in &graph.ops[p.index()].inputs {
+                    let x = self.owner(t);
+                    if !in_set[x] && view.is_candidate(x) {
+                        in_set[x] = true;
+                        next.push(x);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        (0..in_set.len()).filter(|&g| in_set[g]).collect()
     }
 
     /// Builds and solves the program over `input.storages`: its optimum,
@@ -849,6 +850,61 @@ fn longest_paths(graph: &Graph, op_time_s: &[f64]) -> (Vec<f64>, Vec<f64>) {
         tail_s[i] = after + op_time_s[i];
     }
     (head_s, tail_s)
+}
+
+/// What a cut makes of each op and storage: its side, whether a storage is
+/// a candidate for the program's variables, whether an op is left out.
+struct CutView<'a> {
+    graph: &'a Graph,
+    side: &'a [Side],
+    /// The cut op's working set (present, fixed).
+    in_ws: &'a [bool],
+    budget: f64,
+    /// Whether the free ops of the backward and optimizer phases are left out
+    /// (there are more than [`MAX_LATER_FREE_OPS`] of them; see the module doc).
+    ignore_later_free: bool,
+}
+
+impl<'a> CutView<'a> {
+    fn new(graph: &'a Graph, side: &'a [Side], in_ws: &'a [bool], budget: f64) -> CutView<'a> {
+        let mut view = CutView {
+            graph,
+            side,
+            in_ws,
+            budget,
+            ignore_later_free: false,
+        };
+        let n_later_free = (0..graph.ops.len()).filter(|&o| view.later_free(o)).count();
+        view.ignore_later_free = n_later_free > MAX_LATER_FREE_OPS;
+        view
+    }
+
+    /// A free op of the backward or optimizer phase.
+    fn later_free(&self, o: usize) -> bool {
+        self.side[o] == Side::Free && self.graph.ops[o].phase != Phase::Forward
+    }
+
+    /// Left out of the program: its reads ask for nothing, its outputs are
+    /// not candidates.
+    fn ignored(&self, o: usize) -> bool {
+        self.ignore_later_free && self.later_free(o)
+    }
+
+    /// A storage that may exist at the cut and gets variables: outside the
+    /// working set, at least a millionth of the budget, and persistent, a
+    /// batch input, or produced by an op that runs (or may run) before it.
+    fn is_candidate(&self, g: usize) -> bool {
+        let t = &self.graph.tensors[g];
+        !self.in_ws[g]
+            && (t.size_bytes as f64) >= self.budget * 1e-6
+            && t.producer
+                .is_none_or(|p| self.side[p.index()] != Side::After && !self.ignored(p.index()))
+    }
+
+    /// `Some(o)` where op `o` is free.
+    fn free_of(&self, o: usize) -> Option<usize> {
+        (self.side[o] == Side::Free).then_some(o)
+    }
 }
 
 /// Where an op runs relative to a cut at the start of op `c`.
