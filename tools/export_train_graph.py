@@ -267,119 +267,132 @@ def _parse_value(v):
 
 
 def build_model(spec, args):
-    """(model, model_name, make_inputs, loss_fn, seq).  Builds on the meta device."""
-    import torch
-
+    """(model, model_name, make_inputs, run, loss_fn, seq, input_shape).  Builds on the meta device."""
     family, name, overrides = parse_spec(spec)
     if family == "torchvision":
-        try:
-            import torchvision
-        except ImportError as e:
-            raise SystemExit(f"error: torchvision is needed for {spec!r}: {e}")
-        available = torchvision.models.list_models(module=torchvision.models)
-        if name not in available:
-            raise SystemExit(
-                f"error: unknown torchvision model {name!r}; known: {', '.join(sorted(available))}"
-                f"\n(short names: {', '.join(sorted(MODEL_TABLE))}; Hugging Face: hf:MODEL_TYPE)"
-            )
-        kw = dict(overrides)
-        if name in ("inception_v3", "googlenet"):
-            kw.setdefault("aux_logits", False)
-            kw.setdefault("init_weights", False)
-        with torch.device("meta"):
-            model = torchvision.models.get_model(name, weights=None, **kw)
-        size = args.image_size or (299 if name == "inception_v3" else 224)
-        shape = [args.batch, 3, size, size]
-        num_classes = kw.get("num_classes", 1000)
-
-        def make_inputs():
-            x = torch.empty(shape, device="meta", dtype=args.torch_dtype)
-            y = torch.empty([args.batch], device="meta", dtype=torch.int64)
-            return x, y
-
-        def run(model, x):
-            out = model(x)
-            if isinstance(out, torch.Tensor):
-                return out, []
-            if hasattr(out, "logits"):  # InceptionOutputs, GoogLeNetOutputs
-                # With aux_logits=True the auxiliary heads run in training mode and
-                # their losses join the main loss (torchvision's reference recipe).
-                aux = [getattr(out, a, None) for a in ("aux_logits", "aux_logits2", "aux_logits1")]
-                return out.logits, [a for a in aux if isinstance(a, torch.Tensor)]
-            return (out["out"] if isinstance(out, dict) else out[0]), []
-
-        # torchvision's references/classification/train.py: inception_v3 adds
-        # 0.4 x its auxiliary loss, googlenet 0.3 x each of its two.
-        aux_weight = 0.4 if name == "inception_v3" else 0.3
-
-        def loss_fn(out, y):
-            logits, aux = out
-            loss = torch.nn.functional.cross_entropy(logits, y)
-            for a in aux:
-                loss = loss + aux_weight * torch.nn.functional.cross_entropy(a, y)
-            return loss
-
-        del num_classes
-        return model, name, make_inputs, run, loss_fn, None, shape
-
+        return _torchvision_model(spec, name, overrides, args)
     if family == "hf":
-        try:
-            import transformers
-        except ImportError as e:
-            raise SystemExit(f"error: transformers is needed for {spec!r}: {e}")
-        try:
-            cfg = transformers.AutoConfig.for_model(name, **overrides)
-        except (ValueError, KeyError):
-            raise SystemExit(f"error: unknown Hugging Face model type {name!r} "
-                             f"(model types are the keys of transformers.CONFIG_MAPPING, e.g. gpt2, bert, llama)")
-        seq = args.seq or 128
-        if args.attn != "default":
-            cfg._attn_implementation = args.attn
-        model = None
-        auto_classes = ("AutoModelForCausalLM", "AutoModelForMaskedLM",
-                        "AutoModelForSeq2SeqLM", "AutoModelForSequenceClassification")
-        last_err = None
-        for cls_name in auto_classes:
-            cls = getattr(transformers, cls_name)
-            try:
-                with torch.device("meta"):
-                    model = cls.from_config(cfg, torch_dtype=args.torch_dtype)
-                break
-            except (ValueError, KeyError) as e:
-                last_err = e
-        if model is None:
-            raise SystemExit(f"error: no trainable head for Hugging Face model type {name!r}: {last_err}")
-        if hasattr(model.config, "use_cache"):
-            model.config.use_cache = False
-        shape = [args.batch, seq]
-        seq2seq = model.config.is_encoder_decoder
-        vocab = model.config.vocab_size
-
-        def make_inputs():
-            x = torch.empty(shape, device="meta", dtype=torch.int64)
-            if model.__class__.__name__.endswith("ForSequenceClassification"):
-                y = torch.empty([args.batch], device="meta", dtype=torch.int64)
-            else:
-                y = torch.empty(shape, device="meta", dtype=torch.int64)
-            return x, y
-
-        def run(model, x):
-            if seq2seq:
-                out = model(input_ids=x, decoder_input_ids=x, use_cache=False)
-            else:
-                out = model(input_ids=x)
-            return out.logits
-
-        def loss_fn(logits, y):
-            if logits.dim() == 3:
-                return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-            return torch.nn.functional.cross_entropy(logits.float(), y)
-
-        del vocab
-        label = f"{name}" if not overrides else spec
-        return model, label, make_inputs, run, loss_fn, seq, shape
-
+        return _hf_model(spec, name, overrides, args)
     raise SystemExit(f"error: unknown model family {family!r} in {spec!r} (use torchvision: or hf:)")
+
+
+def _torchvision_model(spec, name, overrides, args):
+    """A torchvision classifier (auxiliary heads' losses weighted as torchvision's
+    reference recipe weights them); ``build_model``'s tuple."""
+    import torch
+
+    try:
+        import torchvision
+    except ImportError as e:
+        raise SystemExit(f"error: torchvision is needed for {spec!r}: {e}")
+    available = torchvision.models.list_models(module=torchvision.models)
+    if name not in available:
+        raise SystemExit(
+            f"error: unknown torchvision model {name!r}; known: {', '.join(sorted(available))}"
+            f"\n(short names: {', '.join(sorted(MODEL_TABLE))}; Hugging Face: hf:MODEL_TYPE)"
+        )
+    kw = dict(overrides)
+    if name in ("inception_v3", "googlenet"):
+        kw.setdefault("aux_logits", False)
+        kw.setdefault("init_weights", False)
+    with torch.device("meta"):
+        model = torchvision.models.get_model(name, weights=None, **kw)
+    size = args.image_size or (299 if name == "inception_v3" else 224)
+    shape = [args.batch, 3, size, size]
+    num_classes = kw.get("num_classes", 1000)
+
+    def make_inputs():
+        x = torch.empty(shape, device="meta", dtype=args.torch_dtype)
+        y = torch.empty([args.batch], device="meta", dtype=torch.int64)
+        return x, y
+
+    def run(model, x):
+        out = model(x)
+        if isinstance(out, torch.Tensor):
+            return out, []
+        if hasattr(out, "logits"):  # InceptionOutputs, GoogLeNetOutputs
+            # With aux_logits=True the auxiliary heads run in training mode and
+            # their losses join the main loss (torchvision's reference recipe).
+            aux = [getattr(out, a, None) for a in ("aux_logits", "aux_logits2", "aux_logits1")]
+            return out.logits, [a for a in aux if isinstance(a, torch.Tensor)]
+        return (out["out"] if isinstance(out, dict) else out[0]), []
+
+    # torchvision's references/classification/train.py: inception_v3 adds
+    # 0.4 x its auxiliary loss, googlenet 0.3 x each of its two.
+    aux_weight = 0.4 if name == "inception_v3" else 0.3
+
+    def loss_fn(out, y):
+        logits, aux = out
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        for a in aux:
+            loss = loss + aux_weight * torch.nn.functional.cross_entropy(a, y)
+        return loss
+
+    del num_classes
+    return model, name, make_inputs, run, loss_fn, None, shape
+
+
+def _hf_model(spec, name, overrides, args):
+    """A Hugging Face model from its config with the first trainable head that
+    fits it (causal LM, masked LM, seq2seq, sequence classification);
+    ``build_model``'s tuple."""
+    import torch
+
+    try:
+        import transformers
+    except ImportError as e:
+        raise SystemExit(f"error: transformers is needed for {spec!r}: {e}")
+    try:
+        cfg = transformers.AutoConfig.for_model(name, **overrides)
+    except (ValueError, KeyError):
+        raise SystemExit(f"error: unknown Hugging Face model type {name!r} "
+                         f"(model types are the keys of transformers.CONFIG_MAPPING, e.g. gpt2, bert, llama)")
+    seq = args.seq or 128
+    if args.attn != "default":
+        cfg._attn_implementation = args.attn
+    model = None
+    auto_classes = ("AutoModelForCausalLM", "AutoModelForMaskedLM",
+                    "AutoModelForSeq2SeqLM", "AutoModelForSequenceClassification")
+    last_err = None
+    for cls_name in auto_classes:
+        cls = getattr(transformers, cls_name)
+        try:
+            with torch.device("meta"):
+                model = cls.from_config(cfg, torch_dtype=args.torch_dtype)
+            break
+        except (ValueError, KeyError) as e:
+            last_err = e
+    if model is None:
+        raise SystemExit(f"error: no trainable head for Hugging Face model type {name!r}: {last_err}")
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+    shape = [args.batch, seq]
+    seq2seq = model.config.is_encoder_decoder
+    vocab = model.config.vocab_size
+
+    def make_inputs():
+        x = torch.empty(shape, device="meta", dtype=torch.int64)
+        if model.__class__.__name__.endswith("ForSequenceClassification"):
+            y = torch.empty([args.batch], device="meta", dtype=torch.int64)
+        else:
+            y = torch.empty(shape, device="meta", dtype=torch.int64)
+        return x, y
+
+    def run(model, x):
+        if seq2seq:
+            out = model(input_ids=x, decoder_input_ids=x, use_cache=False)
+        else:
+            out = model(input_ids=x)
+        return out.logits
+
+    def loss_fn(logits, y):
+        if logits.dim() == 3:
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        return torch.nn.functional.cross_entropy(logits.float(), y)
+
+    del vocab
+    label = f"{name}" if not overrides else spec
+    return model, label, make_inputs, run, loss_fn, seq, shape
 
 
 class Recorder:
@@ -580,28 +593,65 @@ class Recorder:
 
 
 def capture(args):
+    """One eager training step of ``args.model`` on the meta device, recorded
+    op by op: the ``dnn-train-graph/1`` dict with its summary."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     model, model_name, make_inputs, run, loss_fn, seq, input_shape = build_model(args.model, args)
     model.train()
     rec = Recorder()
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    buffers = list(model.named_buffers())
     for p in model.parameters():
         if p.dtype != args.torch_dtype and p.is_floating_point():
             p.data = p.data.to(args.torch_dtype)
+    opt_state = _optimizer_state(params, args.optimizer)
+    x, y = make_inputs()
+    param_ids = _add_inputs(rec, params, list(model.named_buffers()), opt_state, x, y)
+    handles = _module_hooks(model, rec)
+    orig_dropout = _route_dropout_to_native()
+    plist = [p for _, p in params]
+    try:
+        with _dispatch_mode(rec):
+            rec.phase, rec.in_model = "forward", True
+            out = run(model, x)
+            rec.in_model = False
+            loss = loss_fn(out, y)
+            rec.phase = "backward"
+            grads = torch.autograd.grad(loss, plist, allow_unused=True)
+            rec.phase = "optimizer"
+            with torch.no_grad():
+                optimizer_step(args, plist, grads, [[s for _, s in st] for st in opt_state])
+    finally:
+        torch.nn.functional.dropout = orig_dropout
+        for h in handles:
+            h.remove()
+    rec.finish(loss, grads, param_ids, args.optimizer)
+    return _graph_dict(rec, args, model_name, seq, input_shape)
+
+
+def _optimizer_state(params, optimizer):
+    """Per parameter, its optimizer state as (name, meta tensor) pairs in steady
+    state: SGD's momentum buffer, AdamW's two moments, nothing without one."""
+    import torch
+
     opt_state = []
     with torch.no_grad():
         for n, p in params:
-            if args.optimizer == "sgd":
+            if optimizer == "sgd":
                 opt_state.append([(n + ".momentum_buffer", torch.empty_like(p))])
-            elif args.optimizer == "adamw":
+            elif optimizer == "adamw":
                 opt_state.append([(n + ".exp_avg", torch.empty_like(p)),
                                   (n + ".exp_avg_sq", torch.empty_like(p))])
             else:
                 opt_state.append([])
-    x, y = make_inputs()
+    return opt_state
+
+
+def _add_inputs(rec, params, buffers, opt_state, x, y):
+    """The graph's inputs in file order (parameters, buffers, optimizer state,
+    the batch and its labels); returns the parameters' tensor ids."""
+    import torch
+
     param_ids = [rec.add_input(p, n, "param", "param") for n, p in params]
     for n, b in buffers:
         rec.add_input(b, n, "other", "buffer")
@@ -610,7 +660,12 @@ def capture(args):
             rec.add_input(s, n, "other", "opt_state")
     rec.add_input(x, "input_ids" if x.dtype == torch.int64 else "images", "input", "input")
     rec.add_input(y, "labels", "input", "label")
+    return param_ids
 
+
+def _module_hooks(model, rec):
+    """Forward hooks keeping ``rec.module_stack`` the path of the modules whose
+    forward is running; returns their handles."""
     names = {m: (n or "<root>") for n, m in model.named_modules()}
 
     def pre(mod, _inp):
@@ -624,6 +679,13 @@ def capture(args):
     for m in names:
         handles.append(m.register_forward_pre_hook(pre))
         handles.append(m.register_forward_hook(post, always_call=True))
+    return handles
+
+
+def _dispatch_mode(rec):
+    """The dispatch mode that records every ATen op into ``rec``."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     SKIP = {torch.ops.aten.detach.default}
     LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
@@ -645,6 +707,13 @@ def capture(args):
                 rec.record(func, a, kw, out)
             return out
 
+    return Mode()
+
+
+def _route_dropout_to_native():
+    """Routes ``F.dropout`` to ``aten.native_dropout`` (see the module doc);
+    returns the original, for the caller to put back."""
+    import torch
     import torch.nn.functional as F
 
     orig_dropout = F.dropout
@@ -655,23 +724,13 @@ def capture(args):
         return torch.native_dropout(input, p, True)[0]
 
     F.dropout = native_dropout
-    plist = [p for _, p in params]
-    try:
-        with Mode():
-            rec.phase, rec.in_model = "forward", True
-            out = run(model, x)
-            rec.in_model = False
-            loss = loss_fn(out, y)
-            rec.phase = "backward"
-            grads = torch.autograd.grad(loss, plist, allow_unused=True)
-            rec.phase = "optimizer"
-            with torch.no_grad():
-                optimizer_step(args, plist, grads, [[s for _, s in st] for st in opt_state])
-    finally:
-        F.dropout = orig_dropout
-        for h in handles:
-            h.remove()
-    rec.finish(loss, grads, param_ids, args.optimizer)
+    return orig_dropout
+
+
+def _graph_dict(rec, args, model_name, seq, input_shape):
+    """The file's dict from a finished recording, checked, with its summary."""
+    import torch
+
     g = {
         "format": FORMAT,
         "model": model_name,
