@@ -408,25 +408,10 @@ pub fn run<S: Send, E: Send>(
             .map_init(&make_scratch, |scratch, ind| eval(ind, scratch))
             .collect()
     };
-    let mut fitness = score_all(&initial)?;
-    let mut mut_p = vec![breeder.first_rates(); initial.len()];
-    let mut population = initial;
-    let mut evaluations = population.len() as u64;
-    let mut best_i = 0;
-    for (i, f) in fitness.iter().enumerate() {
-        if f.time_s < fitness[best_i].time_s {
-            best_i = i;
-        }
-    }
-    let mut best = (population[best_i].clone(), fitness[best_i]);
-    let mut history = vec![stats(
-        0,
-        evaluations,
-        started,
-        &fitness,
-        best.1.time_s,
-        &mut_p,
-    )];
+    let fitness = score_all(&initial)?;
+    let mut evaluations = initial.len() as u64;
+    let mut pool = Pool::new(breeder, initial, fitness);
+    let mut history = vec![pool.stats(0, evaluations, started)];
     on_generation(&history[0]);
     let mut generation = 0u64;
     let pairs = (np / 4).max(1);
@@ -435,38 +420,6 @@ pub fn run<S: Send, E: Send>(
         from + left.mul_f64((1.0 - share).clamp(0.0, 1.0))
     };
     let mut phase_deadline = polisher.as_ref().map(|p| phase_end(started, p.share));
-    // The time of the best individual last polished (`None`: none yet).
-    let mut polished_s: Option<f64> = None;
-    let mut polish_now = |population: &mut Vec<Individual>,
-                          fitness: &mut Vec<Fitness>,
-                          mut_p: &mut Vec<Rates>,
-                          best: &mut (Individual, Fitness),
-                          polisher: &mut Polisher<'_, E>|
-     -> Result<bool, E> {
-        if !best.1.feasible || polished_s == Some(best.1.time_s) {
-            return Ok(false);
-        }
-        let r = (polisher.polish)(&best.0, best.1.time_s, limits.deadline)?;
-        if r.time_s < best.1.time_s {
-            let fit = Fitness {
-                time_s: r.time_s,
-                feasible: true,
-            };
-            // The slowest alive (ties: the first) makes room.
-            let worst = (0..fitness.len())
-                .rev()
-                .max_by(|&a, &b| fitness[a].time_s.total_cmp(&fitness[b].time_s))
-                .unwrap_or(0);
-            if worst < population.len() {
-                population[worst] = r.best.clone();
-                fitness[worst] = fit;
-                mut_p[worst] = breeder.first_rates();
-            }
-            *best = (r.best, fit);
-        }
-        polished_s = Some(best.1.time_s);
-        Ok(r.cut_by_time)
-    };
     let cut_by_time = loop {
         if limits.max_generations.is_some_and(|g| generation >= g) {
             break false;
@@ -480,7 +433,7 @@ pub fn run<S: Send, E: Send>(
         if let (Some(p), Some(end)) = (polisher.as_mut(), phase_deadline)
             && Instant::now() >= end
         {
-            if polish_now(&mut population, &mut fitness, &mut mut_p, &mut best, p)? {
+            if pool.polish(breeder, p, limits.deadline)? {
                 break true;
             }
             phase_deadline = Some(phase_end(Instant::now(), p.share));
@@ -488,8 +441,121 @@ pub fn run<S: Send, E: Send>(
         if Instant::now() >= limits.deadline {
             break true;
         }
-        // Parents, the children's mutation probabilities and per-pair seeds,
-        // drawn in order.
+        let (children, rates) = pool.breed(breeder, pairs, &mut rng);
+        let child_fitness = score_all(&children)?;
+        evaluations += children.len() as u64;
+        pool.add_children(children, child_fitness, rates);
+        pool.survive(np, &mut rng);
+        generation += 1;
+        let entry = pool.stats(generation, evaluations, started);
+        on_generation(&entry);
+        history.push(entry);
+    };
+    // A search stopped by its generation or evaluation limit polishes its
+    // best once more with the time it has left.
+    if !cut_by_time && let Some(p) = polisher.as_mut() {
+        pool.polish(breeder, p, limits.deadline)?;
+    }
+    Ok(Outcome {
+        best: pool.best.0,
+        best_fitness: pool.best.1,
+        history,
+        generations: generation,
+        evaluations,
+        cut_by_time,
+    })
+}
+
+/// The GA's state between generations: the population with each
+/// individual's fitness and mutation rates, and the best individual found.
+struct Pool {
+    population: Vec<Individual>,
+    fitness: Vec<Fitness>,
+    mut_p: Vec<Rates>,
+    best: (Individual, Fitness),
+    /// The time of the best individual last polished (`None`: none yet).
+    polished_s: Option<f64>,
+}
+
+impl Pool {
+    /// The initial population with its fitness; the best is the fastest
+    /// (the first of equals).
+    fn new(breeder: &Breeder<'_>, population: Vec<Individual>, fitness: Vec<Fitness>) -> Pool {
+        let mut best_i = 0;
+        for (i, f) in fitness.iter().enumerate() {
+            if f.time_s < fitness[best_i].time_s {
+                best_i = i;
+            }
+        }
+        let best = (population[best_i].clone(), fitness[best_i]);
+        Pool {
+            mut_p: vec![breeder.first_rates(); population.len()],
+            population,
+            fitness,
+            best,
+            polished_s: None,
+        }
+    }
+
+    /// The generation's statistics.
+    fn stats(&self, generation: u64, evaluations: u64, started: Instant) -> GenerationStats {
+        stats(
+            generation,
+            evaluations,
+            started,
+            &self.fitness,
+            self.best.1.time_s,
+            &self.mut_p,
+        )
+    }
+
+    /// Polishes the best individual (unless infeasible or polished already at
+    /// its time); a faster result replaces the slowest alive (ties: the
+    /// first) and becomes the best. Returns whether the polish was cut by the
+    /// deadline.
+    fn polish<E>(
+        &mut self,
+        breeder: &Breeder<'_>,
+        polisher: &mut Polisher<'_, E>,
+        deadline: Instant,
+    ) -> Result<bool, E> {
+        if !self.best.1.feasible || self.polished_s == Some(self.best.1.time_s) {
+            return Ok(false);
+        }
+        let r = (polisher.polish)(&self.best.0, self.best.1.time_s, deadline)?;
+        if r.time_s < self.best.1.time_s {
+            let fit = Fitness {
+                time_s: r.time_s,
+                feasible: true,
+            };
+            // The slowest alive (ties: the first) makes room.
+            let fitness = &self.fitness;
+            let worst = (0..fitness.len())
+                .rev()
+                .max_by(|&a, &b| fitness[a].time_s.total_cmp(&fitness[b].time_s))
+                .unwrap_or(0);
+            if worst < self.population.len() {
+                self.population[worst] = r.best.clone();
+                self.fitness[worst] = fit;
+                self.mut_p[worst] = breeder.first_rates();
+            }
+            self.best = (r.best, fit);
+        }
+        self.polished_s = Some(self.best.1.time_s);
+        Ok(r.cut_by_time)
+    }
+
+    /// One generation's children: `pairs` pairs of parents, the children's
+    /// mutation probabilities and a seed per pair drawn from `rng` in order,
+    /// then each pair's four children bred in parallel from its own seed.
+    /// Returns the children and their mutation rates.
+    fn breed(
+        &self,
+        breeder: &Breeder<'_>,
+        pairs: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> (Vec<Individual>, Vec<Rates>) {
+        let population = &self.population;
         let plan: Vec<(usize, usize, [Rates; 4], u64)> = (0..pairs)
             .map(|_| {
                 let a = rng.random_range(0..population.len());
@@ -497,7 +563,7 @@ pub fn run<S: Send, E: Send>(
                 if b >= a {
                     b += 1;
                 }
-                let p = std::array::from_fn(|_| breeder.child_p(mut_p[a], mut_p[b], &mut rng));
+                let p = std::array::from_fn(|_| breeder.child_p(self.mut_p[a], self.mut_p[b], rng));
                 (a, b, p, rng.next_u64())
             })
             .collect();
@@ -508,48 +574,38 @@ pub fn run<S: Send, E: Send>(
                 breeder.children_with(&population[a], &population[b], p, &mut child_rng)
             })
             .collect();
-        mut_p.extend(plan.iter().flat_map(|e| e.2));
-        let child_fitness = score_all(&children)?;
-        evaluations += children.len() as u64;
-        for (c, f) in children.iter().zip(&child_fitness) {
-            if f.time_s < best.1.time_s {
-                best = (c.clone(), *f);
+        let rates = plan.iter().flat_map(|e| e.2).collect();
+        (children, rates)
+    }
+
+    /// The scored children join the population (a faster one becomes the best).
+    fn add_children(
+        &mut self,
+        children: Vec<Individual>,
+        fitness: Vec<Fitness>,
+        rates: Vec<Rates>,
+    ) {
+        self.mut_p.extend(rates);
+        for (c, f) in children.iter().zip(&fitness) {
+            if f.time_s < self.best.1.time_s {
+                self.best = (c.clone(), *f);
             }
         }
-        population.extend(children);
-        fitness.extend(child_fitness);
-        let times: Vec<f64> = fitness.iter().map(|f| f.time_s).collect();
-        let mut keep = elitist_survivors(&times, best.1.time_s, np, &mut rng);
-        keep.sort_unstable();
-        let mut slots: Vec<Option<Individual>> = population.into_iter().map(Some).collect();
-        population = keep.iter().filter_map(|&i| slots[i].take()).collect();
-        fitness = keep.iter().map(|&i| fitness[i]).collect();
-        mut_p = keep.iter().map(|&i| mut_p[i]).collect();
-        generation += 1;
-        let entry = stats(
-            generation,
-            evaluations,
-            started,
-            &fitness,
-            best.1.time_s,
-            &mut_p,
-        );
-        on_generation(&entry);
-        history.push(entry);
-    };
-    // A search stopped by its generation or evaluation limit polishes its
-    // best once more with the time it has left.
-    if !cut_by_time && let Some(p) = polisher.as_mut() {
-        polish_now(&mut population, &mut fitness, &mut mut_p, &mut best, p)?;
+        self.population.extend(children);
+        self.fitness.extend(fitness);
     }
-    Ok(Outcome {
-        best: best.0,
-        best_fitness: best.1,
-        history,
-        generations: generation,
-        evaluations,
-        cut_by_time,
-    })
+
+    /// Keeps `np` individuals by [`elitist_survivors`], in population order.
+    fn survive(&mut self, np: usize, rng: &mut ChaCha8Rng) {
+        let times: Vec<f64> = self.fitness.iter().map(|f| f.time_s).collect();
+        let mut keep = elitist_survivors(&times, self.best.1.time_s, np, rng);
+        keep.sort_unstable();
+        let population = std::mem::take(&mut self.population);
+        let mut slots: Vec<Option<Individual>> = population.into_iter().map(Some).collect();
+        self.population = keep.iter().filter_map(|&i| slots[i].take()).collect();
+        self.fitness = keep.iter().map(|&i| self.fitness[i]).collect();
+        self.mut_p = keep.iter().map(|&i| self.mut_p[i]).collect();
+    }
 }
 
 fn stats(
