@@ -287,59 +287,35 @@ pub fn run<O: Objective>(
 ) -> Result<PsoResult, PlannerError> {
     let m = config.particles.max(1);
     // Lines 1-3.
-    let mut particles: Vec<Vec<Action>> = (0..m)
-        .map(|i| initial_policy(space, config.seed, i, m))
-        .collect();
-    let mut known: Vec<Option<Cost>> = vec![None; m];
-    let mut personal: Vec<(Vec<Action>, Cost)> = Vec::with_capacity(m);
-    let mut best: Option<(Vec<Action>, Cost)> = None;
+    let mut swarm = Swarm {
+        particles: (0..m)
+            .map(|i| initial_policy(space, config.seed, i, m))
+            .collect(),
+        known: vec![None; m],
+        personal: Vec::with_capacity(m),
+        best: None,
+        since_better: 0,
+    };
     let mut history = Vec::new();
     let (mut evaluations, mut trials) = (0, 0);
     let mut stop = Stop::Iterations;
     let mut last_swarm = Vec::new();
     let iterations = config.iterations.max(1);
     let mut iterations_run = 0;
-    let mut since_better = 0;
     for iteration in 0..iterations {
         // Lines 6-12: evaluate every particle (reusing a known trial cost).
-        let reuse = objective.trial_is_evaluate();
-        let costs: Vec<(Cost, bool)> = particles
-            .par_iter()
-            .zip(known.par_iter())
-            .map_init(O::Scratch::default, |s, (p, k)| match k {
-                Some(c) if reuse => Ok((*c, false)),
-                _ => objective.evaluate(p, s).map(|c| (c, true)),
-            })
-            .collect::<Result<_, _>>()?;
-        evaluations += costs.iter().filter(|c| c.1).count();
-        let costs: Vec<Cost> = costs.into_iter().map(|c| c.0).collect();
+        let (costs, evaluated) = swarm.evaluate(objective)?;
+        evaluations += evaluated;
         iterations_run = iteration + 1;
         let Some(it_best) = argmin(&costs) else {
             break;
         };
-        if best.as_ref().is_none_or(|(_, c)| costs[it_best].lt(c)) {
-            best = Some((particles[it_best].clone(), costs[it_best]));
-            since_better = 0;
-        } else {
-            since_better += 1;
-        }
-        if personal.is_empty() {
-            personal = particles
-                .iter()
-                .cloned()
-                .zip(costs.iter().copied())
-                .collect();
-        } else {
-            for (i, c) in costs.iter().enumerate() {
-                if c.lt(&personal[i].1) {
-                    personal[i] = (particles[i].clone(), *c);
-                }
-            }
-        }
-        let stats = iteration_stats(iteration, &costs, best.as_ref().map(|b| b.1));
+        swarm.remember(&costs, it_best);
+        let stats = iteration_stats(iteration, &costs, swarm.best.as_ref().map(|b| b.1));
         on_iteration(&stats);
         history.push(stats);
-        last_swarm = particles
+        last_swarm = swarm
+            .particles
             .iter()
             .cloned()
             .zip(costs.iter().copied())
@@ -347,7 +323,7 @@ pub fn run<O: Objective>(
         if iteration + 1 == iterations {
             break;
         }
-        if config.patience > 0 && since_better >= config.patience {
+        if config.patience > 0 && swarm.since_better >= config.patience {
             stop = Stop::Stagnated;
             break;
         }
@@ -356,51 +332,29 @@ pub fn run<O: Objective>(
             break;
         }
         // Line 13: Algorithm 3.
-        let p1 = particles[it_best].clone();
-        let updated: Vec<Option<Updated>> = particles
-            .par_iter()
-            .zip(known.par_iter())
-            .zip(personal.par_iter())
-            .map_init(O::Scratch::default, |s, ((p, k), (p2, _))| {
-                if Instant::now() >= deadline {
-                    return Ok(None);
+        match swarm.update(objective, it_best, deadline)? {
+            Moved::Cut => {
+                stop = Stop::TimeLimit;
+                break;
+            }
+            Moved::Trials(n, any_changed) => {
+                trials += n;
+                if !any_changed {
+                    stop = Stop::Converged;
+                    break;
                 }
-                // A known line-7 cost is a trial cost only when they are the same function.
-                let k = if reuse { *k } else { None };
-                update_particle(objective, p, k, &p1, p2, deadline, s)
-            })
-            .collect::<Result<_, _>>()?;
-        if updated.iter().any(Option::is_none) {
-            stop = Stop::TimeLimit;
-            break;
-        }
-        let updated: Vec<Updated> = updated.into_iter().flatten().collect();
-        trials += updated.iter().map(|u| u.trials).sum::<usize>();
-        let any_changed = updated.iter().any(|u| u.changed);
-        for (i, u) in updated.into_iter().enumerate() {
-            particles[i] = u.policy;
-            known[i] = u.cost;
-        }
-        if !any_changed {
-            stop = Stop::Converged;
-            break;
+            }
         }
     }
-    let Some((best, best_cost)) = best else {
-        return Ok(PsoResult {
-            best: space.retain_all(),
-            best_cost: Cost {
+    let (best, best_cost) = swarm.best.unwrap_or_else(|| {
+        (
+            space.retain_all(),
+            Cost {
                 excess_bytes: u64::MAX,
                 time_s: f64::INFINITY,
             },
-            last_swarm,
-            history,
-            iterations_run,
-            stop,
-            evaluations,
-            trials,
-        });
-    };
+        )
+    });
     Ok(PsoResult {
         best,
         best_cost,
@@ -411,6 +365,108 @@ pub fn run<O: Objective>(
         evaluations,
         trials,
     })
+}
+
+/// The swarm between iterations: each particle's policy and, where the last
+/// update computed it, its trial cost; each particle's best so far; the
+/// global best and how many iterations ago it last improved.
+struct Swarm {
+    particles: Vec<Vec<Action>>,
+    known: Vec<Option<Cost>>,
+    personal: Vec<(Vec<Action>, Cost)>,
+    best: Option<(Vec<Action>, Cost)>,
+    since_better: usize,
+}
+
+/// What one Algorithm 3 step over the swarm did.
+enum Moved {
+    /// The deadline passed before every particle moved: the swarm is as it was.
+    Cut,
+    /// Every particle moved: the trials computed, and whether any policy changed.
+    Trials(usize, bool),
+}
+
+impl Swarm {
+    /// Line 7 for every particle, in parallel: its cost, reusing the known
+    /// trial cost where trial and evaluation are the same function. Returns
+    /// the costs and how many were computed.
+    fn evaluate<O: Objective>(&self, objective: &O) -> Result<(Vec<Cost>, usize), PlannerError> {
+        let reuse = objective.trial_is_evaluate();
+        let costs: Vec<(Cost, bool)> = self
+            .particles
+            .par_iter()
+            .zip(self.known.par_iter())
+            .map_init(O::Scratch::default, |s, (p, k)| match k {
+                Some(c) if reuse => Ok((*c, false)),
+                _ => objective.evaluate(p, s).map(|c| (c, true)),
+            })
+            .collect::<Result<_, _>>()?;
+        let evaluated = costs.iter().filter(|c| c.1).count();
+        Ok((costs.into_iter().map(|c| c.0).collect(), evaluated))
+    }
+
+    /// Lines 8-12: the global best (the iteration's best, `it_best`, where it
+    /// is lower) and each particle's personal best.
+    fn remember(&mut self, costs: &[Cost], it_best: usize) {
+        if self.best.as_ref().is_none_or(|(_, c)| costs[it_best].lt(c)) {
+            self.best = Some((self.particles[it_best].clone(), costs[it_best]));
+            self.since_better = 0;
+        } else {
+            self.since_better += 1;
+        }
+        if self.personal.is_empty() {
+            self.personal = self
+                .particles
+                .iter()
+                .cloned()
+                .zip(costs.iter().copied())
+                .collect();
+        } else {
+            for (i, c) in costs.iter().enumerate() {
+                if c.lt(&self.personal[i].1) {
+                    self.personal[i] = (self.particles[i].clone(), *c);
+                }
+            }
+        }
+    }
+
+    /// Line 13, Algorithm 3 for every particle in parallel, towards the
+    /// iteration's best (`it_best`) and its own best; the swarm moves only
+    /// if every particle finished before `deadline`.
+    fn update<O: Objective>(
+        &mut self,
+        objective: &O,
+        it_best: usize,
+        deadline: Instant,
+    ) -> Result<Moved, PlannerError> {
+        let reuse = objective.trial_is_evaluate();
+        let p1 = self.particles[it_best].clone();
+        let updated: Vec<Option<Updated>> = self
+            .particles
+            .par_iter()
+            .zip(self.known.par_iter())
+            .zip(self.personal.par_iter())
+            .map_init(O::Scratch::default, |s, ((p, k), (p2, _))| {
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                // A known line-7 cost is a trial cost only when they are the same function.
+                let k = if reuse { *k } else { None };
+                update_particle(objective, p, k, &p1, p2, deadline, s)
+            })
+            .collect::<Result<_, _>>()?;
+        if updated.iter().any(Option::is_none) {
+            return Ok(Moved::Cut);
+        }
+        let updated: Vec<Updated> = updated.into_iter().flatten().collect();
+        let trials = updated.iter().map(|u| u.trials).sum::<usize>();
+        let any_changed = updated.iter().any(|u| u.changed);
+        for (i, u) in updated.into_iter().enumerate() {
+            self.particles[i] = u.policy;
+            self.known[i] = u.cost;
+        }
+        Ok(Moved::Trials(trials, any_changed))
+    }
 }
 
 fn iteration_stats(iteration: usize, costs: &[Cost], best_so_far: Option<Cost>) -> IterationStats {
