@@ -84,8 +84,8 @@ impl Buf {
 type Outputs = Result<Vec<Buf>, String>;
 
 /// One call's operands and input bytes, decoded as a kernel asks for them.
-/// A missing input reads as empty (the kernels' shape checks then fail or
-/// produce nothing), as the op's operand list is the graph's to get right.
+/// An input past the call's operands reads as empty ([`run_kernel`] has
+/// checked there is one buffer per operand).
 struct Args<'a> {
     call: &'a KernelCall,
     raw: &'a [Vec<u8>],
@@ -276,7 +276,7 @@ fn backward(a: &Args<'_>, forward: &OpKind, want: &Wanted<'_>) -> Option<Outputs
         OpKind::Mul => pointwise::mul_backward(a, want),
         OpKind::Softmax => pointwise::softmax_backward(a, want),
         OpKind::Dropout { p, .. } => pointwise::dropout_backward(a, *p, want),
-        OpKind::View | OpKind::Copy | OpKind::Concat { .. } => pointwise::reshape_backward(a),
+        OpKind::View | OpKind::Copy | OpKind::Concat { .. } => pointwise::reshape(a),
         OpKind::BatchNorm { .. } => norm::batchnorm_backward(a, want),
         OpKind::LayerNorm { .. } => norm::layernorm_backward(a, want),
         OpKind::SoftmaxCrossEntropy => loss::softmax_cross_entropy_backward(a, want),

@@ -126,7 +126,8 @@ fn resize(x: &[u8], len: usize) -> Vec<u8> {
 }
 
 /// A view or copy: the same elements in row-major order (a reshape) in
-/// each output; views are not written.
+/// each output; views are not written. Also the gradient of a view, copy or
+/// concatenation (views of the gradient, or a reshaping copy).
 pub(super) fn reshape(a: &Args<'_>) -> Outputs {
     let x = a.bytes(0);
     Ok(a.call
@@ -134,12 +135,6 @@ pub(super) fn reshape(a: &Args<'_>) -> Outputs {
         .iter()
         .map(|o| Buf::U8(resize(&x, o.size_bytes as usize)))
         .collect())
-}
-
-/// The gradient of a view, copy or concatenation: views of the gradient
-/// (not written) or a reshaping copy.
-pub(super) fn reshape_backward(a: &Args<'_>) -> Outputs {
-    reshape(a)
 }
 
 /// The inputs joined along `axis` (row-major: for each index of the outer
