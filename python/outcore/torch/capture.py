@@ -301,8 +301,6 @@ class _StepFunction:
         self.named_params = named_params
         self.pnames = [n for n, _ in named_params]
         self.bnames = [n for n, _ in named_buffers]
-        self.n_params = len(named_params)
-        self.n_buffers = len(named_buffers)
         self.state_slots = [(ph.param_index, ph.state_key) for ph in placeholders if ph.role == "opt_state"]
         #: node counts: "forward_end", "backward_end"
         self.marks: dict[str, int] = {}
@@ -313,7 +311,7 @@ class _StepFunction:
         from torch.func import functional_call
         from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
-        n_params, n_buffers = self.n_params, self.n_buffers
+        n_params, n_buffers = len(self.pnames), len(self.bnames)
         params = list(flat[:n_params])
         buffers = list(flat[n_params : n_params + n_buffers])
         states = list(flat[n_params + n_buffers : n_params + n_buffers + len(self.state_slots)])
