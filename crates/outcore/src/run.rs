@@ -7,7 +7,7 @@ use crate::input::LoadedGraph;
 use crate::planning::{Target, allocator_shortfall, verify_plan};
 use outcore_cost::{CostModel, DeviceProfile, MeasuredTable, RooflineModel};
 use outcore_graph::{Graph, OpId, footprint};
-use outcore_plan::{AllocatorSpec, Plan};
+use outcore_plan::{AllocatorSpec, Plan, StepRef};
 use outcore_sim::{SimOptions, simulate};
 use serde::Serialize;
 
@@ -193,6 +193,35 @@ pub struct RunResult {
 /// says `offsets`.
 pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunResult> {
     options.validate()?;
+    prepare(graph, &mut plan, options)?;
+    let device = options.cpu_device(plan.budget_bytes);
+    plan.device = Some(device.clone());
+    let cost = RooflineModel::new(device);
+    let (predicted, issue_order) = predict(graph, &plan, &cost, options)?;
+    let exec_options = exec_options(graph, &cost, issue_order, options);
+    let backend = outcore_exec::CpuBackend::new(outcore_exec::CpuBackendOptions {
+        link_bytes_per_s: options.link_bytes_per_s,
+        ..outcore_exec::CpuBackendOptions::default()
+    });
+    let report = outcore_exec::execute(graph, &plan, &backend, &exec_options)?;
+    let matches_reference = if options.reference {
+        Some(matches_reference(graph, &exec_options, &report)?)
+    } else {
+        None
+    };
+    Ok(RunResult::of(
+        &plan,
+        &predicted,
+        report,
+        matches_reference,
+        options,
+    ))
+}
+
+/// The checks a plan passes before anything runs: made for the CPU backend,
+/// within the host's memory, for this graph, laid out (where asked) and
+/// verified.
+fn prepare(graph: &Graph, plan: &mut Plan, options: &RunOptions) -> Result<()> {
     // A plan made for another device assumed its speeds and, above all, its
     // memory layout: run on the CPU arena, it can run out of memory or be judged
     // on the wrong times. The CPU backend's plans embed its own profile.
@@ -210,21 +239,28 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
     crate::planning::check_chunk_fits(&plan.allocator, plan.budget_bytes)?;
     plan.check_graph(graph)?;
     if options.lay_out_perfect {
-        lay_out_perfect(&mut plan, graph);
+        lay_out_perfect(plan, graph);
     }
-    if let Some(err) = verify_plan(&plan, graph).error() {
-        return Err(err);
+    match verify_plan(plan, graph).error() {
+        Some(err) => Err(err),
+        None => Ok(()),
     }
-    let device = options.cpu_device(plan.budget_bytes);
-    let device_name = device.name.clone();
-    plan.device = Some(device.clone());
-    let cost = RooflineModel::new(device);
+}
+
+/// The simulator's report for the plan on the CPU device, and the order it
+/// issued allocations in; an error where the plan does not fit its allocator
+/// or the run would be too long.
+fn predict(
+    graph: &Graph,
+    plan: &Plan,
+    cost: &RooflineModel,
+    options: &RunOptions,
+) -> Result<(outcore_sim::SimReport, Option<Vec<StepRef>>)> {
     let sim_options = SimOptions {
         record_start_order: true,
         ..SimOptions::default()
     };
-    let predicted_run = simulate(graph, &plan, &cost, &sim_options)?;
-    let issue_order = predicted_run.start_order;
+    let predicted_run = simulate(graph, plan, cost, &sim_options)?;
     let predicted = predicted_run.report;
     if let Some(oom) = &predicted.oom {
         return Err(ErrorKind::NotRunnable {
@@ -249,7 +285,17 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
             ),
         ));
     }
-    let exec_options = outcore_exec::ExecOptions {
+    Ok((predicted, predicted_run.start_order))
+}
+
+/// The executor's options for `options`, with the simulator's issue order.
+fn exec_options(
+    graph: &Graph,
+    cost: &RooflineModel,
+    issue_order: Option<Vec<StepRef>>,
+    options: &RunOptions,
+) -> outcore_exec::ExecOptions {
+    outcore_exec::ExecOptions {
         iters: options.iters,
         check: options.check,
         seed: options.seed,
@@ -269,42 +315,49 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
         issue_order,
         on_iteration: options.on_iteration.clone(),
         ..outcore_exec::ExecOptions::default()
-    };
-    let backend = outcore_exec::CpuBackend::new(outcore_exec::CpuBackendOptions {
-        link_bytes_per_s: options.link_bytes_per_s,
-        ..outcore_exec::CpuBackendOptions::default()
-    });
-    let report = outcore_exec::execute(graph, &plan, &backend, &exec_options)?;
-    let matches_reference = if options.reference {
-        Some(matches_reference(graph, &exec_options, &report)?)
-    } else {
-        None
-    };
-    Ok(RunResult {
-        planner: plan.planner.name.clone(),
-        iters: report.iters,
-        measured_iter_time_s: report.measured_iter_time_s,
-        predicted_iter_time_s: predicted.iter_time_s,
-        predicted_device: device_name,
-        predicted_peak_bytes: predicted.peak_live_bytes.max(predicted.peak_reserved_bytes),
-        arena_high_water_bytes: report.peak_device_bytes,
-        budget_bytes: plan.budget_bytes,
-        allocator: plan.allocator.name().to_string(),
-        swap_in_bytes: report.swap_in_bytes,
-        swap_out_bytes: report.swap_out_bytes,
-        recomputes: report.recomputes,
-        synthetic_kernels: options.synthetic_kernels,
-        iter_times_s: report.iter_times_s.clone(),
-        checks_passed: report.checks_passed,
-        matches_reference,
-        losses: report
-            .losses
-            .iter()
-            .map(|l| l.is_finite().then_some(*l))
-            .collect(),
-        latency_table: report.latency_table.clone(),
-        trace: (!report.trace.is_null()).then(|| report.trace.clone()),
-    })
+    }
+}
+
+impl RunResult {
+    /// The result of running `plan` (its device already the CPU's), from the
+    /// simulator's prediction and the executor's report.
+    fn of(
+        plan: &Plan,
+        predicted: &outcore_sim::SimReport,
+        report: outcore_exec::RunReport,
+        matches_reference: Option<bool>,
+        options: &RunOptions,
+    ) -> RunResult {
+        RunResult {
+            planner: plan.planner.name.clone(),
+            iters: report.iters,
+            measured_iter_time_s: report.measured_iter_time_s,
+            predicted_iter_time_s: predicted.iter_time_s,
+            predicted_device: plan
+                .device
+                .as_ref()
+                .map(|d| d.name.clone())
+                .unwrap_or_default(),
+            predicted_peak_bytes: predicted.peak_live_bytes.max(predicted.peak_reserved_bytes),
+            arena_high_water_bytes: report.peak_device_bytes,
+            budget_bytes: plan.budget_bytes,
+            allocator: plan.allocator.name().to_string(),
+            swap_in_bytes: report.swap_in_bytes,
+            swap_out_bytes: report.swap_out_bytes,
+            recomputes: report.recomputes,
+            synthetic_kernels: options.synthetic_kernels,
+            checks_passed: report.checks_passed,
+            matches_reference,
+            losses: report
+                .losses
+                .iter()
+                .map(|l| l.is_finite().then_some(*l))
+                .collect(),
+            trace: (!report.trace.is_null()).then_some(report.trace),
+            iter_times_s: report.iter_times_s,
+            latency_table: report.latency_table,
+        }
+    }
 }
 
 /// Runs the graph in order with room to spare, no swapping or recomputation,
