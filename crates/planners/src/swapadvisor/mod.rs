@@ -830,6 +830,48 @@ impl<'a, 'g> Env<'a, 'g> {
     }
 
     fn search(&self, search: &Search<'_, 'g>) -> Result<PlanOutcome, PlannerError> {
+        let (outcome, polished) = self.evolve()?;
+        let judged = self.judge(&outcome.best, &mut Scratch::default())?;
+        if outcome.best_fitness.feasible != matches!(judged, Judged::Feasible { .. }) {
+            return Err(self.error(
+                PlannerErrorKind::Verification,
+                "the best individual judged differently on a second look (a nondeterministic fitness)",
+            ));
+        }
+        let settings = self.settings(&outcome, polished.as_deref());
+        match judged {
+            Judged::Feasible {
+                plan,
+                sim,
+                allocator,
+                pool,
+            } => self.prove_best(search, settings, *plan, &sim, allocator, &pool),
+            Judged::Infeasible {
+                kind,
+                needed_bytes,
+                message,
+                ..
+            } => Ok(PlanOutcome::Infeasible(Infeasible {
+                kind,
+                needed_bytes,
+                budget_bytes: self.request.budget_bytes,
+                at: None,
+                message: format!(
+                    "{}: no individual in {} generations ({} evaluations) is feasible; the closest: {message}",
+                    self.planner.name(),
+                    outcome.generations,
+                    outcome.evaluations
+                ),
+            })),
+        }
+    }
+
+    /// Runs the GA from the initial population within the request's time
+    /// limit and the planner's generation and evaluation limits, polishing
+    /// the best pool between phases where the search space has allocations
+    /// and the planner a polish share; the polishes' records come back
+    /// (`None` where there were to be none).
+    fn evolve(&self) -> Result<(ga::Outcome, Option<Vec<polish::PolishStats>>), PlannerError> {
         let breeder = self.breeder();
         let initial = self.initial_population(&breeder)?;
         let now = Instant::now();
@@ -874,15 +916,17 @@ impl<'a, 'g> Env<'a, 'g> {
             polisher,
         );
         progress.clear();
-        let outcome = outcome?;
-        let judged = self.judge(&outcome.best, &mut Scratch::default())?;
-        if outcome.best_fitness.feasible != matches!(judged, Judged::Feasible { .. }) {
-            return Err(self.error(
-                PlannerErrorKind::Verification,
-                "the best individual judged differently on a second look (a nondeterministic fitness)",
-            ));
-        }
-        let settings = json!({
+        Ok((outcome?, polishes.then_some(polished)))
+    }
+
+    /// The plan's record of the search: the GA's settings, its counts and
+    /// history, and the polishes (null where there were none to run).
+    fn settings(
+        &self,
+        outcome: &ga::Outcome,
+        polished: Option<&[polish::PolishStats]>,
+    ) -> serde_json::Value {
+        json!({
             "population": self.planner.population,
             "mutation_probability": self.planner.mutation_probability,
             "mutation_adaptation": self.planner.adaptation,
@@ -894,64 +938,50 @@ impl<'a, 'g> Env<'a, 'g> {
             "evaluations": outcome.evaluations,
             "time_limit_cut_search": outcome.cut_by_time,
             "history": outcome.history,
-            "polish": polishes.then_some(&polished),
-        });
-        match judged {
-            Judged::Feasible {
-                plan,
-                sim,
-                allocator,
-                pool,
-            } => {
-                let mut settings = settings;
-                if let Some(map) = settings.as_object_mut() {
-                    map.insert("tensor_sizes".into(), self.ts.len().into());
-                    map.insert("pool_classes".into(), pool.class_bytes.len().into());
-                    map.insert("pool_bytes".into(), pool.bytes().into());
-                    map.insert("swap_outs".into(), plan.swap_outs.into());
-                    map.insert("swap_ins".into(), plan.swap_ins.into());
-                    map.insert(
-                        "initial_resident_persistent".into(),
-                        plan.initial_resident.into(),
-                    );
-                    map.insert("delayed_prefetches".into(), plan.delayed_prefetches.into());
-                    map.insert("reordered_swap_ins".into(), plan.reordered_swap_ins.into());
-                    map.insert("delayed_swap_outs".into(), plan.delayed_swap_outs.into());
-                }
-                let chosen = Scored {
-                    settings,
-                    schedule: Some(plan.schedule),
-                    score: Score::Feasible {
-                        iter_time_s: sim.iter_time_s,
-                        throughput_vs_ideal: sim.throughput_vs_ideal,
-                        peak_bytes: sim.peak_live_bytes,
-                        allocator,
-                    },
-                };
-                let mut outcome = search.prove(chosen, &[])?;
-                if let PlanOutcome::Feasible(plan) = &mut outcome {
-                    plan.planner.seed = Some(self.request.seed);
-                }
-                Ok(outcome)
-            }
-            Judged::Infeasible {
-                kind,
-                needed_bytes,
-                message,
-                ..
-            } => Ok(PlanOutcome::Infeasible(Infeasible {
-                kind,
-                needed_bytes,
-                budget_bytes: self.request.budget_bytes,
-                at: None,
-                message: format!(
-                    "{}: no individual in {} generations ({} evaluations) is feasible; the closest: {message}",
-                    self.planner.name(),
-                    outcome.generations,
-                    outcome.evaluations
-                ),
-            })),
+            "polish": polished,
+        })
+    }
+
+    /// The best individual's plan, with what it swaps and its pool added to
+    /// `settings`, proved by `search` and stamped with the request's seed.
+    fn prove_best(
+        &self,
+        search: &Search<'_, 'g>,
+        mut settings: serde_json::Value,
+        plan: SwapPlan,
+        sim: &SimSummary,
+        allocator: AllocatorSpec,
+        pool: &PoolModel,
+    ) -> Result<PlanOutcome, PlannerError> {
+        if let Some(map) = settings.as_object_mut() {
+            map.insert("tensor_sizes".into(), self.ts.len().into());
+            map.insert("pool_classes".into(), pool.class_bytes.len().into());
+            map.insert("pool_bytes".into(), pool.bytes().into());
+            map.insert("swap_outs".into(), plan.swap_outs.into());
+            map.insert("swap_ins".into(), plan.swap_ins.into());
+            map.insert(
+                "initial_resident_persistent".into(),
+                plan.initial_resident.into(),
+            );
+            map.insert("delayed_prefetches".into(), plan.delayed_prefetches.into());
+            map.insert("reordered_swap_ins".into(), plan.reordered_swap_ins.into());
+            map.insert("delayed_swap_outs".into(), plan.delayed_swap_outs.into());
         }
+        let chosen = Scored {
+            settings,
+            schedule: Some(plan.schedule),
+            score: Score::Feasible {
+                iter_time_s: sim.iter_time_s,
+                throughput_vs_ideal: sim.throughput_vs_ideal,
+                peak_bytes: sim.peak_live_bytes,
+                allocator,
+            },
+        };
+        let mut outcome = search.prove(chosen, &[])?;
+        if let PlanOutcome::Feasible(plan) = &mut outcome {
+            plan.planner.seed = Some(self.request.seed);
+        }
+        Ok(outcome)
     }
 }
 
