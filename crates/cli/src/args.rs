@@ -227,8 +227,10 @@ pub struct RunArgs {
     /// Device-arena allocator: perfect, best-fit, best-fit-paged, size-class, virtual-chunks,
     /// or offsets (the plan laid out at exact offsets, valid for every timing)
     /// (default: the plan's own, `perfect` for plans made here; a `perfect`
-    /// plan then runs laid out at exact offsets where that fits its budget,
-    /// and on a best-fit list otherwise or when `perfect` is named here).
+    /// plan then runs laid out at exact offsets where that fits its budget;
+    /// where it does not, a plan made here is made again for `offsets`, and
+    /// one the planner cannot make so, a loaded one, or one for a named
+    /// `perfect` runs on a best-fit list).
     /// Also used by the simulator's prediction.
     #[arg(long)]
     pub allocator: Option<String>,

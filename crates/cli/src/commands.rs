@@ -1137,21 +1137,22 @@ fn cmd_run(a: RunArgs, stop: &StopFlag) -> Result<()> {
         let loaded = load_graph(&a.graph)?;
         let budget = a.budget.as_deref().unwrap_or("100%");
         let budget_bytes = outcore::parse_budget(budget, loaded.footprint_bytes())?;
-        // Planned under the allocator the arena runs (a size-class pool is
-        // sized for the plan here).
-        let target = outcore::cpu_target(
-            &loaded,
-            budget_bytes,
-            allocator.unwrap_or_default(),
-            &options,
-        )?;
         let planner = a.planner.as_deref().unwrap_or("none");
         let plan_options = PlanOptions {
             seed: a.seed,
             max_moves: a.moves.map(outcore::check_moves).transpose()?,
             ..PlanOptions::default()
         };
-        let made = outcore::plan(&loaded, planner, &target, &plan_options)?;
+        // Planned under the allocator the arena runs (a size-class pool is
+        // sized for the plan here), or for one that lays out in the arena.
+        let made = outcore::plan_for_run(
+            &loaded,
+            planner,
+            budget_bytes,
+            allocator,
+            &plan_options,
+            &options,
+        )?;
         (loaded.graph, made.plan)
     };
     let out = outcore::run(&graph, plan, &options)?;

@@ -49,7 +49,7 @@ pub use planning::{
     simulate_plan, size_classes_for_trace, verify_plan,
 };
 pub use report::{Report, compare_report, parse_compare, plan_report};
-pub use run::{RunOptions, RunResult, cpu_target, run};
+pub use run::{RunOptions, RunResult, cpu_target, plan_for_run, run};
 pub use suite::{
     Retry, Suite, SuiteCase, SuiteGraph, SuiteResult, SuiteRow, default_repo_root, run_suite,
     standard_suite,

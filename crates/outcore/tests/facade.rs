@@ -352,6 +352,57 @@ fn a_perfect_plan_runs_laid_out_unless_asked_not_to() {
     assert_eq!(ran.matches_reference, Some(true));
 }
 
+/// Planned to run with no allocator named, a plan whose `perfect` layout
+/// spans more than the arena is planned again for `offsets` and runs
+/// bit-identically; a named allocator is kept. The default tiny-cnn at 100%
+/// of its footprint under `dtr` is such a case: its perfect plan ran out of
+/// the fragmented arena (`outcore::plan_for_run`'s doc).
+#[test]
+fn a_run_plan_that_cannot_be_laid_out_is_planned_for_offsets() {
+    let graph = zoo("tiny-cnn", 32);
+    let run_options = RunOptions {
+        iters: 2,
+        check: true,
+        reference: true,
+        ..RunOptions::default()
+    };
+    let budget_bytes = graph.footprint_bytes();
+    let plan_options = PlanOptions::default();
+    let target = outcore::cpu_target(&graph, budget_bytes, Default::default(), &run_options)
+        .expect("cpu target");
+    let perfect = outcore::plan(&graph, "dtr", &target, &plan_options).expect("dtr plans");
+    let mut laid = perfect.plan.clone();
+    let offsets = outcore::AllocatorSpec::Offsets(Default::default());
+    assert!(
+        outcore::set_allocator(&mut laid, &graph.graph, offsets).is_err(),
+        "the perfect plan's layout spans more than the arena"
+    );
+    let made = outcore::plan_for_run(
+        &graph,
+        "dtr",
+        budget_bytes,
+        None,
+        &plan_options,
+        &run_options,
+    )
+    .expect("plans for the run");
+    assert_eq!(made.plan.allocator.name(), "offsets");
+    let ran = outcore::run(&graph.graph, made.plan, &run_options).expect("runs");
+    assert!(ran.arena_high_water_bytes <= budget_bytes);
+    assert_eq!(ran.checks_passed, Some(true));
+    assert_eq!(ran.matches_reference, Some(true));
+    let named = outcore::plan_for_run(
+        &graph,
+        "dtr",
+        budget_bytes,
+        Some(outcore::AllocatorSpec::Perfect),
+        &plan_options,
+        &run_options,
+    )
+    .expect("plans");
+    assert_eq!(named.plan.allocator.name(), "perfect");
+}
+
 /// A swapping plan pinned to its timeline: the same instructions, waits only
 /// added, the same predicted time, a timeline that lists every step once in
 /// start order; and a plan for no device is refused by name.
