@@ -166,12 +166,36 @@ pub fn plan_for_run(
     let named = allocator.is_some();
     let target = cpu_target(graph, budget_bytes, allocator.unwrap_or_default(), options)?;
     let made = crate::plan(graph, planner, &target, plan_options)?;
+    check_arena(&made.plan, budget_bytes)?;
     if named || laid_out(&made.plan, &graph.graph).is_some() {
         return Ok(made);
     }
     let offsets = AllocatorSpec::Offsets(Default::default());
     let target = cpu_target(graph, budget_bytes, offsets, options)?;
     Ok(crate::plan(graph, planner, &target, plan_options).unwrap_or(made))
+}
+
+/// A plan that sets its own budget above the arena asked for (`ideal`
+/// plans for unlimited memory, whatever the budget) is refused: [`run`]
+/// sizes the arena by the plan's budget, so the one asked for would be
+/// ignored without a word.
+fn check_arena(plan: &Plan, budget_bytes: u64) -> Result<()> {
+    if plan.budget_bytes <= budget_bytes {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "budget (--budget)",
+        outcore_plan::fmt_bytes(budget_bytes),
+        format!(
+            "`{}` ignores the budget and plans for {}",
+            plan.planner.name,
+            outcore_plan::fmt_bytes(plan.budget_bytes)
+        ),
+        format!(
+            "a budget of at least {} for this planner, or a planner that plans for the budget (e.g. `outcore`)",
+            outcore_plan::fmt_bytes(plan.budget_bytes)
+        ),
+    ))
 }
 
 /// A target on the CPU reference backend: its device has exactly the budget.

@@ -403,6 +403,41 @@ fn a_run_plan_that_cannot_be_laid_out_is_planned_for_offsets() {
     assert_eq!(named.plan.allocator.name(), "perfect");
 }
 
+/// `ideal` plans for unlimited memory whatever the budget: planned to run
+/// in a smaller arena it is refused by name, with the budget it needs,
+/// instead of running in an arena of its own size.
+#[test]
+fn a_run_plan_above_the_arena_asked_for_is_refused() {
+    let graph = zoo("tiny-cnn", 32);
+    let run_options = RunOptions::default();
+    let half = graph.footprint_bytes() / 2;
+    let e = outcore::plan_for_run(
+        &graph,
+        "ideal",
+        half,
+        None,
+        &PlanOptions::default(),
+        &run_options,
+    )
+    .expect_err("refused");
+    let text = e.to_string();
+    assert!(matches!(e.kind, ErrorKind::InvalidValue { .. }), "{text}");
+    assert!(
+        text.contains("--budget") && text.contains("`ideal` ignores the budget"),
+        "{text}"
+    );
+    let made = outcore::plan_for_run(
+        &graph,
+        "ideal",
+        2 * graph.footprint_bytes(),
+        None,
+        &PlanOptions::default(),
+        &run_options,
+    )
+    .expect("plans in an arena twice its footprint");
+    assert!(made.plan.budget_bytes <= 2 * graph.footprint_bytes());
+}
+
 /// A swapping plan pinned to its timeline: the same instructions, waits only
 /// added, the same predicted time, a timeline that lists every step once in
 /// start order; and a plan for no device is refused by name.
