@@ -150,8 +150,8 @@ fn laid_out(plan: &Plan, graph: &Graph) -> Option<Plan> {
 /// bytes fit. Measured: `outcore run --model tiny-cnn --budget 100%
 /// --planner outcore` stopped with "out of device memory allocating
 /// 524288 bytes ... (643584 bytes free, largest free block 352256 bytes)",
-/// as did `ideal`, `checkpoint-sqrt` and `dtr` there; planned for
-/// `offsets` it runs. Where the planner finds no plan for `offsets`, the
+/// as did `checkpoint-sqrt` and `dtr` there (and `ideal`, which plans for
+/// no layout); planned for `offsets` those three run. Where the planner finds no plan for `offsets`, the
 /// perfect plan is returned and runs on the best-fit list, which may still
 /// fit it. The second plan costs a second planning, only where the first
 /// cannot be laid out: `outcore run --model tiny-transformer --budget 80%
