@@ -7,11 +7,16 @@ mod args;
 mod commands;
 mod progress;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() {
     let argv = args::rewrite_knob_flags(std::env::args().collect());
-    let cli = args::Cli::parse_from(argv);
+    // A negative number is a value, so that `--seconds -1` gets the range
+    // check that names the accepted values, not clap's "unexpected argument
+    // '-1'" (no option here is a digit, so nothing else parses otherwise).
+    let command = args::Cli::command().mut_subcommands(|c| c.allow_negative_numbers(true));
+    let cli =
+        args::Cli::from_arg_matches(&command.get_matches_from(argv)).unwrap_or_else(|e| e.exit());
     let stop = progress::StopFlag::install();
     if let Err(err) = commands::run(cli, &stop) {
         // One line, no backtrace: the chain of causes joined.

@@ -803,3 +803,32 @@ fn row_minor_bom_accepted_in_every_json_input() {
     let out = outcore(&args);
     assert!(out.status.success(), "{}", stderr_of(&out));
 }
+
+/// A negative number given to a numeric flag is a value: it reaches the
+/// range check that names the flag, the value and what is accepted, where
+/// clap refused it as an "unexpected argument '-1'".
+#[test]
+fn also_found_negative_numbers_reach_the_range_check() {
+    let mut args = vec!["plan"];
+    args.extend(TINY);
+    args.extend([
+        "--device",
+        "v100-16gb-pcie3",
+        "--budget",
+        "50%",
+        "-o",
+        "x.json",
+    ]);
+    let mut seconds = args.clone();
+    seconds.extend(["--seconds", "-1"]);
+    refused(
+        &seconds,
+        &["planner time limit (seconds)", "`-1`", "positive, finite"],
+    );
+    let mut moves = args.clone();
+    moves.extend(["--planner", "outcore", "--moves", "-4"]);
+    refused(&moves, &["moves", "`-4`", "0 to 1000000000"]);
+    let mut run = tiny_run(&["--planner", "dtr", "--budget", "50%", "--iters", "1"]);
+    run.extend(["--link-gbps".to_string(), "-2".to_string()]);
+    refused_owned(&run, &["link rate", "out of range"]);
+}
