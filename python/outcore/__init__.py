@@ -54,6 +54,30 @@ def _budget_text(budget: Budget) -> str:
     return str(budget)
 
 
+#: The largest whole number the native layer takes (Rust's ``u64``).
+_U64_MAX = 2**64 - 1
+
+
+def _whole(what: str, value: Any) -> Any:
+    """``value`` (``None`` passes) as a whole number in [0, 2^64 - 1] for the
+    native layer, else :class:`InvalidValueError` naming ``what``: the
+    extension's own conversion raises an ``OverflowError`` ("can't convert
+    negative int to unsigned") that names neither the argument nor the range.
+    The native layer checks each value's own range after this one."""
+    if value is None:
+        return None
+    try:
+        number = value.__index__() if not isinstance(value, bool) else None
+    except (AttributeError, TypeError):
+        number = None
+    if number is None or not 0 <= number <= _U64_MAX:
+        raise InvalidValueError(
+            f"{what} `{value!r}`: out of range; accepted: a whole number in [0, {_U64_MAX}] "
+            "(and the value's own range, checked next)"
+        )
+    return number
+
+
 def zoo_models() -> list[dict[str, Any]]:
     """The zoo's models: name, description, source, default batch and knobs."""
     return json.loads(_native.zoo_models())
@@ -89,7 +113,13 @@ def load_graph(
 ) -> Graph:
     """Builds a zoo model (``model``) or reads a graph file (``path``:
     ``outcore-graph/1`` or ``dnn-train-graph/1``), validated."""
-    return _native.load_graph(model, _path(path), batch, dict(knobs) if knobs else None, optimizer)
+    knob_values = {name: _whole(f"knob `{name}`", v) for name, v in knobs.items()} if knobs else None
+    try:
+        return _native.load_graph(model, _path(path), _whole("batch", batch), knob_values, optimizer)
+    except GraphError as e:
+        if model is not None and path is None and (model.endswith(".json") or os.sep in model):
+            raise GraphError(f"{e}; to read a graph file, pass it as path={model!r}") from None
+        raise
 
 
 def load_plan(path: PathLike) -> Plan:
@@ -236,7 +266,15 @@ def plan(
     takes there.
     """
     p, rest = _native.plan(
-        graph, planner, device, _budget_text(budget), allocator, seed, time_limit_s, _path(latency_table), moves
+        graph,
+        planner,
+        device,
+        _budget_text(budget),
+        allocator,
+        _whole("seed", seed),
+        time_limit_s,
+        _path(latency_table),
+        moves,
     )
     d = json.loads(rest)
     return PlanResult(
@@ -269,7 +307,15 @@ def compare(
     names = planners if isinstance(planners, str) else ",".join(planners)
     d = json.loads(
         _native.compare(
-            graph, names, device, _budget_text(budget), allocator, seed, time_limit_s, _path(latency_table), moves
+            graph,
+            names,
+            device,
+            _budget_text(budget),
+            allocator,
+            _whole("seed", seed),
+            time_limit_s,
+            _path(latency_table),
+            moves,
         )
     )
     results = [
@@ -309,7 +355,7 @@ def simulate(
 ) -> SimulateResult:
     """Simulates a plan on its own device under its own allocator (the graph is
     rebuilt from what the plan records; a plan that fails verification raises)."""
-    d = json.loads(_native.simulate(plan, iterations, _path(latency_table), record_trace))
+    d = json.loads(_native.simulate(plan, _whole("iterations", iterations), _path(latency_table), record_trace))
     return SimulateResult(
         planner=d["planner"],
         verification=Verification._from(d["verification"]),

@@ -103,3 +103,28 @@ def test_errors_are_typed_and_carry_the_message():
         outcore.load_plan("/nonexistent/p.json")
     with pytest.raises(outcore.PlanError):
         outcore.Plan.from_json("{}")
+
+
+def test_whole_numbers_out_of_range_name_the_argument():
+    """A negative or too large batch, knob, seed or iteration count is an
+    InvalidValueError naming the argument and the range, where the extension's
+    conversion raised a bare OverflowError; a file given as a model name is
+    pointed to ``path=``."""
+    for kwargs, name in [
+        ({"batch": -1}, "batch `-1`"),
+        ({"batch": 2**70}, "batch `1180591620717411303424`"),
+        ({"knobs": {"width": -3}}, "knob `width` `-3`"),
+        ({"batch": 2.5}, "batch `2.5`"),
+    ]:
+        with pytest.raises(outcore.InvalidValueError, match=name):
+            outcore.load_graph("tiny-cnn", **kwargs)
+    g = outcore.load_graph("tiny-cnn")
+    with pytest.raises(outcore.InvalidValueError, match="seed `-1`: out of range"):
+        outcore.plan(g, "dtr", device="v100-16gb-pcie3", budget="60%", seed=-1)
+    with pytest.raises(outcore.InvalidValueError, match="seed `-2`"):
+        outcore.compare(g, "dtr", device="v100-16gb-pcie3", budget="60%", seed=-2)
+    p = outcore.plan(g, "ideal", device="v100-16gb-pcie3", allocator="perfect").plan
+    with pytest.raises(outcore.InvalidValueError, match="iterations `-1`"):
+        outcore.simulate(p, iterations=-1)
+    with pytest.raises(outcore.GraphError, match="pass it as path='graphs/g.json'"):
+        outcore.load_graph("graphs/g.json")
