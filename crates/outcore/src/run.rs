@@ -270,7 +270,8 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
         link_bytes_per_s: options.link_bytes_per_s,
         ..outcore_exec::CpuBackendOptions::default()
     });
-    let report = outcore_exec::execute(graph, &plan, &backend, &exec_options)?;
+    let report = outcore_exec::execute(graph, &plan, &backend, &exec_options)
+        .map_err(|e| out_of_arena(e, &plan, graph))?;
     let matches_reference = if options.reference {
         Some(matches_reference(graph, &exec_options, &report)?)
     } else {
@@ -283,6 +284,35 @@ pub fn run(graph: &Graph, mut plan: Plan, options: &RunOptions) -> Result<RunRes
         matches_reference,
         options,
     ))
+}
+
+/// The executor's error, where a `perfect` plan (one not laid out: its
+/// layout spans more than the arena) ran out of the best-fit list's
+/// fragmented arena, with what the plan's exact layout needs: the budget
+/// at which it runs laid out. The executor's own message names the fixes
+/// but no number.
+fn out_of_arena(e: outcore_exec::ExecError, plan: &Plan, graph: &Graph) -> Error {
+    let out_of_memory = matches!(
+        e.kind,
+        outcore_exec::ExecErrorKind::OutOfDeviceMemory { .. }
+    );
+    if !out_of_memory || !matches!(plan.allocator, AllocatorSpec::Perfect) {
+        return e.into();
+    }
+    match outcore_plan::lay_out(plan, graph) {
+        Ok(layout) if layout.config.height_bytes > plan.budget_bytes => ErrorKind::NotRunnable {
+            reason: format!(
+                "{e}; laid out at exact offsets this plan needs {} bytes ({}) of device memory, more than its arena of {} bytes: with a budget of at least {} bytes (`--budget {}`) it runs laid out",
+                layout.config.height_bytes,
+                outcore_plan::fmt_bytes(layout.config.height_bytes),
+                plan.budget_bytes,
+                layout.config.height_bytes,
+                layout.config.height_bytes,
+            ),
+        }
+        .into(),
+        _ => e.into(),
+    }
 }
 
 /// The checks a plan passes before anything runs: made for the CPU backend,

@@ -438,6 +438,49 @@ fn a_run_plan_above_the_arena_asked_for_is_refused() {
     assert!(made.plan.budget_bytes <= 2 * graph.footprint_bytes());
 }
 
+/// A perfect plan that neither lays out in its arena nor fits the best-fit
+/// list there (`none` on tiny-cnn at its footprint) stops out of memory
+/// with the budget its exact layout needs, and runs laid out at that
+/// budget. The plan copies nothing, so its allocations and frees reach the
+/// arena in one order in every run (the executor drains in-flight frees
+/// before it reports a shortfall): the shortfall does not depend on timing.
+#[test]
+fn a_run_out_of_a_fragmented_arena_names_the_budget_its_layout_needs() {
+    let graph = zoo("tiny-cnn", 32);
+    let run_options = RunOptions {
+        iters: 1,
+        ..RunOptions::default()
+    };
+    let plan_options = PlanOptions::default();
+    let at = |budget_bytes: u64| {
+        outcore::plan_for_run(
+            &graph,
+            "none",
+            budget_bytes,
+            None,
+            &plan_options,
+            &run_options,
+        )
+        .expect("none plans at the footprint and above")
+    };
+    let made = at(graph.footprint_bytes());
+    assert_eq!(made.plan.allocator.name(), "perfect");
+    let e = outcore::run(&graph.graph, made.plan, &run_options).expect_err("out of memory");
+    let text = e.to_string();
+    assert!(matches!(e.kind, ErrorKind::NotRunnable { .. }), "{text}");
+    assert!(text.contains("out of device memory"), "{text}");
+    let needed: u64 = text
+        .split("(`--budget ")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a budget in bytes: {text}"));
+    assert!(needed > graph.footprint_bytes(), "{text}");
+    let ran = outcore::run(&graph.graph, at(needed).plan, &run_options).expect("runs laid out");
+    assert_eq!(ran.allocator, "offsets");
+    assert!(ran.arena_high_water_bytes <= needed);
+}
+
 /// A swapping plan pinned to its timeline: the same instructions, waits only
 /// added, the same predicted time, a timeline that lists every step once in
 /// start order; and a plan for no device is refused by name.
