@@ -366,6 +366,8 @@ pub fn virtual_chunks_allocator(chunk_kib: u64) -> Result<AllocatorSpec> {
 }
 
 /// The planners a comma-separated list names, or every planner for `all`.
+/// A planner named twice is refused: it would be planned and printed twice
+/// (`compare --planners window,window` did so).
 pub fn parse_planner_list(list: &str) -> Result<Vec<String>> {
     if list.trim() == "all" {
         return Ok(outcore_planners::names()
@@ -373,13 +375,20 @@ pub fn parse_planner_list(list: &str) -> Result<Vec<String>> {
             .map(String::from)
             .collect());
     }
-    list.split(',')
-        .map(|name| {
-            let name = name.trim();
-            check_planner(name)?;
-            Ok(name.to_string())
-        })
-        .collect()
+    let mut names: Vec<String> = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        check_planner(name)?;
+        if names.iter().any(|n| n == name) {
+            return Err(Error::invalid(
+                "planner list (--planners)",
+                list,
+                format!("names `{name}` twice"),
+                "each planner once, comma-separated, or `all`",
+            ));
+        }
+        names.push(name.to_string());
+    }
+    Ok(names)
 }
 
 /// The planner of that name.

@@ -97,6 +97,14 @@ fn names_and_numbers_out_of_range_are_errors() {
         .to_string();
     assert!(msg.contains("unknown planner `magic`"), "{msg}");
     assert!(outcore::parse_planner_list("all").unwrap().len() > 5);
+    let msg = outcore::parse_planner_list("window, dtr,window")
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("names `window` twice"), "{msg}");
+    assert_eq!(
+        outcore::parse_planner_list("window, dtr").unwrap(),
+        ["window", "dtr"]
+    );
     let msg = outcore::parse_optimizer("lion").unwrap_err().to_string();
     assert!(msg.contains("sgd, adam, adamw, none"), "{msg}");
     assert!(outcore::virtual_chunks_allocator(0).is_err());
