@@ -258,6 +258,31 @@ def test_budget_below_the_largest_op_raises_and_changes_nothing():
     assert _same(before, _snapshot(m, o))
 
 
+def test_a_step_planned_with_moves_is_the_same_whatever_the_time_limit():
+    """``moves`` bounds ``outcore``'s search by counts: time limits 10^5 apart
+    give the same plan and the same generated step; with ``auto``, whose
+    planners count no moves, it is refused by name before anything changes."""
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(num_classes=10)
+    x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+    compiled = []
+    for time_limit_s in (0.001, 100.0):
+        mc = copy.deepcopy(m)
+        s = ot.compile_step(mc, nn.functional.cross_entropy, _sgd(mc), (x, y), budget="60%",
+                            allocator="perfect", moves=30, time_limit_s=time_limit_s)
+        assert s.compiled.plan_result.planner == "outcore"
+        plan = copy.deepcopy(s.compiled.plan_json)
+        del plan["graph"]["file"]  # each step's own temporary directory
+        compiled.append((json.dumps(plan, sort_keys=True), s.source))
+    assert compiled[0] == compiled[1]
+    o = _sgd(m)
+    before = _snapshot(m, o)
+    with pytest.raises(ot.InvalidValueError, match=r"moves `30` with planner `auto`"):
+        ot.compile_step(m, nn.functional.cross_entropy, o, (x, y), budget="60%", allocator="perfect",
+                        planner="auto", moves=30)
+    assert _same(before, _snapshot(m, o))
+
+
 def test_unknown_issue_order_is_refused_by_name_and_changes_nothing():
     m = torchvision.models.resnet18(num_classes=10)
     o = _sgd(m)

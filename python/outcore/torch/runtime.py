@@ -402,10 +402,16 @@ class StepFunction:
     def __init__(self, model: nn.Module, loss_fn, optimizer, *, budget, planner: str,
                  device_profile: str | None, allocator: str, headroom: float | int,
                  latency_table: str | None, seed: int, time_limit_s: float, enforce: bool,
-                 issue_order: str = "early"):
+                 issue_order: str = "early", moves: int | None = None):
         if issue_order not in ISSUE_ORDERS:
             raise InvalidValueError(f"issue_order `{issue_order}`: not one of {', '.join(ISSUE_ORDERS)} "
                                     "(see compile_step)")
+        if moves is not None and planner == "auto":
+            raise InvalidValueError(
+                f"moves `{moves}` with planner `auto`: `auto` compares planners that count no moves "
+                f"({DEFAULT_PLANNERS}); accepted: moves with planner 'outcore' or 'outcore-recompute', "
+                "or no moves"
+            )
         self.model = model
         self.loss_fn = loss_fn
         self.optimizer = optimizer
@@ -417,6 +423,7 @@ class StepFunction:
         self.latency_table = latency_table
         self.seed = seed
         self.time_limit_s = time_limit_s
+        self.moves = moves
         self.enforce = enforce
         self.issue_order = issue_order
         self._expandable = False
@@ -521,7 +528,7 @@ class StepFunction:
         kw = dict(device=profile, budget=planner_budget, allocator=self.allocator, seed=self.seed,
                   time_limit_s=self.time_limit_s, latency_table=self.latency_table)
         if self.planner != "auto":
-            return outcore.plan(graph, self.planner, **kw)
+            return outcore.plan(graph, self.planner, moves=self.moves, **kw)
         comparison = outcore.compare(graph, DEFAULT_PLANNERS, **kw)
         feasible = [r for r in comparison.results if r.feasible and r.report is not None]
         if not feasible:
@@ -777,6 +784,7 @@ def compile_step(
     time_limit_s: float = 10.0,
     enforce: bool = False,
     issue_order: str = "early",
+    moves: int | None = None,
 ) -> StepFunction:
     """Captures, plans and generates a training step that runs under ``budget``.
 
@@ -818,6 +826,13 @@ def compile_step(
     once on GPT-2 124M at half of eager's peak, which trains under
     ``"early"``; with ``virtual-chunks`` and ``headroom=0.12`` or ``0.15`` it
     trained at the quarter (RESULTS.md, "Issue order").
+
+    ``moves`` (``outcore`` and ``outcore-recompute`` only, as in
+    :func:`outcore.plan`) ends the planner's search after that many scored
+    moves per start instead of at ``time_limit_s``: the same ``seed`` then
+    gives the same plan, and so the same generated step, whatever the
+    machine's speed.
+
     The example batch
     is captured at once, so errors (unsupported ops, an infeasible budget) are
     raised here, before any training.
@@ -825,6 +840,6 @@ def compile_step(
     step = StepFunction(model, loss_fn, optimizer, budget=budget, planner=planner,
                         device_profile=device_profile, allocator=allocator, headroom=headroom,
                         latency_table=latency_table, seed=seed, time_limit_s=time_limit_s,
-                        enforce=enforce, issue_order=issue_order)
+                        enforce=enforce, issue_order=issue_order, moves=moves)
     step.compile(tuple(example_batch))
     return step
