@@ -112,8 +112,9 @@ pub enum Command {
     },
     /// Every planner on the benchmark suite (zoo CNNs and transformers and the
     /// repository's PyTorch exports, at 75/50/25/12.5% of the footprint on
-    /// v100-16gb-pcie3 and h100-80gb), with the lower bound; run from the
-    /// repository's root. Prints a Markdown table (or JSON).
+    /// v100-16gb-pcie3 and h100-80gb), with the lower bound; the exports are
+    /// read from the checkout in the current directory, else from the one
+    /// outcore was built from. Prints a Markdown table (or JSON).
     BenchSuite {
         /// Comma-separated planner names, or `all`.
         #[arg(long, default_value = "all")]

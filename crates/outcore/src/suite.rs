@@ -11,7 +11,7 @@ use crate::planning::{
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One graph of the suite.
 #[derive(Debug, Clone, Serialize)]
@@ -393,9 +393,24 @@ impl SuiteResult {
 }
 
 /// Where the suite looks for the repository's example graphs: the current
-/// directory (a checkout's root).
+/// directory where it is a checkout's root (it holds the suite's first
+/// export), else the checkout this crate was built from where that still
+/// holds it, else the current directory (and the exports are skipped, each
+/// named). Run from another directory, the suite used to skip the four
+/// PyTorch exports and plan the zoo models alone.
 pub fn default_repo_root() -> PathBuf {
-    PathBuf::from(".")
+    repo_root_from(Path::new("."), Path::new(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// [`default_repo_root`] for a current directory `here` and this crate's
+/// directory `manifest_dir` (the root two levels up).
+fn repo_root_from(here: &Path, manifest_dir: &Path) -> PathBuf {
+    const MARKER: &str = "tools/examples/resnet50_b32.json";
+    let built = manifest_dir.join("../..");
+    if !here.join(MARKER).is_file() && built.join(MARKER).is_file() {
+        return built;
+    }
+    here.to_path_buf()
 }
 
 #[cfg(test)]
@@ -584,5 +599,23 @@ mod tests {
             "the retry ran on its 0.6 s: {} s",
             again.planner_time_s
         );
+    }
+
+    /// The suite's exports are found from any directory of a machine that
+    /// holds the checkout it was built from, and from a checkout's root.
+    #[test]
+    fn the_repository_root_is_found_from_another_directory() {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let elsewhere = std::env::temp_dir();
+        let root = repo_root_from(&elsewhere, manifest);
+        assert!(
+            root.join("tools/examples/resnet50_b32.json").is_file(),
+            "{root:?}"
+        );
+        let checkout = manifest.join("../..");
+        assert_eq!(repo_root_from(&checkout, manifest), checkout);
+        // Where neither holds the exports, the current directory (the
+        // suite then names each skipped export).
+        assert_eq!(repo_root_from(&elsewhere, &elsewhere), elsewhere);
     }
 }
