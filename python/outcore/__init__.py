@@ -58,7 +58,7 @@ def _budget_text(budget: Budget) -> str:
 _U64_MAX = 2**64 - 1
 
 
-def _whole(what: str, value: Any) -> Any:
+def _whole(what: str, value: Any) -> int | None:
     """``value`` (``None`` passes) as a whole number in [0, 2^64 - 1] for the
     native layer, else :class:`InvalidValueError` naming ``what``: the
     extension's own conversion raises an ``OverflowError`` ("can't convert
@@ -72,8 +72,8 @@ def _whole(what: str, value: Any) -> Any:
         number = None
     if number is None or not 0 <= number <= _U64_MAX:
         raise InvalidValueError(
-            f"{what} `{value!r}`: out of range; accepted: a whole number in [0, {_U64_MAX}] "
-            "(and the value's own range, checked next)"
+            f"{what} `{value!r}`: not a whole number in range; accepted: a whole number in "
+            f"[0, {_U64_MAX}] (and the value's own range, checked next)"
         )
     return number
 

@@ -119,7 +119,7 @@ def test_whole_numbers_out_of_range_name_the_argument():
         with pytest.raises(outcore.InvalidValueError, match=name):
             outcore.load_graph("tiny-cnn", **kwargs)
     g = outcore.load_graph("tiny-cnn")
-    with pytest.raises(outcore.InvalidValueError, match="seed `-1`: out of range"):
+    with pytest.raises(outcore.InvalidValueError, match="seed `-1`: not a whole number in range"):
         outcore.plan(g, "dtr", device="v100-16gb-pcie3", budget="60%", seed=-1)
     with pytest.raises(outcore.InvalidValueError, match="seed `-2`"):
         outcore.compare(g, "dtr", device="v100-16gb-pcie3", budget="60%", seed=-2)
