@@ -78,6 +78,20 @@ def _whole(what: str, value: Any) -> int | None:
     return number
 
 
+def _target_args(
+    device: str,
+    budget: Budget,
+    allocator: str,
+    seed: int,
+    time_limit_s: float,
+    latency_table: PathLike | None,
+    moves: int | None,
+) -> tuple[Any, ...]:
+    """The arguments :func:`plan` and :func:`compare` pass to the native layer
+    after the graph and the planner names, checked and converted."""
+    return (device, _budget_text(budget), allocator, _whole("seed", seed), time_limit_s, _path(latency_table), moves)
+
+
 def zoo_models() -> list[dict[str, Any]]:
     """The zoo's models: name, description, source, default batch and knobs."""
     return json.loads(_native.zoo_models())
@@ -266,15 +280,7 @@ def plan(
     takes there.
     """
     p, rest = _native.plan(
-        graph,
-        planner,
-        device,
-        _budget_text(budget),
-        allocator,
-        _whole("seed", seed),
-        time_limit_s,
-        _path(latency_table),
-        moves,
+        graph, planner, *_target_args(device, budget, allocator, seed, time_limit_s, latency_table, moves)
     )
     d = json.loads(rest)
     return PlanResult(
@@ -307,15 +313,7 @@ def compare(
     names = planners if isinstance(planners, str) else ",".join(planners)
     d = json.loads(
         _native.compare(
-            graph,
-            names,
-            device,
-            _budget_text(budget),
-            allocator,
-            _whole("seed", seed),
-            time_limit_s,
-            _path(latency_table),
-            moves,
+            graph, names, *_target_args(device, budget, allocator, seed, time_limit_s, latency_table, moves)
         )
     )
     results = [
