@@ -9,7 +9,8 @@
 # by default the defaults, the quarter-budget setting that trained ResNet-50 on
 # an H200 (outcore:virtual-chunks:timeline:0.12) and auto), SECONDS_LIMIT.
 # Run on 2026-11-30 (H200, 5 min; results in python/bench-results/2026-11-30-h200)
-# with the outcore runs as `auto` and `outcore`, both best-fit.
+# with the outcore runs as `auto` and `outcore`, both best-fit, and with these
+# default RUNS on 2026-12-04 (H200, 7 min; python/bench-results/2026-12-04-h200).
 # Expects `outcore` importable (the wheel installed) and a CUDA device.  Every
 # result is written under OUT_DIR as it comes (one JSON per run, log.txt), so a
 # run cut short keeps what it measured.
