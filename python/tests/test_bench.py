@@ -26,11 +26,33 @@ def test_fixed_batch_trains_every_method_at_that_batch_and_records_the_plan(tmp_
     assert by_method["outcore"]["simulated_iter_s"] > 0
 
 
+def test_a_trial_bounded_by_moves_plans_the_same_whatever_the_clock(tmp_path):
+    """``--moves`` reaches compile_step: two trials with very different time
+    limits make the same plan (the search stops at its move count, not the
+    clock) and record the bound."""
+    docs = []
+    for seconds in ("0.001", "100"):
+        out = tmp_path / f"m{seconds}.json"
+        # 10 MiB is below this step's footprint: the plan recomputes and swaps
+        assert bench.main(["--model", "tiny-gpt", "--device", "cpu", "--budget", "10MiB", "--batch", "64",
+                           "--allocator", "virtual-chunks", "--methods", "outcore", "--planner", "outcore",
+                           "--moves", "20", "--seconds", seconds, "--iters", "1", "--json", str(out)]) == 0
+        docs.append(json.loads(out.read_text()))
+    assert [d["moves"] for d in docs] == [20, 20]
+    plans = [{k: d["results"][0][k] for k in ("planner", "simulated_iter_s", "plan_peak_live_bytes", "recomputes",
+                                                "swap_outs", "swap_ins")} for d in docs]
+    assert plans[0] == plans[1] and plans[0]["planner"] == "outcore", plans
+    assert plans[0]["recomputes"] + plans[0]["swap_outs"] > 0, plans
+
+
 @pytest.mark.parametrize("argv, word", [
     (["--batch", "-1"], "--batch"),
     (["--seconds", "0"], "--seconds"),
     (["--seconds", "nan"], "--seconds"),
     (["--allocator", "bogus"], "bogus"),
+    (["--moves", "-1"], "--moves"),
+    (["--moves", "5", "--planner", "auto"], "`auto` counts no moves"),
+    (["--moves", "5", "--methods", "eager"], "--moves applies to the outcore method"),
 ])
 def test_bad_arguments_exit_non_zero_naming_the_value(argv, word, capsys):
     with pytest.raises(SystemExit) as e:

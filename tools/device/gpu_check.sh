@@ -7,7 +7,9 @@
 #
 # Environment: SKIP_PYTEST=1, RUNS ("planner:allocator[:issue order[:headroom]] ...",
 # by default the defaults, the quarter-budget setting that trained ResNet-50 on
-# an H200 (outcore:virtual-chunks:timeline:0.12) and auto), SECONDS_LIMIT.
+# an H200 (outcore:virtual-chunks:timeline:0.12) and auto), SECONDS_LIMIT,
+# MOVES (the outcore planner's search bounded by scored moves per start, so
+# that every run of the check makes the same plans; not passed to auto).
 # Run on 2026-11-30 (H200, 5 min; results in python/bench-results/2026-11-30-h200)
 # with the outcore runs as `auto` and `outcore`, both best-fit, and with these
 # default RUNS on 2026-12-04 (H200, 7 min; python/bench-results/2026-12-04-h200).
@@ -58,7 +60,7 @@ for c in "${list[@]}"; do
             order="${order:-early}"; headroom="${headroom:-0.08}"
             bench --model "$model" --batch "$batch" --budget "$budget" --methods outcore --planner "$planner" \
                 --allocator "$allocator" --issue-order "$order" --headroom "$headroom" \
-                --seconds "${SECONDS_LIMIT:-10}" \
+                --seconds "${SECONDS_LIMIT:-10}" ${MOVES:+$([ "$planner" = auto ] || echo --moves "$MOVES")} \
                 --json "$out/json/$model-$pct-$planner-$allocator-$order-$headroom.json"
         done
     done

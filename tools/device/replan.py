@@ -2,7 +2,7 @@
 measured again.
 
     python3 tools/device/replan.py --model resnet50 --batch 128 --budget B --out DIR \
-        [--allocator virtual-chunks] [--issue-order timeline] [--headroom 0.15]
+        [--allocator virtual-chunks] [--issue-order timeline] [--headroom 0.15] [--moves N]
 
 Compiles the step (outcore.torch, the budget enforced), measures it
 (:meth:`StepFunction.measure`), profiles it (every op and copy timed, an
@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--issue-order", default="timeline", choices=["early", "timeline"])
     ap.add_argument("--headroom", type=float, default=0.15)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--moves", type=int, default=None,
+                    help="bound the search by scored moves per start (the same plans on every run)")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", required=True)
@@ -42,9 +44,9 @@ def main() -> None:
     dev = torch.device(a.device)
     model, loss_fn, opt, x, y = prepared(a.model, dev, a.batch)
     kw = dict(budget=a.budget, allocator=a.allocator, issue_order=a.issue_order, headroom=a.headroom,
-              time_limit_s=a.seconds, enforce=dev.type == "cuda")
+              time_limit_s=a.seconds, moves=a.moves, enforce=dev.type == "cuda")
     doc: dict = {"model": a.model, "batch": a.batch, "budget_bytes": a.budget, "allocator": a.allocator,
-                 "issue_order": a.issue_order, "headroom": a.headroom}
+                 "issue_order": a.issue_order, "headroom": a.headroom, "moves": a.moves}
     step = ot.compile_step(model, loss_fn, opt, (x, y), **kw)
     doc["roofline"] = step.measure(x, y, iterations=a.iterations)
     print("roofline plan:", json.dumps(doc["roofline"]), flush=True)

@@ -131,7 +131,8 @@ def prepared(model_name: str, device: torch.device, batch: int):
 
 def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
               iters: int, planner: str, headroom: float, seconds: float = 10.0,
-              allocator: str = "best-fit-paged", issue_order: str = "early") -> dict[str, Any] | None:
+              allocator: str = "best-fit-paged", issue_order: str = "early",
+              moves: int | None = None) -> dict[str, Any] | None:
     """Trains ``iters`` timed steps (after one warm-up); ``None`` if it does not fit."""
     model, loss_fn, make_batch = make_model(model_name, device)
     opt = _sgd(model)
@@ -162,7 +163,8 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
             t0 = time.perf_counter()
             compiled = ot.compile_step(model, loss_fn, opt, make_batch(batch), budget=budget_bytes,
                                        planner=planner, headroom=headroom, enforce=True,
-                                       time_limit_s=seconds, allocator=allocator, issue_order=issue_order)
+                                       time_limit_s=seconds, allocator=allocator, issue_order=issue_order,
+                                       moves=moves)
             info["compile_s"] = time.perf_counter() - t0
             info["planner"] = compiled.plan_result.planner
             info["simulated_iter_s"] = compiled.plan_result.report.iter_time_s
@@ -245,7 +247,7 @@ def largest_batch(method: str, args, budget_bytes: int, device: torch.device, st
                       f"host memory, {avail / 2**30:.0f} GiB available)", file=sys.stderr, flush=True)
                 return None
         r = run_trial(method, args.model, b, budget_bytes, device, args.iters, args.planner, args.headroom,
-                      args.seconds, args.allocator, args.issue_order)
+                      args.seconds, args.allocator, args.issue_order, args.moves)
         if r is not None:
             TRIALS.append(r)
         print(f"  {method:12s} batch {b:5d}: {'fits' if r else 'does not fit'}"
@@ -305,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
                          "pages, as cudaMalloc maps them), virtual-chunks (turns on PyTorch's expandable "
                          "segments for the rest of the process: give it one method) or perfect")
     ap.add_argument("--seconds", type=float, default=10.0, help="outcore's planning time limit per trial")
+    ap.add_argument("--moves", type=int, default=None,
+                    help="bound the outcore planner's search by scored moves per start instead of the clock, "
+                         "so that a trial plans the same on any machine (compile_step's moves; planners "
+                         "outcore and outcore-recompute only)")
     ap.add_argument("--tolerance", type=float, default=0.2, help="bisection stops within this fraction")
     ap.add_argument("--iters", type=int, default=3, help="timed steps per trial")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -317,6 +323,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--batch must be >= 1 (or 0 for the search); got {args.batch}")
     if not (math.isfinite(args.seconds) and args.seconds > 0):
         ap.error(f"--seconds must be a positive number of seconds, e.g. 10; got {args.seconds}")
+    if args.moves is not None:
+        if args.moves < 0:
+            ap.error(f"--moves must be a whole number >= 0 (scored moves per start), e.g. 2000; got {args.moves}")
+        if args.planner not in ("outcore", "outcore-recompute"):
+            ap.error(f"--moves bounds the search of --planner outcore or outcore-recompute; `{args.planner}` "
+                     "counts no moves: give one of those, or leave --moves out")
+        if "outcore" not in args.methods.split(","):
+            ap.error(f"--moves applies to the outcore method, which --methods `{args.methods}` does not include")
     import outcore
 
     device = torch.device(args.device)
@@ -339,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump({"model": args.model, "budget_bytes": budget_bytes, "partial": True,
                            "results": results, "trials": TRIALS, "failures": FAILURES}, f, indent=1)
     doc = {
-        "planner": args.planner, "headroom": args.headroom, "seconds": args.seconds, "allocator": args.allocator, "issue_order": args.issue_order, "fixed_batch": args.batch,
+        "planner": args.planner, "headroom": args.headroom, "seconds": args.seconds, "moves": args.moves,
+        "allocator": args.allocator, "issue_order": args.issue_order, "fixed_batch": args.batch,
         "model": args.model, "budget_bytes": budget_bytes, "device": torch.cuda.get_device_name(device)
         if device.type == "cuda" else "cpu", "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "results": results,
