@@ -422,7 +422,14 @@ impl BestFitCaching {
         pool.allocate(rounded_bytes, split)
     }
 
-    fn out_of_memory(&mut self, id: AllocId, requested_bytes: u64) -> AllocError {
+    /// `segment_bytes`: the new segment the request needed, where it is
+    /// larger than the request (named in the message).
+    fn out_of_memory(
+        &mut self,
+        id: AllocId,
+        requested_bytes: u64,
+        segment_bytes: Option<u64>,
+    ) -> AllocError {
         let free_bytes = self.device.free_bytes() + self.cached_free_bytes();
         let largest_free_block_bytes = self
             .device
@@ -442,6 +449,7 @@ impl BestFitCaching {
             largest_free_block_bytes,
             reserved_bytes: self.stats.reserved_bytes,
             capacity_bytes: self.capacity_bytes,
+            segment_bytes: segment_bytes.filter(|&s| s > requested_bytes),
         })
     }
 }
@@ -461,14 +469,14 @@ impl Allocator for BestFitCaching {
             return Err(AllocErrorKind::DoubleAllocate { id }.into());
         }
         let Some(rounded) = round_request(size_bytes) else {
-            return Err(self.out_of_memory(id, size_bytes));
+            return Err(self.out_of_memory(id, size_bytes, None));
         };
         let small = rounded <= self.config.small_size_bytes;
         let block = match self.try_cached(rounded, small) {
             Some(block) => block,
             None => {
                 let Some(segment_bytes) = self.segment_size(rounded, small) else {
-                    return Err(self.out_of_memory(id, size_bytes));
+                    return Err(self.out_of_memory(id, size_bytes, None));
                 };
                 let segment_addr = match self.device.reserve(segment_bytes) {
                     Some(addr) => Some(addr),
@@ -483,7 +491,7 @@ impl Allocator for BestFitCaching {
                     }
                 };
                 let Some(segment_addr) = segment_addr else {
-                    return Err(self.out_of_memory(id, size_bytes));
+                    return Err(self.out_of_memory(id, size_bytes, Some(segment_bytes)));
                 };
                 let pool = if small {
                     &mut self.small
@@ -495,7 +503,7 @@ impl Allocator for BestFitCaching {
                 match self.try_cached(rounded, small) {
                     Some(block) => block,
                     // Unreachable in practice: the fresh segment fits.
-                    None => return Err(self.out_of_memory(id, size_bytes)),
+                    None => return Err(self.out_of_memory(id, size_bytes, None)),
                 }
             }
         };
@@ -737,6 +745,41 @@ mod tests {
             ref other => panic!("unexpected {other:?}"),
         }
         assert_eq!(a.stats().failures.len(), 1);
+    }
+
+    #[test]
+    fn a_request_whose_segment_does_not_fit_names_the_segment() {
+        // Requests of 1 to 10 MiB take a 20 MiB segment: in a 16 MiB device
+        // a 2 MiB request fails with all 16 MiB free, and says why.
+        let mut a = BestFitCaching::with_defaults(16 * MIB);
+        let err = a
+            .allocate(AllocId(0), 2 * MIB)
+            .expect_err("no 20 MiB segment fits");
+        match *err.kind() {
+            AllocErrorKind::OutOfMemory {
+                segment_bytes,
+                largest_free_block_bytes,
+                ..
+            } => assert_eq!(
+                (segment_bytes, largest_free_block_bytes),
+                (Some(20 * MIB), 16 * MIB)
+            ),
+            ref other => panic!("unexpected {other:?}"),
+        }
+        assert!(
+            err.to_string()
+                .contains("does not fit (it needs a new segment of 20971520 bytes"),
+            "{err}"
+        );
+        // A large request's segment is the request itself: nothing to add.
+        let err = a
+            .allocate(AllocId(1), 18 * MIB)
+            .expect_err("over the device");
+        match *err.kind() {
+            AllocErrorKind::OutOfMemory { segment_bytes, .. } => assert_eq!(segment_bytes, None),
+            ref other => panic!("unexpected {other:?}"),
+        }
+        assert!(!err.to_string().contains("segment of"), "{err}");
     }
 
     #[test]

@@ -41,11 +41,17 @@ pub enum AllocErrorKind {
     /// space plus cached free blocks or free pool objects);
     /// `largest_free_block_bytes` is the largest single request that could
     /// have succeeded, which is what fragmentation shrinks.
+    /// `segment_bytes`: where the request needed a new segment larger than
+    /// itself (the caching allocator reserves requests of 1 to 10 MiB in
+    /// 20 MiB segments), that segment's size, which is what had to fit:
+    /// without it a 2 MiB request failing beside a 14 MiB free block reads
+    /// as a contradiction.
     #[error(
-        "out of memory: allocation {id} of {requested_bytes} bytes does not fit; \
+        "out of memory: allocation {id} of {requested_bytes} bytes does not fit{segment}; \
          {free_bytes} bytes are free but the largest free block is {largest_free_block_bytes} bytes \
          ({reserved_bytes} of {capacity_bytes} bytes reserved); free or swap out tensors, \
-         raise the capacity, or use an allocator that fragments less"
+         raise the capacity, or use an allocator that fragments less",
+        segment = segment_note(*.segment_bytes)
     )]
     OutOfMemory {
         id: AllocId,
@@ -54,6 +60,7 @@ pub enum AllocErrorKind {
         largest_free_block_bytes: u64,
         reserved_bytes: u64,
         capacity_bytes: u64,
+        segment_bytes: Option<u64>,
     },
     /// `free` of an id that is not live.
     #[error(
@@ -100,6 +107,16 @@ pub(crate) fn invalid_config(reason: impl Into<String>) -> AllocError {
     AllocError::new(AllocErrorKind::InvalidConfig {
         reason: reason.into(),
     })
+}
+
+/// The clause of [`AllocErrorKind::OutOfMemory`]'s message that names the
+/// segment a request needed, if any.
+fn segment_note(segment_bytes: Option<u64>) -> String {
+    segment_bytes
+        .map(|b| {
+            format!(" (it needs a new segment of {b} bytes, the allocator's segment size for it)")
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

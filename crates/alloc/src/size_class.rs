@@ -412,6 +412,7 @@ impl SizeClassPool {
             largest_free_block_bytes,
             reserved_bytes: self.stats.reserved_bytes,
             capacity_bytes: self.capacity_bytes,
+            segment_bytes: None,
         })
     }
 

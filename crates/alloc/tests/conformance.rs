@@ -160,6 +160,7 @@ fn check_oom(alloc: &dyn Allocator, err: &AllocError, id: AllocId, requested: u6
             largest_free_block_bytes,
             reserved_bytes,
             capacity_bytes,
+            ..
         } => {
             assert_eq!((err_id, requested_bytes), (id, requested), "{name}");
             assert!(largest_free_block_bytes <= free_bytes, "{name}: {err}");
