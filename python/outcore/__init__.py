@@ -97,9 +97,12 @@ def zoo_models() -> list[dict[str, Any]]:
     return json.loads(_native.zoo_models())
 
 
-def planners() -> list[str]:
-    """The names of every planner."""
-    return list(_native.planners())
+def planners(by_name_too: bool = False) -> list[str]:
+    """The planners' names: those ``compare(..., "all")`` runs, and with
+    ``by_name_too`` also those reachable by name only (SwapAdvisor's
+    ablations, ``outcore-recompute``, ``checkmate-milp``)."""
+    names = list(_native.planners())
+    return names + list(_native.planners_by_name_only()) if by_name_too else names
 
 
 def devices() -> list[str]:

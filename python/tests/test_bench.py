@@ -53,12 +53,31 @@ def test_a_trial_bounded_by_moves_plans_the_same_whatever_the_clock(tmp_path):
     (["--moves", "-1"], "--moves"),
     (["--moves", "5", "--planner", "auto"], "`auto` counts no moves"),
     (["--moves", "5", "--methods", "eager"], "--moves applies to the outcore method"),
+    (["--budget", "abc"], "--budget: size `abc`"),
+    (["--budget", "0"], "--budget must be a positive"),
+    (["--start", "0"], "--start must be a whole number >= 1"),
+    (["--max-batch", "4"], "--max-batch must be at least --start (8); got 4"),
+    (["--iters", "0"], "--iters must be a whole number >= 1"),
+    (["--headroom", "2"], "--headroom must be a fraction of the budget in [0, 1)"),
+    (["--headroom", "-0.5"], "got -0.5"),
+    (["--tolerance", "0"], "--tolerance must be a fraction in (0, 1)"),
+    (["--methods", "eager,bogus"], "unknown method `bogus`"),
+    (["--model", "nosuch"], "unknown model `nosuch`"),
+    (["--planner", "nope"], "unknown planner `nope`"),
+    (["--eager-bytes-per-sample", "-3"], "--eager-bytes-per-sample must be >= 0"),
 ])
 def test_bad_arguments_exit_non_zero_naming_the_value(argv, word, capsys):
+    """Refused before anything trains (the usage error, exit status 2): a
+    --start of 0 looped for ever doubling batch 0, --iters 0 and a budget
+    that is not a size ended in tracebacks, a negative headroom planned
+    above the budget, and an unknown method was found only after the
+    methods before it had run."""
     with pytest.raises(SystemExit) as e:
         bench.main(["--model", "tiny-gpt", "--device", "cpu", "--budget", "40MiB", *argv])
-    assert e.value.code != 0
-    assert word in capsys.readouterr().err
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert word in err, err
+    assert "fits" not in err, err
 
 
 # best-fit-paged's 20 MiB shared segments leave this ~36 MiB step no room below its footprint

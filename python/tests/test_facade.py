@@ -13,6 +13,13 @@ def test_lists_are_not_empty_and_consistent():
     names = [m["name"] for m in outcore.zoo_models()]
     assert "resnet50" in names
     assert "window" in outcore.planners()
+    # by name only: in the longer list, not in the one "all" runs, and plannable
+    by_name = set(outcore.planners(by_name_too=True)) - set(outcore.planners())
+    assert {"outcore-recompute", "checkmate-milp"} <= by_name, by_name
+    assert set(outcore.planners()) <= set(outcore.planners(by_name_too=True))
+    g = outcore.load_graph("tiny-cnn")
+    r = outcore.plan(g, "outcore-recompute", device="v100-16gb-pcie3", budget="100%", allocator="perfect", moves=5)
+    assert r.planner == "outcore-recompute"
     assert "h100-80gb" in outcore.devices()
     assert outcore.device_profile("h100-80gb")["memory_bytes"] > 0
 

@@ -386,6 +386,29 @@ def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
     assert again.plan_result.verification.passed
 
 
+@pytest.mark.parametrize("headroom, shown", [
+    (-0.5, "headroom `-0.5`: a fraction of the budget must be in [0, 1)"),
+    (1.0, "headroom `1.0`"),
+    (float("nan"), "headroom `nan`"),
+    (-1, "headroom `-1`: bytes kept from the planner must be >= 0"),
+    ("8%", "headroom `'8%'`: not a number"),
+])
+def test_a_headroom_out_of_range_is_refused_by_name(headroom, shown):
+    """A negative headroom planned above the budget the step enforces (and
+    a whole budget of it left the planner nothing): refused before the
+    step is captured, the model untouched."""
+    m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8, p=0.0).to(DEVICE)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    x, y = (torch.randint(0, 32, (2, 8), device=DEVICE) for _ in range(2))
+    with pytest.raises(outcore.InvalidValueError) as e:
+        ot.compile_step(m, lm_loss, o, (x, y), budget="100%", planner="none", allocator="perfect",
+                        headroom=headroom)
+    assert shown in str(e.value), str(e.value)
+    assert all(torch.equal(v, before[k]) for k, v in m.state_dict().items())
+    assert not o.state
+
+
 def test_a_profiled_op_is_timed_before_the_allocator_statistics_are_read(monkeypatch):
     """On CUDA ``profile`` brackets each op with events and reads the caching
     allocator's statistics around it; those reads cost the host about 0.3 ms,

@@ -187,12 +187,23 @@ fn zoo_models() -> PyRes<String> {
     json(&models)
 }
 
-/// The planners' names.
+/// The planners' names (those `--planners all` runs).
 #[pyfunction]
 fn planners() -> Vec<String> {
     outcore_planners::names()
         .into_iter()
         .map(String::from)
+        .collect()
+}
+
+/// The names of the planners reachable by name only: SwapAdvisor's
+/// ablations, `outcore-recompute` and the exact references.
+#[pyfunction]
+fn planners_by_name_only() -> Vec<String> {
+    outcore_planners::ablations()
+        .iter()
+        .chain(outcore_planners::references().iter())
+        .map(|p| p.name().to_string())
         .collect()
 }
 
@@ -432,6 +443,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPlan>()?;
     m.add_function(wrap_pyfunction!(zoo_models, m)?)?;
     m.add_function(wrap_pyfunction!(planners, m)?)?;
+    m.add_function(wrap_pyfunction!(planners_by_name_only, m)?)?;
     m.add_function(wrap_pyfunction!(devices, m)?)?;
     m.add_function(wrap_pyfunction!(device_json, m)?)?;
     m.add_function(wrap_pyfunction!(load_graph, m)?)?;

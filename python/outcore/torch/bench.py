@@ -289,6 +289,57 @@ def largest_batch(method: str, args, budget_bytes: int, device: torch.device, st
     return best
 
 
+METHODS = ("eager", "checkpoint", "save_on_cpu", "outcore")
+MODELS = ("resnet50", "gpt2", "tiny-gpt")
+
+
+def _checked(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Refuses every out-of-range argument by name before anything runs
+    (``ap.error``: the usage, the message, exit status 2); returns the
+    budget in bytes."""
+    import outcore
+
+    if args.model not in MODELS:
+        ap.error(f"--model: unknown model `{args.model}`; accepted: {', '.join(MODELS)}")
+    unknown = [m for m in args.methods.split(",") if m not in METHODS]
+    if unknown:
+        ap.error(f"--methods: unknown method `{unknown[0]}`; accepted, comma-separated: {', '.join(METHODS)}")
+    if args.planner != "auto" and args.planner not in outcore.planners(by_name_too=True):
+        ap.error(f"--planner: unknown planner `{args.planner}`; accepted: auto, "
+                 f"{', '.join(outcore.planners(by_name_too=True))}")
+    if args.batch < 0:
+        ap.error(f"--batch must be >= 1 (or 0 for the search); got {args.batch}")
+    if args.start < 1:
+        ap.error(f"--start must be a whole number >= 1 (the first batch the search tries), e.g. 8; got {args.start}")
+    if args.max_batch < args.start:
+        ap.error(f"--max-batch must be at least --start ({args.start}); got {args.max_batch}")
+    if args.iters < 1:
+        ap.error(f"--iters must be a whole number >= 1 (timed steps per trial), e.g. 3; got {args.iters}")
+    if not (math.isfinite(args.headroom) and 0 <= args.headroom < 1):
+        ap.error(f"--headroom must be a fraction of the budget in [0, 1), e.g. 0.08; got {args.headroom}")
+    if not (math.isfinite(args.tolerance) and 0 < args.tolerance < 1):
+        ap.error(f"--tolerance must be a fraction in (0, 1), e.g. 0.2; got {args.tolerance}")
+    if args.eager_bytes_per_sample < 0:
+        ap.error(f"--eager-bytes-per-sample must be >= 0 bytes; got {args.eager_bytes_per_sample}")
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        ap.error(f"--seconds must be a positive number of seconds, e.g. 10; got {args.seconds}")
+    if args.moves is not None:
+        if args.moves < 0:
+            ap.error(f"--moves must be a whole number >= 0 (scored moves per start), e.g. 2000; got {args.moves}")
+        if args.planner not in ("outcore", "outcore-recompute"):
+            ap.error(f"--moves bounds the search of --planner outcore or outcore-recompute; `{args.planner}` "
+                     "counts no moves: give one of those, or leave --moves out")
+        if "outcore" not in args.methods.split(","):
+            ap.error(f"--moves applies to the outcore method, which --methods `{args.methods}` does not include")
+    try:
+        budget_bytes = int(args.budget) if args.budget.isdigit() else outcore.parse_size(args.budget)
+    except outcore.OutcoreError as e:
+        ap.error(f"--budget: {e}")
+    if budget_bytes <= 0:
+        ap.error(f"--budget must be a positive number of bytes or a size such as 8GiB; got `{args.budget}`")
+    return budget_bytes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet50", help="resnet50, gpt2 (124M) or tiny-gpt")
@@ -319,24 +370,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="device bytes per sample of eager training, when eager is not among the methods "
                          "(bounds save_on_cpu's pinned host memory)")
     args = ap.parse_args(argv)
-    if args.batch < 0:
-        ap.error(f"--batch must be >= 1 (or 0 for the search); got {args.batch}")
-    if not (math.isfinite(args.seconds) and args.seconds > 0):
-        ap.error(f"--seconds must be a positive number of seconds, e.g. 10; got {args.seconds}")
-    if args.moves is not None:
-        if args.moves < 0:
-            ap.error(f"--moves must be a whole number >= 0 (scored moves per start), e.g. 2000; got {args.moves}")
-        if args.planner not in ("outcore", "outcore-recompute"):
-            ap.error(f"--moves bounds the search of --planner outcore or outcore-recompute; `{args.planner}` "
-                     "counts no moves: give one of those, or leave --moves out")
-        if "outcore" not in args.methods.split(","):
-            ap.error(f"--moves applies to the outcore method, which --methods `{args.methods}` does not include")
-    import outcore
+    budget_bytes = _checked(ap, args)
 
     device = torch.device(args.device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    budget_bytes = int(args.budget) if args.budget.isdigit() else outcore.parse_size(args.budget)
     results = []
     start = args.start
     if args.eager_bytes_per_sample:

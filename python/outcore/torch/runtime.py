@@ -24,6 +24,7 @@ no feasible plan) raises and leaves model and optimizer as they were.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -395,6 +396,21 @@ def _largest_working_set(conv: Converted) -> tuple[int, str]:
     return best
 
 
+def _check_headroom(headroom: Any) -> None:
+    """``headroom`` is a fraction of the budget in [0, 1) (a float) or bytes
+    (a whole number >= 0): a negative one would plan above the budget it
+    enforces, and one of the whole budget leaves the planner nothing."""
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)):
+        raise InvalidValueError(f"headroom `{headroom!r}`: not a number; accepted: a fraction of the budget "
+                                "in [0, 1) such as 0.08, or a whole number of bytes >= 0")
+    if isinstance(headroom, float) and not (math.isfinite(headroom) and 0.0 <= headroom < 1.0):
+        raise InvalidValueError(f"headroom `{headroom}`: a fraction of the budget must be in [0, 1), "
+                                "e.g. 0.08 (or give a whole number of bytes)")
+    if isinstance(headroom, int) and headroom < 0:
+        raise InvalidValueError(f"headroom `{headroom}`: bytes kept from the planner must be >= 0, "
+                                "e.g. 0 or 268435456 (or give a fraction of the budget such as 0.08)")
+
+
 class StepFunction:
     """Trains one step under an outcore plan per call: ``loss = step(x, y)``.
 
@@ -410,6 +426,7 @@ class StepFunction:
         if issue_order not in ISSUE_ORDERS:
             raise InvalidValueError(f"issue_order `{issue_order}`: not one of {', '.join(ISSUE_ORDERS)} "
                                     "(see compile_step)")
+        _check_headroom(headroom)
         if moves is not None and planner == "auto":
             raise InvalidValueError(
                 f"moves `{moves}` with planner `auto`: `auto` compares planners that count no moves "
@@ -812,7 +829,8 @@ def compile_step(
     segments) when it is compiled on CUDA (259 ms there).  Neither model has
     PyTorch's per-stream block caching, and at a quarter of eager's peak
     ResNet-50's plans ran out of real memory under ``best-fit`` and
-    ``best-fit-paged`` (``virtual-chunks`` was not tried there; RESULTS.md).
+    ``best-fit-paged`` (under ``virtual-chunks`` it trained with the timeline
+    issue order and 12% headroom, below; RESULTS.md).
     ``"perfect"`` plans in bytes only (tests, and CPU).
 
     ``issue_order``: the order the generated code issues the plan's steps
