@@ -304,9 +304,9 @@ def _checked(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     unknown = [m for m in args.methods.split(",") if m not in METHODS]
     if unknown:
         ap.error(f"--methods: unknown method `{unknown[0]}`; accepted, comma-separated: {', '.join(METHODS)}")
-    if args.planner != "auto" and args.planner not in outcore.planners(by_name_too=True):
-        ap.error(f"--planner: unknown planner `{args.planner}`; accepted: auto, "
-                 f"{', '.join(outcore.planners(by_name_too=True))}")
+    known = outcore.planners(by_name_too=True)
+    if args.planner != "auto" and args.planner not in known:
+        ap.error(f"--planner: unknown planner `{args.planner}`; accepted: auto, {', '.join(known)}")
     if args.batch < 0:
         ap.error(f"--batch must be >= 1 (or 0 for the search); got {args.batch}")
     if args.start < 1:
