@@ -17,6 +17,19 @@ device storages the step's own variables hold after it.  Writes:
   the larger of before and after) and the largest unreferenced bytes
   (allocated after less referenced after).
 
+With ``--history`` the caching allocator's own record of the bracketed step
+(``torch.cuda.memory._record_memory_history``, no stacks) is written too:
+
+* ``alloc_trace.json``: every block the step allocated and freed, in the
+  allocator's order, as an ``outcore-alloc-trace/1`` trace (``outcore
+  alloc-replay`` replays it through any allocator model), the blocks live
+  when recording began allocated first, in address order, and
+  ``capacity_bytes`` the budget the step ran under;
+* ``alloc_events.json``: where each op began in that trace (a marker block of
+  ``MARKER_BYTES`` allocated and freed at each op's start, left out of the
+  trace), PyTorch's segment events (bytes reserved after each) and its
+  out-of-memory events.
+
 A diagnostic for a lent GPU session (tools/README.md); it changes nothing.
 """
 
@@ -29,22 +42,28 @@ import sys
 
 import torch
 
+import outcore
 import outcore.torch as ot
 from outcore.torch import runtime as R
 from outcore.torch.bench import prepared
+from outcore.torch.allochistory import MARKER_BYTES, history_files
 from outcore.torch.codegen import generate
 
 
 class MemRuntime(R._Runtime):
     """A profiling runtime whose tick / tock record memory, not time."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, markers: bool = False):
         super().__init__(device, profile=True)
         self.rows: list[dict] = []
+        self.markers = markers
 
     def tick(self):
         if not self.cuda:  # a dry run of the script on CPU: no allocator statistics
             return 0
+        if self.markers:
+            del_me = torch.empty(MARKER_BYTES, dtype=torch.uint8, device=self.device)
+            del del_me
         torch.cuda.reset_peak_memory_stats(self.device)
         return torch.cuda.memory_allocated(self.device)
 
@@ -90,6 +109,9 @@ def main() -> None:
     ap.add_argument("--enforce", action="store_true",
                     help="cap PyTorch at the budget and run the bracketed step first (as the bench's warm-up "
                          "step); an out-of-memory ends the run with the rows so far and PyTorch's segments")
+    ap.add_argument("--history", action="store_true",
+                    help="record the caching allocator's history of the bracketed step (alloc_trace.json, "
+                         "alloc_events.json)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device(a.device)
@@ -104,7 +126,7 @@ def main() -> None:
     if cuda:
         torch.cuda.synchronize()
     gen = generate(c.converted, c.plan_json, profile=True, timeline=c.timeline)
-    rt = MemRuntime(dev)
+    rt = MemRuntime(dev, markers=a.history and cuda)
     glb = {"__builtins__": __builtins__, "_ph": [ph.tensor for ph in c.captured.placeholders],
            **gen.globals, **rt.bind(), "_H": c.host}
     exec(compile(gen.source, "<outcore step (memdiag)>", "exec"), glb)  # noqa: S102
@@ -115,6 +137,12 @@ def main() -> None:
             index = dev.index if dev.index is not None else torch.cuda.current_device()
             torch.cuda.set_per_process_memory_fraction(min(1.0, a.budget / total), index)
         torch.cuda.reset_peak_memory_stats(dev)
+    history = a.history and cuda
+    if history:
+        torch.cuda.synchronize()
+        before_snapshot = torch.cuda.memory_snapshot()
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=10_000_000)
     oom = None
     try:
         with torch.no_grad():
@@ -125,6 +153,18 @@ def main() -> None:
                "segments": segments_summary()}
     if cuda:
         torch.cuda.synchronize()
+    if history:
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        trace_doc, hist = history_files(before_snapshot, snap["device_traces"][index], a.budget,
+                                        [r["op"] for r in rt.rows])
+        with open(os.path.join(a.out, "alloc_trace.json"), "w") as f:
+            json.dump(trace_doc, f)
+        with open(os.path.join(a.out, "alloc_events.json"), "w") as f:
+            json.dump(hist, f)
+        print(f"history: {len(trace_doc['events'])} events, {len(hist['op_starts'])} ops, peak reserved "
+              f"{hist['peak_reserved_bytes']}, {len(hist['ooms'])} out-of-memory events")
     ops = c.converted.ops
     rows = [dict(r, name=ops[r["op"]].name, kind=ops[r["op"]].label) for r in rt.rows]
     doc = {
@@ -141,6 +181,10 @@ def main() -> None:
         dst.write(src.read())
     with open(os.path.join(a.out, "plan.json"), "w") as f:
         json.dump(c.plan_json, f)
+    if history:  # the device profile the plan was made for, to simulate it again elsewhere
+        profile = step._with_tf32(step.device_profile or R._device_profile_for(dev), dev)
+        with open(os.path.join(a.out, "device.json"), "w") as f:
+            json.dump(outcore.device_profile(profile), f)
     lines = [f"{a.model} b{a.batch} budget {a.budget} planner budget {c.planner_budget_bytes} "
              f"pinned {c.converted.pinned_bytes} plan peak live {doc['plan_peak_live_bytes']} "
              f"reserved {doc['plan_peak_reserved_bytes']} ({c.plan_result.planner}, {a.allocator})",

@@ -28,6 +28,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -132,8 +133,25 @@ def prepared(model_name: str, device: torch.device, batch: int):
 def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
               iters: int, planner: str, headroom: float, seconds: float = 10.0,
               allocator: str = "best-fit-paged", issue_order: str = "early",
-              moves: int | None = None) -> dict[str, Any] | None:
-    """Trains ``iters`` timed steps (after one warm-up); ``None`` if it does not fit."""
+              moves: int | None = None, alloc_history: str | None = None) -> dict[str, Any] | None:
+    """Trains ``iters`` timed steps (after one warm-up); ``None`` if it does not fit.
+    ``alloc_history``: a folder where, on CUDA, the caching allocator's record
+    of the whole trial is written (:mod:`outcore.torch.allochistory`)."""
+    args = (method, model_name, batch, budget_bytes, device, iters, planner, headroom, seconds, allocator,
+            issue_order, moves)
+    if alloc_history is None or device.type != "cuda":
+        return _run_trial(*args)
+    from .allochistory import recorded
+
+    os.makedirs(alloc_history, exist_ok=True)
+    name = f"{method}-{planner}-b{batch}" if method == "outcore" else f"{method}-b{batch}"
+    with recorded(os.path.join(alloc_history, name), budget_bytes, device):
+        return _run_trial(*args)
+
+
+def _run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
+               iters: int, planner: str, headroom: float, seconds: float, allocator: str, issue_order: str,
+               moves: int | None) -> dict[str, Any] | None:
     model, loss_fn, make_batch = make_model(model_name, device)
     opt = _sgd(model)
     step: Callable[[torch.Tensor, torch.Tensor], Any]
@@ -247,7 +265,7 @@ def largest_batch(method: str, args, budget_bytes: int, device: torch.device, st
                       f"host memory, {avail / 2**30:.0f} GiB available)", file=sys.stderr, flush=True)
                 return None
         r = run_trial(method, args.model, b, budget_bytes, device, args.iters, args.planner, args.headroom,
-                      args.seconds, args.allocator, args.issue_order, args.moves)
+                      args.seconds, args.allocator, args.issue_order, args.moves, args.alloc_history)
         if r is not None:
             TRIALS.append(r)
         print(f"  {method:12s} batch {b:5d}: {'fits' if r else 'does not fit'}"
@@ -362,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="bound the outcore planner's search by scored moves per start instead of the clock, "
                          "so that a trial plans the same on any machine (compile_step's moves; planners "
                          "outcore and outcore-recompute only)")
+    ap.add_argument("--alloc-history", default=None, metavar="DIR",
+                    help="on CUDA, write the caching allocator's record of each trial into DIR as an outcore "
+                         "allocation trace (`outcore alloc-replay` replays it) and its segment events")
     ap.add_argument("--tolerance", type=float, default=0.2, help="bisection stops within this fraction")
     ap.add_argument("--iters", type=int, default=3, help="timed steps per trial")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
