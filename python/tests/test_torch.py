@@ -54,7 +54,8 @@ def _steady_footprint(model, loss_fn, make_opt, batch) -> int:
     o.zero_grad()
     loss_fn(m(batch[0]), batch[1]).backward()
     o.step()
-    s = ot.compile_step(m, loss_fn, o, [t.clone() for t in batch], budget="100%", planner="none", allocator="perfect")
+    s = ot.compile_step(m, loss_fn, o, [t.clone() for t in batch], budget="100%", planner="none", allocator="perfect",
+                           headroom=0.0)
     return s.compiled.graph.footprint_bytes + s.compiled.converted.pinned_bytes
 
 
@@ -64,6 +65,9 @@ def _train_both(make_model, loss_fn, make_opt, batches, **compile_kw):
     ours = copy.deepcopy(eager)
     batches = [(x.to(DEVICE), y.to(DEVICE)) for x, y in batches]
     opt_e, opt_o = make_opt(eager), make_opt(ours)
+    # the budgets are fractions of the footprint chosen to force swaps and
+    # recomputations; CUDA's default headroom (12%) would plan below them
+    compile_kw.setdefault("headroom", 0.0)
     step = ot.compile_step(ours, loss_fn, opt_o, [t.clone() for t in batches[0]], **compile_kw)
     losses = []
     for i, (x, y) in enumerate(batches):
@@ -133,9 +137,10 @@ def test_a_step_that_fails_midway_leaves_the_model_whole(tmp_path):
     eager training), and the next step trains under the plan again."""
     make, loss_fn, batches, footprint = _resnet18_case(3, 8, 32)
     # two steps as planned (the second with SGD's momentum: the steady plan,
-    # which keeps some parameters on the host between steps)
+    # which keeps some parameters on the host between steps); the buffers
+    # updated before the failure below follow the issue order, here "early"
     eager, ours, opt_e, opt_o, step, _ = _train_both(make, loss_fn, _sgd, batches[:2], budget=int(0.5 * footprint),
-                                                     planner="window", allocator="perfect")
+                                                     planner="window", allocator="perfect", issue_order="early")
     c = step.compiled
     assert c.generated.n_swap_ins > 0
     before = _snapshot(ours, opt_o)
@@ -195,7 +200,7 @@ def _mixed_budget(make_model, loss_fn, make_opt, batch, footprint, planner, devi
         loss_fn(m(batch[0].to(DEVICE)), batch[1].to(DEVICE)).backward()
         o.step()
         s = ot.compile_step(m, loss_fn, o, [t.to(DEVICE) for t in batch], budget=int(frac * footprint),
-                            planner=planner, allocator="perfect", device_profile=device_profile)
+                            planner=planner, allocator="perfect", device_profile=device_profile, headroom=0.0)
         g = s.compiled.generated
         tried.append((frac, g.n_recomputes, g.n_swap_outs, g.n_swap_ins))
         if g.n_recomputes > 0 and g.n_swap_outs > 0 and g.n_swap_ins > 0:
@@ -334,7 +339,8 @@ def test_recomputing_a_random_op_is_refused_by_name():
     m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8)
     o = _sgd(m)
     x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
-    step = ot.compile_step(m, lm_loss, o, (x, y), budget="100%", planner="none", allocator="perfect")
+    step = ot.compile_step(m, lm_loss, o, (x, y), budget="100%", planner="none", allocator="perfect",
+                           headroom=0.0)
     conv = step.compiled.converted
     random_ops = [op for op in conv.ops if not op.recomputable and "random" in (op.why_not_recomputable or "")]
     assert random_ops, "the dropout of TinyGPT must be a random op"
@@ -368,7 +374,8 @@ def _profiled_tiny_gpt(iterations: int):
     o = _sgd(m)
     x, y = torch.randint(0, 32, (2, 8), device=DEVICE), torch.randint(0, 32, (2, 8), device=DEVICE)
     # 300% of the first step's graph: the steady-state graph adds momentum buffers
-    step = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="300%", planner="none", allocator="perfect")
+    step = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="300%", planner="none", allocator="perfect",
+                           headroom=0.0)
     step(x.clone(), y.clone())
     return m, o, x, y, step, step.profile(x, y, iterations=iterations)
 
@@ -382,7 +389,7 @@ def test_latency_table_is_written_in_outcore_format_and_plans_with_it(tmp_path):
     path = tmp_path / "lat.json"
     step.write_latency_table(str(path), table)
     again = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
-                            allocator="perfect", latency_table=str(path))
+                            allocator="perfect", latency_table=str(path), headroom=0.0)
     assert again.plan_result.verification.passed
 
 
@@ -470,11 +477,11 @@ def test_measured_workspaces_in_a_latency_table_are_planned_for(tmp_path):
     path = tmp_path / "lat.json"
     step.write_latency_table(str(path), table)
     again = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
-                            allocator="perfect", latency_table=str(path))
+                            allocator="perfect", latency_table=str(path), headroom=0.0)
     graph_ops = again.compiled.converted.graph_json["ops"]
     assert graph_ops[victim.id]["workspace_bytes"] == max(big, victim.workspace_bytes)
     plain = ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
-                            allocator="perfect")
+                            allocator="perfect", headroom=0.0)
     assert again.plan_result.report.peak_live_bytes >= plain.plan_result.report.peak_live_bytes
     assert again.compiled.graph.footprint_bytes > plain.compiled.graph.footprint_bytes
 
@@ -482,7 +489,7 @@ def test_measured_workspaces_in_a_latency_table_are_planned_for(tmp_path):
     step.write_latency_table(str(path), table)
     with pytest.raises(outcore.InvalidValueError, match=r"workspace_bytes `-1`.*whole number of bytes"):
         ot.compile_step(m, lm_loss, o, (x.clone(), y.clone()), budget="100%", planner="none",
-                        allocator="perfect", latency_table=str(path))
+                        allocator="perfect", latency_table=str(path), headroom=0.0)
 
 
 @contextlib.contextmanager
@@ -545,3 +552,39 @@ def test_a_cuda_step_plans_with_tf32_convolutions_and_a_conv_net_simulates_faste
     fp32 = outcore.plan(g, "none", device="h100-80gb", budget="100%", allocator="perfect")
     tf32 = outcore.plan(g, "none", device=path, budget="100%", allocator="perfect")
     assert tf32.report.iter_time_s < fp32.report.iter_time_s
+
+
+def test_settings_left_unset_take_the_devices_defaults():
+    """allocator, issue order and headroom left unset: on CUDA the setting
+    every plan trained under on an H200 (expandable segments, the simulated
+    order, 12%), elsewhere the caching allocator's model, the early order and
+    no headroom; one given explicitly is kept on either device."""
+    from outcore.torch.runtime import CUDA_DEFAULTS, OTHER_DEFAULTS, StepFunction
+
+    assert CUDA_DEFAULTS == ("virtual-chunks", "timeline", 0.12)
+    assert OTHER_DEFAULTS == ("best-fit-paged", "early", 0.0)
+    m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8, p=0.0)
+
+    def unset(**given):
+        kw = dict(allocator=None, headroom=None, issue_order=None)
+        kw.update(given)
+        return StepFunction(m, lm_loss, _sgd(m), budget="100%", planner="none", device_profile=None,
+                            latency_table=None, seed=0, time_limit_s=1.0, enforce=False, **kw)
+
+    for device, want in (("cuda", CUDA_DEFAULTS), ("cpu", OTHER_DEFAULTS), ("meta", OTHER_DEFAULTS)):
+        s = unset()
+        s._resolve_defaults(torch.device(device))  # no CUDA needed: only the device's type is read
+        assert (s.allocator, s.issue_order, s.headroom) == want, device
+    s = unset(allocator="best-fit", issue_order="early", headroom=0)
+    s._resolve_defaults(torch.device("cuda"))
+    assert (s.allocator, s.issue_order, s.headroom) == ("best-fit", "early", 0)
+    # compile_step on this device resolves them at capture
+    x, y = torch.randint(0, 32, (2, 8), device=DEVICE), torch.randint(0, 32, (2, 8), device=DEVICE)
+    step = ot.compile_step(m.to(DEVICE), lm_loss, _sgd(m), (x, y), budget=64 << 20, planner="none")
+    want = CUDA_DEFAULTS if torch.device(DEVICE).type == "cuda" else OTHER_DEFAULTS
+    assert (step.allocator, step.issue_order, step.headroom) == want
+    assert (step.compiled.timeline is not None) == (want[1] == "timeline")
+    assert step.compiled.planner_budget_bytes == (64 << 20) - int(want[2] * (64 << 20))
+    kind = step.compiled.plan_json["allocator"]
+    assert (kind["kind"], kind.get("paged_segments")) == (
+        ("virtual-chunks", None) if want[0] == "virtual-chunks" else ("best-fit", True)), kind

@@ -6,10 +6,12 @@
 #   tools/device/gpu_check.sh OUT_DIR [resnet50:128,gpt2:8]
 #
 # Environment: SKIP_PYTEST=1, RUNS ("planner:allocator[:issue order[:headroom]] ...",
-# by default the defaults, the quarter-budget setting that trained ResNet-50 on
-# an H200 (outcore:virtual-chunks:timeline:0.12) and auto), SECONDS_LIMIT,
+# by default the defaults before 2026-12-04 (outcore:best-fit-paged, early, 0.08), the setting that trained ResNet-50 on
+# an H200 at a quarter and is the CUDA default since (outcore:virtual-chunks:timeline:0.12) and auto), SECONDS_LIMIT,
 # MOVES (the outcore planner's search bounded by scored moves per start, so
 # that every run of the check makes the same plans; not passed to auto).
+# (Since 2026-12-04 compile_step and the bench default to virtual-chunks, timeline, 0.12 on
+# CUDA; RUNS names every setting explicitly.)
 # Run on 2026-11-30 (H200, 5 min; results in python/bench-results/2026-11-30-h200)
 # with the outcore runs as `auto` and `outcore`, both best-fit, and with these
 # default RUNS on 2026-12-04 (H200, 7 min; python/bench-results/2026-12-04-h200).

@@ -7,15 +7,19 @@
 ...                        (x, y), budget="8GiB")   # planner="outcore"
 >>> loss = step(x, y)                # one step: forward, backward, optimizer
 
-Far below eager training's peak (a quarter of it for ResNet-50 on an H200),
-``compile_step(..., issue_order="timeline", allocator="virtual-chunks",
-headroom=0.12)`` is the setting that trained (0.12 and 0.15 tried; RESULTS.md,
-"Issue order").
+On CUDA the step plans by default for PyTorch's expandable segments
+(``allocator="virtual-chunks"``, which it turns on), issues the plan's steps in
+its simulated order (``issue_order="timeline"``) and keeps 12% of the budget
+for kernels' workspaces: far below eager training's peak (a quarter of it for
+ResNet-50 on an H200) that is the setting that trained (RESULTS.md, "Issue
+order" and "Why planned steps ran out of memory").
 
 Modules: ``capture`` (make_fx on fake tensors of the model's device),
 ``convert`` (outcore's graph and recomputability decisions), ``codegen``
 (straight-line code from a plan), ``runtime`` (streams, pinned host buffers,
-the step function), ``bench`` (``python -m outcore.torch.bench``).
+the step function), ``bench`` (``python -m outcore.torch.bench``),
+``allochistory`` (PyTorch's allocator history as an outcore trace, for the
+device diagnostics).
 """
 
 from __future__ import annotations

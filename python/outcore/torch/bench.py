@@ -131,8 +131,8 @@ def prepared(model_name: str, device: torch.device, batch: int):
 
 
 def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
-              iters: int, planner: str, headroom: float, seconds: float = 10.0,
-              allocator: str = "best-fit-paged", issue_order: str = "early",
+              iters: int, planner: str, headroom: float | None, seconds: float = 10.0,
+              allocator: str | None = None, issue_order: str | None = None,
               moves: int | None = None, alloc_history: str | None = None) -> dict[str, Any] | None:
     """Trains ``iters`` timed steps (after one warm-up); ``None`` if it does not fit.
     ``alloc_history``: a folder where, on CUDA, the caching allocator's record
@@ -150,7 +150,8 @@ def run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devic
 
 
 def _run_trial(method: str, model_name: str, batch: int, budget_bytes: int, device: torch.device,
-               iters: int, planner: str, headroom: float, seconds: float, allocator: str, issue_order: str,
+               iters: int, planner: str, headroom: float | None, seconds: float, allocator: str | None,
+               issue_order: str | None,
                moves: int | None) -> dict[str, Any] | None:
     model, loss_fn, make_batch = make_model(model_name, device)
     opt = _sgd(model)
@@ -188,6 +189,9 @@ def _run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devi
             info["simulated_iter_s"] = compiled.plan_result.report.iter_time_s
             info["plan_peak_live_bytes"] = compiled.plan_result.report.peak_live_bytes
             info["planner_budget_bytes"] = compiled.compiled.planner_budget_bytes
+            # the step's settings, its device's defaults where none was given
+            info.update(allocator=compiled.allocator, issue_order=compiled.issue_order,
+                        headroom=compiled.headroom)
             g = compiled.compiled.generated
             info.update(recomputes=g.n_recomputes, swap_outs=g.n_swap_outs, swap_ins=g.n_swap_ins)
             step = compiled
@@ -333,7 +337,7 @@ def _checked(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         ap.error(f"--max-batch must be at least --start ({args.start}); got {args.max_batch}")
     if args.iters < 1:
         ap.error(f"--iters must be a whole number >= 1 (timed steps per trial), e.g. 3; got {args.iters}")
-    if not (math.isfinite(args.headroom) and 0 <= args.headroom < 1):
+    if args.headroom is not None and not (math.isfinite(args.headroom) and 0 <= args.headroom < 1):
         ap.error(f"--headroom must be a fraction of the budget in [0, 1), e.g. 0.08; got {args.headroom}")
     if not (math.isfinite(args.tolerance) and 0 < args.tolerance < 1):
         ap.error(f"--tolerance must be a fraction in (0, 1), e.g. 0.2; got {args.tolerance}")
@@ -364,17 +368,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", required=True, help="bytes or a size such as 8GiB")
     ap.add_argument("--methods", default="eager,checkpoint,save_on_cpu,outcore")
     ap.add_argument("--planner", default="outcore", help="outcore planner name, or auto")
-    ap.add_argument("--headroom", type=float, default=0.08, help="fraction of the budget kept from the planner")
+    ap.add_argument("--headroom", type=float, default=None,
+                    help="fraction of the budget kept from the planner (default: compile_step's for the device, "
+                         "0.12 on CUDA)")
     ap.add_argument("--start", type=int, default=8, help="first batch tried")
     ap.add_argument("--max-batch", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=0, help="train every method at this batch only (no search)")
-    ap.add_argument("--issue-order", default="early", choices=["early", "timeline"],
-                    help="how outcore's generated code orders the plan's steps (compile_step's issue_order)")
-    ap.add_argument("--allocator", default="best-fit-paged",
+    ap.add_argument("--issue-order", default=None, choices=["early", "timeline"],
+                    help="how outcore's generated code orders the plan's steps (compile_step's issue_order; "
+                         "default: its default for the device, timeline on CUDA)")
+    ap.add_argument("--allocator", default=None,
                     choices=["best-fit", "best-fit-paged", "virtual-chunks", "perfect"],
                     help="the allocator outcore plans for: best-fit, best-fit-paged (segments on any free "
                          "pages, as cudaMalloc maps them), virtual-chunks (turns on PyTorch's expandable "
-                         "segments for the rest of the process: give it one method) or perfect")
+                         "segments for the rest of the process: give it one method, or outcore last) or "
+                         "perfect (default: compile_step's for the device, virtual-chunks on CUDA)")
     ap.add_argument("--seconds", type=float, default=10.0, help="outcore's planning time limit per trial")
     ap.add_argument("--moves", type=int, default=None,
                     help="bound the outcore planner's search by scored moves per start instead of the clock, "

@@ -253,6 +253,21 @@ class Compiled:
 #: how the generated code orders the plan's steps (see ``compile_step``)
 ISSUE_ORDERS = ("early", "timeline")
 
+#: (allocator, issue order, headroom) of a step compiled on CUDA where
+#: ``compile_step`` is given none of them.  PyTorch's expandable segments
+#: (``virtual-chunks``) issued in the simulated order, with 12% of the budget
+#: kept for the kernels' workspaces: on an H200 (RESULTS.md, "Why planned steps
+#: ran out of memory") every plan measured so far trained under it, and no
+#: other setting was faster by more than the single runs' spread, while the
+#: caching allocator's ordinary segments (``best-fit-paged``) ran out of memory
+#: on ResNet-50 at a quarter of eager's peak and on every swap-only plan of
+#: ``auto``: the kernels' own temporary blocks (attention backward, cuDNN
+#: workspaces) fragment them in ways no plan's allocator model sees.
+CUDA_DEFAULTS = ("virtual-chunks", "timeline", 0.12)
+#: the same for every other device: its allocator does not cache blocks the
+#: way CUDA's does, so the plan's allocator only shapes the plan
+OTHER_DEFAULTS = ("best-fit-paged", "early", 0.0)
+
 
 def available_host_bytes() -> int | None:
     """Host memory available now (``MemAvailable``), or ``None`` if unknown."""
@@ -420,13 +435,14 @@ class StepFunction:
     """
 
     def __init__(self, model: nn.Module, loss_fn, optimizer, *, budget, planner: str,
-                 device_profile: str | None, allocator: str, headroom: float | int,
+                 device_profile: str | None, allocator: str | None, headroom: float | int | None,
                  latency_table: str | None, seed: int, time_limit_s: float, enforce: bool,
-                 issue_order: str = "early", moves: int | None = None):
-        if issue_order not in ISSUE_ORDERS:
+                 issue_order: str | None = None, moves: int | None = None):
+        if issue_order is not None and issue_order not in ISSUE_ORDERS:
             raise InvalidValueError(f"issue_order `{issue_order}`: not one of {', '.join(ISSUE_ORDERS)} "
                                     "(see compile_step)")
-        _check_headroom(headroom)
+        if headroom is not None:
+            _check_headroom(headroom)
         if moves is not None and planner == "auto":
             raise InvalidValueError(
                 f"moves `{moves}` with planner `auto`: `auto` compares planners that count no moves "
@@ -463,6 +479,7 @@ class StepFunction:
             self._current = hit
             return hit
         cap = capture_step(self.model, self.loss_fn, self.optimizer, batch)
+        self._resolve_defaults(cap.device)
         if cap.device.type == "cuda" and self.allocator == "virtual-chunks" and not self._expandable:
             # before the plan's first allocation; the cached ordinary segments
             # go back so that new memory comes from expandable ones
@@ -521,6 +538,18 @@ class StepFunction:
         self._cache[sig] = compiled
         self._current = compiled
         return compiled
+
+    def _resolve_defaults(self, device: torch.device) -> None:
+        """The allocator, issue order and headroom not given to the step:
+        :data:`CUDA_DEFAULTS` on CUDA, :data:`OTHER_DEFAULTS` elsewhere
+        (resolved on the first capture, kept after)."""
+        allocator, order, headroom = CUDA_DEFAULTS if device.type == "cuda" else OTHER_DEFAULTS
+        if self.allocator is None:
+            self.allocator = allocator
+        if self.issue_order is None:
+            self.issue_order = order
+        if self.headroom is None:
+            self.headroom = headroom
 
     def _with_tf32(self, profile: str, device: torch.device) -> str:
         """On CUDA, the profile with the TF32 mode PyTorch runs float32 ops in
@@ -798,13 +827,13 @@ def compile_step(
     budget: int | float | str,
     planner: str = "outcore",
     device_profile: str | None = None,
-    allocator: str = "best-fit-paged",
-    headroom: float | int = 0.0,
+    allocator: str | None = None,
+    headroom: float | int | None = None,
     latency_table: str | None = None,
     seed: int = 0,
     time_limit_s: float = 10.0,
     enforce: bool = False,
-    issue_order: str = "early",
+    issue_order: str | None = None,
     moves: int | None = None,
 ) -> StepFunction:
     """Captures, plans and generates a training step that runs under ``budget``.
@@ -815,8 +844,15 @@ def compile_step(
     plan (within ``time_limit_s``); on an H200 (2026-11-30) its ResNet-50 b128
     step at half of eager's peak took 71.5 ms against ``auto``'s 73.9.
 
+    Defaults: ``allocator``, ``issue_order`` and ``headroom`` left ``None``
+    are ``"virtual-chunks"``, ``"timeline"`` and ``0.12`` on CUDA
+    (:data:`CUDA_DEFAULTS`; until 2026-12-04 they were ``"best-fit-paged"``,
+    ``"early"`` and ``0.0``, under which ResNet-50 at a quarter of eager's
+    peak and ``auto``'s swap-only plans ran out of memory on an H200) and
+    ``"best-fit-paged"``, ``"early"`` and ``0.0`` on other devices.
+
     ``allocator``: the allocator the plan is made for.  ``"best-fit-paged"``
-    (the default) models PyTorch's caching allocator (segments, best fit,
+    models PyTorch's caching allocator (segments, best fit,
     splitting, caching) with each segment on any free 2 MiB pages, as
     ``cudaMalloc`` maps memory.  ``"best-fit"`` is the same with its segments
     in one contiguous range of the device, which a GPU does not need: on an
@@ -835,7 +871,7 @@ def compile_step(
 
     ``issue_order``: the order the generated code issues the plan's steps
     from the host, which is the order PyTorch's caching allocator sees
-    allocations and frees in.  ``"early"`` (the default) issues every copy as
+    allocations and frees in.  ``"early"`` issues every copy as
     soon as its waits allow and releases a copy stream's frees at the first
     compute step ordered after them: the bytes held are within the budget
     under any timing, but not the sequence the allocator model simulated (on
