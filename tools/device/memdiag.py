@@ -45,8 +45,8 @@ import torch
 import outcore
 import outcore.torch as ot
 from outcore.torch import runtime as R
-from outcore.torch.bench import prepared
 from outcore.torch.allochistory import MARKER_BYTES, history_files
+from outcore.torch.bench import prepared
 from outcore.torch.codegen import generate
 
 

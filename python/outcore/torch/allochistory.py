@@ -24,14 +24,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 
 #: Size of the marker block a run allocates and frees at each op's start to
-#: mark it in the history (``memdiag.py --history``; PyTorch's small pool, below 1 MiB, so the large blocks'
-#: layout is not touched; an odd multiple of 512 B no tensor of the models here
-#: has).
+#: mark it in the history (``memdiag.py --history``): in PyTorch's small pool,
+#: below 1 MiB, so the large blocks' layout is not touched, and an odd multiple
+#: of 512 B that no tensor of the models here has.
 MARKER_BYTES = 512 * 1003
 
 
@@ -91,7 +90,6 @@ def history_files(before: list[dict], trace: list[dict], budget: int,
                "frees_of_unknown_blocks": unmatched, "op_starts": op_starts,
                "segments": segments, "ooms": ooms}
     return trace_doc, summary
-
 
 
 @contextlib.contextmanager

@@ -256,13 +256,14 @@ ISSUE_ORDERS = ("early", "timeline")
 #: (allocator, issue order, headroom) of a step compiled on CUDA where
 #: ``compile_step`` is given none of them.  PyTorch's expandable segments
 #: (``virtual-chunks``) issued in the simulated order, with 12% of the budget
-#: kept for the kernels' workspaces: on an H200 (RESULTS.md, "Why planned steps
-#: ran out of memory") every plan measured so far trained under it, and no
-#: other setting was faster by more than the single runs' spread, while the
-#: caching allocator's ordinary segments (``best-fit-paged``) ran out of memory
-#: on ResNet-50 at a quarter of eager's peak and on every swap-only plan of
-#: ``auto``: the kernels' own temporary blocks (attention backward, cuDNN
-#: workspaces) fragment them in ways no plan's allocator model sees.
+#: kept for the kernels' workspaces: on an H200 on 2026-12-04 (RESULTS.md, "Why
+#: planned steps ran out of memory") runs under it trained 7 times in 8 and no
+#: other setting was faster by more than the single runs' spread, while under
+#: the caching allocator's ordinary segments (``best-fit-paged``) ResNet-50 at
+#: a quarter of eager's peak and every swap-only plan of ``auto`` ran out of
+#: memory in all 10 runs: the kernels' own temporary blocks (attention
+#: backward, cuDNN workspaces) fragment them in ways no plan's allocator model
+#: sees.
 CUDA_DEFAULTS = ("virtual-chunks", "timeline", 0.12)
 #: the same for every other device: its allocator does not cache blocks the
 #: way CUDA's does, so the plan's allocator only shapes the plan
