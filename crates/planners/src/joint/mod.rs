@@ -2228,7 +2228,6 @@ fn drop_wall_times(settings: &mut Value) {
     }
 }
 
-/// No seed found a plan: the infeasibility closest to fitting.
 /// Why no seed found a plan: the seed's reason that needs the fewest bytes;
 /// among those that name no byte count, one that says what failed before
 /// one that had nothing to try (on tiny-cnn at 150% under `best-fit`, every
