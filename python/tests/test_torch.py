@@ -183,6 +183,99 @@ def test_a_step_that_fails_midway_leaves_the_model_whole(tmp_path):
             assert ph.tensor.untyped_storage().nbytes() > 0, ph.name
 
 
+def test_each_plan_steps_first_line_is_where_its_code_starts():
+    """``Generated.locate``'s table: a compute step's lines hold its op's
+    comment, a swap-in's its ``_si`` call, and a line before the first step
+    is the prologue; the optimizer's updates are counted in order."""
+    make, loss_fn, batches, footprint = _resnet18_case(1, 8, 32)
+    model = make().to(DEVICE)
+    step = ot.compile_step(model, loss_fn, _sgd(model), [t.to(DEVICE) for t in batches[0]],
+                           budget=int(0.5 * footprint), planner="window", allocator="perfect", issue_order="early",
+                           headroom=0.0)
+    gen = step.compiled.generated
+    lines = gen.source.splitlines()
+    marks = gen.step_lines
+    assert [m[0] for m in marks] == sorted(m[0] for m in marks)
+    seen = {"op": 0, "swap-in": 0}
+    for k, (first, what, before) in enumerate(marks):
+        last = marks[k + 1][0] if k + 1 < len(marks) else len(lines) + 1
+        body = lines[first - 1:last - 1]
+        if what.startswith("op "):
+            op_id = what.split()[1]
+            assert any(b.strip().startswith(f"# op {op_id}:") for b in body), (what, body)
+            seen["op"] += 1
+        elif what.startswith("the swap-in of"):
+            assert any("_si(" in b for b in body), (what, body)
+            seen["swap-in"] += 1
+        if last > first:  # a free on a copy stream may emit no line where it stands
+            assert gen.locate(first).what == what and gen.locate(last - 1).what == what
+            assert gen.locate(first).updates_before == before
+    assert seen["op"] == len(step.compiled.converted.ops) and seen["swap-in"] == gen.n_swap_ins > 0
+    assert gen.locate(1).what.startswith("the step's prologue")
+    # SGD's first step updates each parameter (its momentum buffer is new,
+    # an output of the update, not an in-place write)
+    n_params = sum(1 for _ in model.parameters())
+    assert marks[-1][2] == gen.n_updates == n_params
+    assert marks[0][2] == 0
+
+
+@pytest.mark.parametrize("headroom", [None, 0.0])
+def test_out_of_memory_names_the_plan_step_and_a_default_headroom_rises(headroom):
+    """A step that runs out of memory (injected at the first swap-in made
+    while a parameter's storage is on the host) says where, in the plan's
+    terms; a headroom left to the device's default rises and the next call
+    plans again with it, one that was given stays and the plan is kept."""
+    make, loss_fn, batches, footprint = _resnet18_case(3, 8, 32)
+    model = make().to(DEVICE)
+    opt = _sgd(model)
+    batches = [(x.to(DEVICE), y.to(DEVICE)) for x, y in batches]
+    step = ot.compile_step(model, loss_fn, opt, [t.clone() for t in batches[0]], budget=int(0.5 * footprint),
+                           planner="window", allocator="perfect", issue_order="early", headroom=headroom)
+    step(*(t.clone() for t in batches[0]))
+    step(*(t.clone() for t in batches[1]))  # the steady plan, with momentum
+    c = step.compiled
+    old = step.headroom
+    real = c.fn.__globals__["_si"]
+
+    def failing(*args):
+        if any(ph.role not in ("input", "label") and ph.tensor.untyped_storage().nbytes() == 0
+               for ph in c.captured.placeholders):
+            raise torch.OutOfMemoryError("injected: CUDA out of memory")
+        return real(*args)
+
+    c.fn.__globals__["_si"] = failing
+    with pytest.raises(torch.OutOfMemoryError, match="injected") as caught:
+        step(*(t.clone() for t in batches[2]))
+    c.fn.__globals__["_si"] = real
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    where = step.last_failure
+    assert where is not None and where.what.startswith("the swap-in of `"), where
+    assert f"ran out of device memory at {where.what}" in notes
+    # in the forward pass: no parameter or optimizer state updated yet
+    assert where.updates_before == 0 < where.updates_total
+    if headroom is None:
+        assert step.headroom == ot.runtime.raised_headroom(old) > old
+        assert step.replans_after_oom == 1 and "the next call plans the step again" in notes
+        step(*(t.clone() for t in batches[2]))
+        assert step.compiled is not c
+        kept = step.compiled.budget_bytes - step.compiled.planner_budget_bytes
+        assert kept - (c.budget_bytes - c.planner_budget_bytes) == int(step.headroom * c.budget_bytes) - int(
+            old * c.budget_bytes) > 0
+    else:
+        assert step.headroom == headroom and step.replans_after_oom == 0
+        assert "was given, so it stays" in notes
+        step(*(t.clone() for t in batches[2]))
+        assert step.compiled is c
+
+
+def test_a_raised_headroom_grows_by_half_to_its_cap():
+    raised = [0.12]
+    while len(raised) < 6:
+        raised.append(ot.runtime.raised_headroom(raised[-1]))
+    assert raised == pytest.approx([0.12, 0.18, 0.27, 0.405, 0.5, 0.5])
+    assert ot.runtime.raised_headroom(0.0) == pytest.approx(0.04)
+
+
 def _mixed_budget(make_model, loss_fn, make_opt, batch, footprint, planner, device_profile, fractions):
     """The first budget (a fraction of ``footprint``) at which ``planner``'s
     plan both recomputes and swaps.  A fixed fraction is not enough: which

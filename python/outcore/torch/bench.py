@@ -157,6 +157,7 @@ def _run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devi
     opt = _sgd(model)
     step: Callable[[torch.Tensor, torch.Tensor], Any]
     info: dict[str, Any] = {}
+    compiled = None
     try:
         _init_state(model, loss_fn, opt, make_batch)
         if method == "checkpoint":
@@ -228,6 +229,10 @@ def _run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devi
             if "simulated_iter_s" in info:
                 predicted = (f" (plan: {info['planner']}, {info['recomputes']} recomputes, {info['swap_outs']} "
                              f"swap-outs, peak {info['plan_peak_live_bytes']} B of {info['planner_budget_bytes']} B)")
+            where = getattr(compiled, "last_failure", None)
+            if where is not None:  # the plan step the generated code failed in
+                info["failed_at"] = str(where)
+                predicted += f" at {where.what}"
             print(f"  {method} b={batch}: out of memory{predicted}: {first[:300]}", file=sys.stderr)
             FAILURES.append({"method": method, "batch": batch, "error": first[:1000], **info})
             return None

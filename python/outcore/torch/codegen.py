@@ -43,6 +43,7 @@ the same source runs there (the tests).
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 from dataclasses import dataclass, field
@@ -75,6 +76,45 @@ class Generated:
     n_recomputes: int = 0
     n_swap_outs: int = 0
     n_swap_ins: int = 0
+    #: each plan step's first line in ``source`` (1-based, in issue order)
+    #: with what the step does and how many in-place updates of parameters
+    #: and optimizer state were issued before it (:meth:`locate`)
+    step_lines: list[tuple[int, str, int]] = field(default_factory=list)
+    #: the step's in-place updates of parameters and optimizer state (one per
+    #: updated storage and op; batch norm's running statistics, pinned state
+    #: written by riders, are not counted)
+    n_updates: int = 0
+
+    def locate(self, line: int) -> StepLocation:
+        """The plan step that source line ``line`` belongs to: where in the
+        plan a failure's traceback (out of memory, say) points, and whether
+        the optimizer had begun updating the model."""
+        starts = [first for first, _, _ in self.step_lines]
+        k = bisect.bisect_right(starts, line) - 1
+        if k < 0:
+            return StepLocation(line, "the step's prologue (before the plan's first step)", 0, self.n_updates)
+        _, what, before = self.step_lines[k]
+        return StepLocation(line, what, before, self.n_updates)
+
+
+@dataclass
+class StepLocation:
+    """Where in a generated step a line is: the plan step it belongs to."""
+
+    #: the line in the generated source (1-based)
+    line: int
+    #: the plan step there, e.g. "op 12 `aten.addmm.default` [fc1]"
+    what: str
+    #: in-place updates of parameters and optimizer state issued before
+    #: that step (a step that failed after one has partly updated the model)
+    updates_before: int
+    #: those updates in the whole step
+    updates_total: int
+
+    def __str__(self) -> str:
+        done = (f"{self.updates_before} of the step's {self.updates_total} in-place updates of "
+                "parameters and optimizer state had been issued")
+        return f"{self.what} (line {self.line} of the generated step); {done}"
 
 
 def _step_key(s: dict[str, Any]) -> tuple[int, int]:
@@ -333,6 +373,26 @@ class _Generation:
         self.returned: set[int] = set()
         self.n_rec = self.n_out = self.n_in = 0
         self.pending: dict[tuple[int, int], int] = {}
+        self.step_lines: list[tuple[int, str, int]] = []
+        self.n_updates = 0
+        roles = ("param", "opt_state")
+        self.updated_owners = {t.id for t in conv.tensors if t.placeholder is not None
+                             and conv.captured.placeholders[t.placeholder].role in roles}
+
+    def _describe(self, instr: Any) -> str:
+        """A plan step in words, for a failure's message."""
+        ops, tensors = self.conv.ops, self.conv.tensors
+        if isinstance(instr, dict) and "compute" in instr:
+            op = ops[int(instr["compute"])]
+            return f"op {op.id} `{op.name}`" + (f" [{op.module}]" if op.module else "")
+        if isinstance(instr, dict) and "recompute" in instr:
+            op = ops[int(instr["recompute"]["op"])]
+            return f"the recomputation of op {op.id} `{op.name}`"
+        for key, words in (("swap_in", "the swap-in"), ("swap_out", "the swap-out"), ("free", "the free")):
+            if isinstance(instr, dict) and key in instr:
+                t = tensors[int(instr[key])]
+                return f"{words} of `{t.name}` ({t.storage_nbytes} B)"
+        return f"the plan step {instr!r}"
 
     def _events_and_deferred_frees(self) -> None:
         """Which steps need an event (those waited for, and frees on copy
@@ -420,6 +480,8 @@ class _Generation:
         """The source of plan step ``i`` of stream ``s``."""
         instr = self.streams[s][i]["instr"]
         waits = self.waits_of(s, i)
+        # body line k is source line k + 2 (after ``def step(x, y):``)
+        self.step_lines.append((len(self.e.lines) + 2, self._describe(instr), self.n_updates))
         if s == 0:
             self._before_compute_step(i)
         if isinstance(instr, dict) and "compute" in instr:
@@ -471,6 +533,8 @@ class _Generation:
             e.emit_node(r)
         for owner in self.writes_in_place.get(op.id, []):
             self.host_valid[owner] = False
+            if owner in self.updated_owners:
+                self.n_updates += 1
 
     def _recompute(self, rc: dict[str, Any], waits: list[str]) -> None:
         e, tensors, L = self.e, self.conv.tensors, self.e.lines
@@ -557,6 +621,7 @@ class _Generation:
         step's outputs, and the function's source with what runs it."""
         e, conv, L = self.e, self.conv, self.e.lines
         cap, tensors = conv.captured, conv.tensors
+        self.step_lines.append((len(L) + 2, "the step's end (the streams joined)", self.n_updates))
         L.append("_join()")
         for (fs, fi), tid in self.pending.items():
             L.append(f"_free(_pf_{fs}_{fi})")
@@ -576,4 +641,6 @@ class _Generation:
             n_recomputes=self.n_rec,
             n_swap_outs=self.n_out,
             n_swap_ins=self.n_in,
+            step_lines=self.step_lines,
+            n_updates=self.n_updates,
         )

@@ -29,6 +29,7 @@ import os
 import statistics
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -39,7 +40,7 @@ import outcore
 
 from ..errors import InfeasibleError, InvalidValueError, OutcoreError
 from .capture import Captured, capture_step, step_signature
-from .codegen import Generated, generate
+from .codegen import Generated, StepLocation, generate
 from .convert import Converted, convert, to_graph_json
 
 DEFAULT_PLANNERS = (
@@ -246,6 +247,7 @@ class Compiled:
     host: dict[int, torch.Tensor] = field(default_factory=dict)
     profile_fn: Callable[..., Any] | None = None
     profile_runtime: _Runtime | None = None
+    profile_generated: Generated | None = None
     #: the pinned plan's steps (stream, index) in the order they are issued
     timeline: list[tuple[int, int]] | None = None
 
@@ -268,6 +270,49 @@ CUDA_DEFAULTS = ("virtual-chunks", "timeline", 0.12)
 #: the same for every other device: its allocator does not cache blocks the
 #: way CUDA's does, so the plan's allocator only shapes the plan
 OTHER_DEFAULTS = ("best-fit-paged", "early", 0.0)
+
+#: The most a headroom left to the device's default rises to after planned
+#: steps ran out of memory (:meth:`StepFunction._after_out_of_memory`).
+MAX_ADAPTED_HEADROOM = 0.5
+
+#: PyTorch's out-of-memory error (``torch.cuda.OutOfMemoryError`` is the same
+#: class in the torch versions that have both)
+_OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def raised_headroom(headroom: float) -> float:
+    """The headroom after a planned step ran out of memory: half again, at
+    least 4 points of the budget more, at most :data:`MAX_ADAPTED_HEADROOM`.
+
+    Why these steps: on an H200 (2026-12-04, RESULTS.md "Why planned steps
+    ran out of memory") ResNet-50 b128 at a quarter of eager's peak trained
+    at 12% and at 15% headroom, but one plan of eight ran out of memory at
+    12%; the kernels' temporaries it missed (cuDNN workspaces up to 520 MB,
+    GPT-2's 384 MiB attention blocks) are a few percent of such budgets each.
+    Half again reaches 0.18, 0.27, 0.41 and 0.5 from CUDA's 0.12, so a plan
+    that keeps failing hands back at most 4 failed steps before the budget
+    left to the planner is half; 4 points first where the default is 0."""
+    return min(MAX_ADAPTED_HEADROOM, max(headroom * 1.5, headroom + 0.04))
+
+
+def _failed_at(gen: Generated, err: BaseException) -> StepLocation | None:
+    """The plan step whose generated line is the innermost one on ``err``'s
+    traceback, or ``None`` where the step's code is not on it."""
+    line = None
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith("<outcore step"):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return gen.locate(line) if line is not None else None
+
+
+def _add_note(err: BaseException, note: str) -> None:
+    """``err.add_note(note)`` (Python 3.11+); a warning on older Pythons."""
+    if hasattr(err, "add_note"):
+        err.add_note(note)
+    else:
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
 
 
 def available_host_bytes() -> int | None:
@@ -458,6 +503,15 @@ class StepFunction:
         self.device_profile = device_profile
         self.allocator = allocator
         self.headroom = headroom
+        #: left to the device's default: it rises after a planned step runs
+        #: out of memory (:meth:`_after_out_of_memory`)
+        self._adaptive_headroom = headroom is None
+        #: planned steps that ran out of memory and so raised the headroom
+        self.replans_after_oom = 0
+        #: where the last step that raised failed, in the plan's terms
+        #: (``None`` before any failure, or where no generated line was on
+        #: the traceback)
+        self.last_failure: StepLocation | None = None
         self.latency_table = latency_table
         self.seed = seed
         self.time_limit_s = time_limit_s
@@ -658,22 +712,63 @@ class StepFunction:
                 _flat(ph.tensor).copy_(host)
         self._host_resident.clear()
 
-    def _run(self, c: Compiled, fn: Callable[..., Any], x: torch.Tensor, y: torch.Tensor) -> Any:
-        """One generated step (plain or profiled); the model made whole again
-        if it raises (:meth:`_recover`)."""
+    def _run(self, c: Compiled, fn: Callable[..., Any], gen: Generated, x: torch.Tensor,
+             y: torch.Tensor) -> Any:
+        """One generated step (plain or profiled, ``gen`` its source); the
+        model made whole again if it raises (:meth:`_recover`), where it failed
+        kept in :attr:`last_failure`, and an out-of-memory error handled by
+        :meth:`_after_out_of_memory`."""
         try:
             with torch.no_grad():
                 return fn(x, y)
-        except BaseException:
+        except BaseException as err:
             self._recover(c)
+            self.last_failure = _failed_at(gen, err)
+            if isinstance(err, _OUT_OF_MEMORY):
+                self._after_out_of_memory(c, err)
             raise
+
+    def _after_out_of_memory(self, c: Compiled, err: BaseException) -> None:
+        """Says on ``err`` where the plan ran out of memory and what it
+        predicted, and, where the headroom was left to the device's default,
+        raises it (:func:`raised_headroom`) and drops every compiled plan, so
+        that the next call plans the step again with more room for what the
+        plan does not model (kernels' temporaries, the allocator's own
+        fragmentation).  The failed step is not run again: the plan released
+        the batch's storage after its last use, and the model may be partly
+        updated (the note says whether)."""
+        budget = c.budget_bytes
+        planned = c.plan_result.report.peak_live_bytes + c.converted.pinned_bytes
+        where = f"at {self.last_failure}" if self.last_failure is not None else "(no generated line on the traceback)"
+        _add_note(err, f"outcore: the planned step ran out of device memory {where}. The plan predicted a "
+                       f"peak of {planned} B live against a budget of {budget} B ({budget - c.planner_budget_bytes} "
+                       f"B of it kept from the planner: pinned state and headroom {self.headroom}).")
+        if not self._adaptive_headroom:
+            _add_note(err, f"outcore: headroom {self.headroom!r} was given, so it stays; pass a larger headroom= "
+                           "(or leave it None, and it rises after an out-of-memory error), a larger budget, or a "
+                           "smaller batch.")
+            return
+        old = float(self.headroom)
+        new = raised_headroom(old)
+        if new <= old:
+            _add_note(err, f"outcore: the headroom is already at its cap of {MAX_ADAPTED_HEADROOM} of the budget; "
+                           "give a larger budget or a smaller batch.")
+            return
+        self.headroom = new
+        self.replans_after_oom += 1
+        self._cache.clear()
+        self._current = None
+        _add_note(err, f"outcore: the headroom (left to the device's default) rises from {old:.3g} to {new:.3g} "
+                       "of the budget and the next call plans the step again; this step's batch is not run again.")
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Trains one step and returns the loss.  The batch is consumed: the
         plan releases the device storage of ``x`` and ``y`` after their last
         use (pass clones to keep them).  If the step raises (out of memory,
         say), every parameter and optimizer state the plan had moved off the
-        device is put back with its last value before the error propagates."""
+        device is put back with its last value before the error propagates;
+        an out-of-memory error also says where in the plan it happened and
+        may raise the headroom for the next call (:meth:`_after_out_of_memory`)."""
         if self._cache.get(step_signature(self.model, self.optimizer, (x, y))) is not self._current:
             self.materialize()  # another graph: its plan may keep other tensors on the host
         c = self.compile((x, y))
@@ -684,7 +779,7 @@ class StepFunction:
                 torch.cuda.set_per_process_memory_fraction(min(1.0, c.budget_bytes / total), c.captured.device)
             torch.cuda.reset_peak_memory_stats(c.captured.device)
         self._enter_residency(c)
-        outs = self._run(c, c.fn, x, y)
+        outs = self._run(c, c.fn, c.generated, x, y)
         self._install_new_state(c, outs)
         if cuda:
             self.stats = {
@@ -771,14 +866,14 @@ class StepFunction:
             glb = {"__builtins__": __builtins__, "_ph": [ph.tensor for ph in c.captured.placeholders],
                    **gen.globals, **rt.bind(), "_H": c.host}
             exec(compile(gen.source, "<outcore step (profiled)>", "exec"), glb)  # noqa: S102
-            c.profile_fn, c.profile_runtime = glb["step"], rt
+            c.profile_fn, c.profile_runtime, c.profile_generated = glb["step"], rt, gen
         rt = c.profile_runtime
         rt.op_times.clear()
         rt.copy_times.clear()
         rt.op_transient_bytes.clear()
         for _ in range(iterations):
             self._enter_residency(c)
-            outs = self._run(c, c.profile_fn, x.clone(), y.clone())
+            outs = self._run(c, c.profile_fn, c.profile_generated, x.clone(), y.clone())
             self._install_new_state(c, outs)
         ops, copies = rt.resolve_times()
         entries = [
@@ -851,6 +946,15 @@ def compile_step(
     ``"early"`` and ``0.0``, under which ResNet-50 at a quarter of eager's
     peak and ``auto``'s swap-only plans ran out of memory on an H200) and
     ``"best-fit-paged"``, ``"early"`` and ``0.0`` on other devices.
+
+    ``headroom``: the part of the budget kept from the planner for what its
+    plan does not model (kernels' temporaries, the allocator's fragmentation):
+    a fraction of the budget in [0, 1) or bytes.  Left ``None``, it rises
+    after a planned step runs out of memory (:func:`raised_headroom`: 0.12,
+    0.18, 0.27, 0.405, then 0.5 on CUDA) and the next call plans again;
+    given, it stays.  Either way the error says where in the plan the step
+    failed (also :attr:`StepFunction.last_failure`) and whether the optimizer
+    had begun updating the model.
 
     ``allocator``: the allocator the plan is made for.  ``"best-fit-paged"``
     models PyTorch's caching allocator (segments, best fit,
