@@ -143,7 +143,9 @@ fn laid_out(plan: &Plan, graph: &Graph) -> Option<Plan> {
 
 /// Plans `graph` for [`run`] on the CPU backend with an arena of
 /// `budget_bytes`: under `allocator` where one is named. Where none is, for
-/// the `perfect` allocator, which [`run`] lays out at exact offsets; and
+/// the `perfect` allocator, the plan returned laid out at exact offsets
+/// (allocator `offsets`; its `report` and `verification` are the perfect
+/// plan's, whose schedule it keeps) where that layout fits the budget; and
 /// where that layout spans more than the budget, again for `offsets` (the
 /// planner then plans at a lower budget until its layout fits), since the
 /// best-fit list that would run the perfect plan can fragment where its
@@ -167,9 +169,14 @@ pub fn plan_for_run(
 ) -> Result<crate::PlanResult> {
     let named = allocator.is_some();
     let target = cpu_target(graph, budget_bytes, allocator.unwrap_or_default(), options)?;
-    let made = crate::plan(graph, planner, &target, plan_options)?;
+    let mut made = crate::plan(graph, planner, &target, plan_options)?;
     check_arena(&made.plan, budget_bytes)?;
-    if named || laid_out(&made.plan, &graph.graph).is_some() {
+    if named {
+        return Ok(made);
+    }
+    if let Some(laid) = laid_out(&made.plan, &graph.graph) {
+        // Returned laid out, so that [`run`] does not lay it out again.
+        made.plan = laid;
         return Ok(made);
     }
     let offsets = AllocatorSpec::Offsets(Default::default());

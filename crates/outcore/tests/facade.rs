@@ -411,6 +411,34 @@ fn a_run_plan_that_cannot_be_laid_out_is_planned_for_offsets() {
     assert_eq!(named.plan.allocator.name(), "perfect");
 }
 
+/// Planned to run with no allocator named, a perfect plan whose layout fits
+/// the arena comes back laid out (`offsets`), so that `run` uses that layout
+/// as it is, and runs with every check passing.
+#[test]
+fn a_run_plan_that_can_be_laid_out_comes_back_laid_out() {
+    let graph = zoo("tiny-cnn", 32);
+    let run_options = RunOptions {
+        iters: 1,
+        check: true,
+        ..RunOptions::default()
+    };
+    let budget_bytes = 2 * graph.footprint_bytes();
+    let made = outcore::plan_for_run(
+        &graph,
+        "none",
+        budget_bytes,
+        None,
+        &PlanOptions::default(),
+        &run_options,
+    )
+    .expect("plans at twice the footprint");
+    assert_eq!(made.plan.allocator.name(), "offsets");
+    let ran = outcore::run(&graph.graph, made.plan, &run_options).expect("runs");
+    assert_eq!(ran.allocator, "offsets");
+    assert!(ran.arena_high_water_bytes <= budget_bytes);
+    assert_eq!(ran.checks_passed, Some(true));
+}
+
 /// `ideal` plans for unlimited memory whatever the budget: planned to run
 /// in a smaller arena it is refused by name, with the budget it needs,
 /// instead of running in an arena of its own size.
