@@ -251,6 +251,7 @@ def test_out_of_memory_names_the_plan_step_and_a_default_headroom_rises(headroom
     where = step.last_failure
     assert where is not None and where.what.startswith("the swap-in of `"), where
     assert f"ran out of device memory at {where.what}" in notes
+    assert ("B reserved when it failed" in notes) == (DEVICE.type == "cuda")
     # in the forward pass: no parameter or optimizer state updated yet
     assert where.updates_before == 0 < where.updates_total
     if headroom is None:
@@ -266,6 +267,44 @@ def test_out_of_memory_names_the_plan_step_and_a_default_headroom_rises(headroom
         assert "was given, so it stays" in notes
         step(*(t.clone() for t in batches[2]))
         assert step.compiled is c
+
+
+def test_out_of_memory_after_the_optimizer_began_says_the_model_is_partly_updated():
+    """Injected at the first swap-in issued after an in-place update (the
+    eager-update order interleaves updates with the backward pass), the
+    failure counts the updates before it and says the model took them."""
+    make, loss_fn, batches, footprint = _resnet18_case(2, 8, 32)
+    model = make().to(DEVICE)
+    batches = [(x.to(DEVICE), y.to(DEVICE)) for x, y in batches]
+    step = ot.compile_step(model, loss_fn, _sgd(model), [t.clone() for t in batches[0]],
+                           budget=int(0.5 * footprint), planner="window", allocator="perfect", issue_order="early",
+                           headroom=0.0)
+    c = step.compiled
+    marks = c.generated.step_lines
+    at = next((k for k, (_, what, before) in enumerate(marks)
+               if before > 0 and what.startswith("the swap-in of")), None)
+    assert at is not None, "no swap-in after the first update"
+    late = marks[at][1:]
+    # the same tensor may be swapped in earlier too: fail at this swap-in's turn
+    turn = sum(1 for _, what, _ in marks[:at] if what == late[0])
+    real = c.fn.__globals__["_si"]
+    calls = []
+
+    def failing(*args):
+        if late[0].startswith(f"the swap-in of `{c.converted.tensors[args[4]].name}`"):
+            calls.append(args[4])
+            if len(calls) > turn:
+                raise torch.OutOfMemoryError("injected: CUDA out of memory")
+        return real(*args)
+
+    c.fn.__globals__["_si"] = failing
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        step(*(t.clone() for t in batches[1]))
+    c.fn.__globals__["_si"] = real
+    assert (step.last_failure.what, step.last_failure.updates_before) == late
+    notes = "\n".join(caught.value.__notes__)
+    assert f"{late[1]} of the step's {c.generated.n_updates} in-place updates" in notes
+    assert "the model is partly updated by this step" in notes
 
 
 def test_a_raised_headroom_grows_by_half_to_its_cap():

@@ -307,6 +307,17 @@ def _failed_at(gen: Generated, err: BaseException) -> StepLocation | None:
     return gen.locate(line) if line is not None else None
 
 
+def _cuda_memory_held(device: torch.device) -> str:
+    """What PyTorch's caching allocator held when a step failed, as a
+    sentence for its error ("" off CUDA): reserved far above allocated is
+    fragmentation, allocated near the budget what the plan did not model."""
+    if device.type != "cuda":
+        return ""
+    allocated = torch.cuda.memory_allocated(device)
+    reserved = torch.cuda.memory_reserved(device)
+    return f" PyTorch held {allocated} B allocated and {reserved} B reserved when it failed."
+
+
 def _add_note(err: BaseException, note: str) -> None:
     """``err.add_note(note)`` (Python 3.11+); a warning on older Pythons."""
     if hasattr(err, "add_note"):
@@ -722,13 +733,16 @@ class StepFunction:
             with torch.no_grad():
                 return fn(x, y)
         except BaseException as err:
+            # the caching allocator's state where it failed, before the
+            # recovery takes memory back for the parameters
+            held = _cuda_memory_held(c.captured.device) if isinstance(err, _OUT_OF_MEMORY) else ""
             self._recover(c)
             self.last_failure = _failed_at(gen, err)
             if isinstance(err, _OUT_OF_MEMORY):
-                self._after_out_of_memory(c, err)
+                self._after_out_of_memory(c, err, held)
             raise
 
-    def _after_out_of_memory(self, c: Compiled, err: BaseException) -> None:
+    def _after_out_of_memory(self, c: Compiled, err: BaseException, held: str) -> None:
         """Says on ``err`` where the plan ran out of memory and what it
         predicted, and, where the headroom was left to the device's default,
         raises it (:func:`raised_headroom`) and drops every compiled plan, so
@@ -742,7 +756,10 @@ class StepFunction:
         where = f"at {self.last_failure}" if self.last_failure is not None else "(no generated line on the traceback)"
         _add_note(err, f"outcore: the planned step ran out of device memory {where}. The plan predicted a "
                        f"peak of {planned} B live against a budget of {budget} B ({budget - c.planner_budget_bytes} "
-                       f"B of it kept from the planner: pinned state and headroom {self.headroom}).")
+                       f"B of it kept from the planner: pinned state and headroom {self.headroom}).{held}")
+        if self.last_failure is not None and self.last_failure.updates_before > 0:
+            _add_note(err, "outcore: the optimizer had begun: the model is partly updated by this step, as after "
+                           "an eager step that fails inside optimizer.step().")
         if not self._adaptive_headroom:
             _add_note(err, f"outcore: headroom {self.headroom!r} was given, so it stays; pass a larger headroom= "
                            "(or leave it None, and it rises after an out-of-memory error), a larger budget, or a "
