@@ -1015,7 +1015,16 @@ def compile_step(
 
     The example batch
     is captured at once, so errors (unsupported ops, an infeasible budget) are
-    raised here, before any training.
+    raised here, before any training.  Where the optimizer has no state yet
+    (SGD's momentum, Adam's moments: its first step creates them), that is the
+    step without it; the step with the state, which holds more, is planned at
+    the second call under the same budget in bytes (a percentage resolves
+    against the first step's footprint), and a budget too small for it raises
+    there (on a CIFAR-sized ResNet-18 with SGD momentum, 50% and 65% of the
+    first step's footprint planned the first step and not the second).  To
+    have it checked here, create the state first (one eager step, as
+    ``outcore.torch.bench`` does) or give the budget in bytes for the steady
+    step.
     """
     step = StepFunction(model, loss_fn, optimizer, budget=budget, planner=planner,
                         device_profile=device_profile, allocator=allocator, headroom=headroom,
