@@ -143,6 +143,21 @@ pub enum Command {
             allow_hyphen_values = true
         )]
         retry_moves: Option<i64>,
+        /// Bound `outcore`'s own searches (`outcore`, `outcore-recompute`)
+        /// by this many scored moves per start instead of `--seconds`: the
+        /// same plans whatever the machine's speed (the other planners still
+        /// end at `--seconds`). Not with `--retry-gap`, whose retry would
+        /// plan the same again. 2000 took 496 s for resnet50's 16 cases (zoo
+        /// and export) on 2 cores, where the suite's 5 s on the clock planned
+        /// them in 65 s, with the same throughputs to three digits
+        /// (2026-12-04).
+        #[arg(
+            long,
+            value_name = "N",
+            conflicts_with = "retry_gap",
+            allow_hyphen_values = true
+        )]
+        moves: Option<i64>,
         /// Only these graphs (comma-separated labels' first words, e.g. `resnet50,gpt2`).
         #[arg(long)]
         only: Option<String>,

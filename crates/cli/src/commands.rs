@@ -63,20 +63,19 @@ pub fn run(cli: Cli, stop: &StopFlag) -> Result<()> {
             retry_gap,
             retry_seconds,
             retry_moves,
+            moves,
             only,
             allocator,
             json,
         } => {
-            let retry = suite_retry(seconds, retry_gap, retry_seconds, retry_moves)?;
-            cmd_bench_suite(
-                &planners,
+            let limits = SuiteLimits {
                 seconds,
-                retry,
-                only.as_deref(),
-                &allocator,
-                json,
-                stop,
-            )
+                max_moves: moves
+                    .map(|m| outcore::check_moves(m).context("--moves"))
+                    .transpose()?,
+                retry: suite_retry(seconds, retry_gap, retry_seconds, retry_moves)?,
+            };
+            cmd_bench_suite(&planners, limits, only.as_deref(), &allocator, json, stop)
         }
         Command::MaxBatch(args) => cmd_max_batch(&args, stop),
         Command::Verify { plan, json } => cmd_verify(&plan, json),
@@ -795,10 +794,16 @@ fn suite_retry(
     }))
 }
 
+/// What bounds the suite's searches: `--seconds`, `--moves`, and the retry.
+struct SuiteLimits {
+    seconds: f64,
+    max_moves: Option<u64>,
+    retry: Option<outcore::Retry>,
+}
+
 fn cmd_bench_suite(
     planners: &str,
-    seconds: f64,
-    retry: Option<outcore::Retry>,
+    limits: SuiteLimits,
     only: Option<&str>,
     allocator: &str,
     json_out: bool,
@@ -809,7 +814,7 @@ fn cmd_bench_suite(
     outcore::parse_allocator(allocator)?;
     let mut suite = outcore::standard_suite(planners.clone(), &outcore::default_repo_root());
     suite.allocator = allocator.to_string();
-    suite.retry = retry;
+    suite.retry = limits.retry;
     if let Some(only) = only {
         let wanted: Vec<&str> = only.split(',').map(str::trim).collect();
         suite.graphs.retain(|g| {
@@ -825,7 +830,8 @@ fn cmd_bench_suite(
     }
     let cases = suite.graphs.len() * suite.devices.len() * suite.budget_percents.len();
     let options = PlanOptions {
-        time_limit_s: outcore::check_time_limit_s(seconds)?,
+        time_limit_s: outcore::check_time_limit_s(limits.seconds)?,
+        max_moves: limits.max_moves,
         on_progress: Some(progress::iteration_hook(
             progress::bar("cases", cases as u64),
             stop.clone(),
@@ -843,6 +849,9 @@ fn cmd_bench_suite(
         return print_json(&serde_json::to_value(&result)?);
     }
     say!("allocator: {}", result.allocator);
+    if let Some(moves) = result.max_moves {
+        say!("outcore's searches: {moves} scored moves per start");
+    }
     say!("{}", result.to_markdown(&planners));
     for (label, why) in &result.skipped {
         say!("skipped {label}: {why}");

@@ -809,6 +809,26 @@ fn bench_suite_retry_flags_are_checked() {
         ],
         "--retry-moves: moves `-5`: out of range",
     );
+    // The first searches' move count: in range, and not with a retry.
+    fails_with(
+        &["bench-suite", "--moves", "-5"],
+        "--moves: moves `-5`: out of range",
+    );
+    let out = outcore(&[
+        "bench-suite",
+        "--moves",
+        "5",
+        "--retry-gap",
+        "0.1",
+        "--retry-seconds",
+        "50",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--moves <N>") && err.contains("cannot be used with"),
+        "{err}"
+    );
 }
 
 /// `bench-suite` runs from the repository's root: for VGG-16 (the zoo model
