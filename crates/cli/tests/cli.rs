@@ -814,6 +814,10 @@ fn bench_suite_retry_flags_are_checked() {
         &["bench-suite", "--moves", "-5"],
         "--moves: moves `-5`: out of range",
     );
+    fails_with(
+        &["bench-suite", "--planners", "window,dtr", "--moves", "100"],
+        "`window`, `dtr` have no move count",
+    );
     let out = outcore(&[
         "bench-suite",
         "--moves",

@@ -183,6 +183,8 @@ pub struct SuiteResult {
 /// the suite when it returns `false`); `options.time_limit_s` bounds each
 /// search planner.
 pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
+    // Before the first case, not at it.
+    crate::input::check_moves_counted(&suite.planners, options)?;
     if let Some(retry) = suite.retry {
         check_retry(retry, options.time_limit_s)?;
         if let Some(moves) = options.max_moves {
