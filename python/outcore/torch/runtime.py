@@ -280,6 +280,14 @@ MAX_ADAPTED_HEADROOM = 0.5
 _OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
+def _is_out_of_memory(err: BaseException) -> bool:
+    """PyTorch's out-of-memory error, or a ``RuntimeError`` that says out of
+    memory (as some library calls on CUDA report it; the bench reads both
+    the same way)."""
+    return isinstance(err, _OUT_OF_MEMORY) or (
+        isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
+
+
 def raised_headroom(headroom: float) -> float:
     """The headroom after a planned step ran out of memory: half again, at
     least 4 points of the budget more, at most :data:`MAX_ADAPTED_HEADROOM`.
@@ -287,8 +295,9 @@ def raised_headroom(headroom: float) -> float:
     Why these steps: on an H200 (2026-12-04, RESULTS.md "Why planned steps
     ran out of memory") ResNet-50 b128 at a quarter of eager's peak trained
     at 12% and at 15% headroom, but one plan of eight ran out of memory at
-    12%; the kernels' temporaries it missed (cuDNN workspaces up to 520 MB,
-    GPT-2's 384 MiB attention blocks) are a few percent of such budgets each.
+    12%; one kernel's temporaries that no plan holds were from 3.7% (GPT-2
+    b8's 384 MiB attention blocks in a 10.97 GB budget) to 18% (a 520 MB
+    cuDNN workspace in ResNet-50 b128's 2.85 GB) of the budget.
     Half again reaches 0.18, 0.27, 0.41 and 0.5 from CUDA's 0.12, so a plan
     that keeps failing hands back at most 4 failed steps before the budget
     left to the planner is half; 4 points first where the default is 0."""
@@ -735,10 +744,11 @@ class StepFunction:
         except BaseException as err:
             # the caching allocator's state where it failed, before the
             # recovery takes memory back for the parameters
-            held = _cuda_memory_held(c.captured.device) if isinstance(err, _OUT_OF_MEMORY) else ""
+            out_of_memory = _is_out_of_memory(err)
+            held = _cuda_memory_held(c.captured.device) if out_of_memory else ""
             self._recover(c)
             self.last_failure = _failed_at(gen, err)
-            if isinstance(err, _OUT_OF_MEMORY):
+            if out_of_memory:
                 self._after_out_of_memory(c, err, held)
             raise
 
