@@ -310,6 +310,43 @@ def test_out_of_memory_after_the_optimizer_began_says_the_model_is_partly_update
     assert "the model is partly updated by this step" in notes
 
 
+def test_a_budget_too_small_for_the_step_with_the_optimizers_state_raises_at_compile():
+    """SGD with momentum creates its buffers in the first step; a budget that
+    fits that step and not the ones after (which hold the buffers) raises at
+    ``compile_step``, before any training: model and optimizer untouched."""
+    make, loss_fn, batches, _ = _resnet18_case(1, 8, 32)
+    model = make().to(DEVICE)
+    opt = _sgd(model)
+    x, y = (t.to(DEVICE) for t in batches[0])
+    before = _snapshot(model, opt)
+    # all of the first step's footprint (a percentage resolves against it),
+    # with nothing moved: the buffers the later steps hold do not fit
+    with pytest.raises(outcore.errors.InfeasibleError, match="once the optimizer holds its state") as caught:
+        ot.compile_step(model, loss_fn, opt, (x.clone(), y.clone()), budget="100%", planner="none",
+                        allocator="perfect", issue_order="early", headroom=0.0)
+    assert "none finds no plan" in str(caught.value)
+    assert "The first step, which creates that state, has one" in str(caught.value)
+    assert not opt.state, "the optimizer's state was created"
+    assert _same(before, _snapshot(model, opt))
+
+
+def test_the_step_with_the_optimizers_state_is_planned_once_ahead():
+    """``compile_step`` plans the step with the optimizer's state ahead, and
+    the call that captures it takes that plan instead of planning again."""
+    make, loss_fn, batches, footprint = _resnet18_case(3, 8, 32)
+    model = make().to(DEVICE)
+    step = ot.compile_step(model, loss_fn, _sgd(model), [t.to(DEVICE) for t in batches[0]],
+                           budget=int(0.97 * footprint), planner="window", allocator="perfect",
+                           issue_order="early", headroom=0.0)
+    planned = list(step._plans.values())
+    assert len(planned) == 2, "the first step and the step with the momentum buffers"
+    for x, y in batches:
+        step(x.to(DEVICE), y.to(DEVICE))
+    assert len(step._cache) == 2 and len(step._plans) == 2
+    assert step.compiled.plan_result is planned[1]
+    assert step.compiled.generated.n_swap_outs > 0
+
+
 def test_a_raised_headroom_grows_by_half_to_its_cap():
     raised = [0.12]
     while len(raised) < 6:
@@ -474,7 +511,8 @@ def test_recomputing_a_random_op_is_refused_by_name():
     m = TinyGPT(vocab=32, d=16, heads=2, layers=1, seq=8)
     o = _sgd(m)
     x, y = torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))
-    step = ot.compile_step(m, lm_loss, o, (x, y), budget="100%", planner="none", allocator="perfect",
+    # twice the first step's footprint: the later steps hold SGD's momentum too
+    step = ot.compile_step(m, lm_loss, o, (x, y), budget="200%", planner="none", allocator="perfect",
                            headroom=0.0)
     conv = step.compiled.converted
     random_ops = [op for op in conv.ops if not op.recomputable and "random" in (op.why_not_recomputable or "")]

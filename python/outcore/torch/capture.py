@@ -132,15 +132,58 @@ def capture_step(
 ) -> Captured:
     """Traces ``loss_fn(model(batch[0]), batch[1])``, its gradients and
     ``optimizer.step()`` as one ATen graph on fake tensors."""
+    return _capture(model, loss_fn, optimizer, batch, {}, None)
+
+
+def capture_steady_step(
+    model: nn.Module,
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    batch: Sequence[torch.Tensor],
+    first: Captured,
+) -> Captured | None:
+    """The step once the optimizer holds the state that ``first`` creates
+    (``first.new_state``: SGD's momentum, Adam's moments), traced now with
+    that state as fake tensors of the shapes, strides and dtypes ``first``
+    gives them: the graph the next call captures from the real state, made
+    before any training so that its plan can be checked.  ``None`` where
+    ``first`` creates no state.  Its opt-state placeholders hold fake
+    tensors: it is for planning, not for generating code."""
+    if not first.new_state:
+        return None
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    outs = [n for n in first.gm.graph.nodes if n.op == "output"][0].args[0]
+    mode = FakeTensorMode()
+    extra: dict[tuple[int, str], torch.Tensor] = {}
+    for pi, key, pos in first.new_state:
+        val = outs[pos].meta["val"]
+        with mode:
+            extra[(pi, key)] = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype,
+                                                   device=val.device)
+    return _capture(model, loss_fn, optimizer, batch, extra, mode)
+
+
+def _capture(
+    model: nn.Module,
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    batch: Sequence[torch.Tensor],
+    extra_state: dict[tuple[int, str], torch.Tensor],
+    fake_mode: Any,
+) -> Captured:
+    """:func:`capture_step`, with ``extra_state`` (param index, key) ->
+    tensor as optimizer state beside the optimizer's own, traced under
+    ``fake_mode`` (the mode those tensors are fake in) where given."""
     x, y = _check_batch(batch)
     named_params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     named_buffers = list(model.named_buffers())
     device = _one_device(named_params, optimizer, x, y)
-    placeholders = _placeholders(named_params, named_buffers, optimizer, x, y)
+    placeholders = _placeholders(named_params, named_buffers, optimizer, x, y, extra_state)
     step = _StepFunction(model, loss_fn, optimizer, named_params, named_buffers, placeholders)
     marks = _ModuleMarks(model)
     try:
-        gm = _trace(step, placeholders, model, optimizer)
+        gm = _trace(step, placeholders, model, optimizer, fake_mode)
     finally:
         marks.remove()
     nodes = list(gm.graph.nodes)
@@ -201,18 +244,21 @@ def _placeholders(
     optimizer: torch.optim.Optimizer,
     x: torch.Tensor,
     y: torch.Tensor,
+    extra_state: dict[tuple[int, str], torch.Tensor],
 ) -> list[Placeholder]:
     """The graph's inputs in the traced function's order: parameters,
-    buffers, the optimizer's tensor state (per parameter, by key), the
-    inputs and the labels. State on another device than its parameter is a
-    CaptureError naming the fix."""
+    buffers, the optimizer's tensor state (per parameter, by key; with
+    ``extra_state`` beside it), the inputs and the labels. State on another
+    device than its parameter is a CaptureError naming the fix."""
     placeholders: list[Placeholder] = []
     for i, (n, p) in enumerate(named_params):
         placeholders.append(Placeholder("param", n, p, param_index=i))
     for n, b in named_buffers:
         placeholders.append(Placeholder("buffer", n, b))
     for i, (n, p) in enumerate(named_params):
-        for k, v in sorted(optimizer.state.get(p, {}).items()):
+        state = dict(optimizer.state.get(p, {}))
+        state.update({k: v for (pi, k), v in extra_state.items() if pi == i})
+        for k, v in sorted(state.items()):
             if isinstance(v, torch.Tensor):
                 if v.device != p.device:
                     raise CaptureError(
@@ -373,15 +419,20 @@ def _trace(
     placeholders: list[Placeholder],
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
+    fake_mode: Any = None,
 ) -> torch.fx.GraphModule:
     """``make_fx`` of the step on fake copies of the placeholders
-    (parameters requiring gradients); any tracing failure is a CaptureError
-    naming the model, the optimizer and what cannot be traced."""
+    (parameters requiring gradients), made in ``fake_mode`` where given (the
+    mode of placeholders that are fake already); any tracing failure is a
+    CaptureError naming the model, the optimizer and what cannot be traced."""
+    from torch._subclasses.fake_tensor import FakeTensor
     from torch.fx.experimental.proxy_tensor import make_fx
 
     trace_inputs = []
     for ph in placeholders:
         t = ph.tensor.detach()
+        if fake_mode is not None and not isinstance(t, FakeTensor):
+            t = fake_mode.from_tensor(t)
         if ph.role == "param":
             t = t.requires_grad_(True)
         trace_inputs.append(t)

@@ -6,7 +6,8 @@ the plan and returns a :class:`StepFunction`.  Calling it trains one step: the
 optimizer runs inside the generated code and updates the parameters and its
 state in place.  A change of batch shape, of hyper-parameters or of the
 optimizer's state structure (the first step creates SGD's momentum buffers)
-captures and plans again (cached per signature).
+captures and plans again (cached per signature); the step with the state
+the first step creates is planned ahead, at ``compile_step``.
 
 Budgets: bytes (``int``), a size (``"12GiB"``), a percentage of the step's
 footprint (``"60%"``), or a fraction of the device's memory (``float`` in
@@ -38,8 +39,8 @@ from torch import nn
 
 import outcore
 
-from ..errors import InfeasibleError, InvalidValueError, OutcoreError
-from .capture import Captured, capture_step, step_signature
+from ..errors import CaptureError, InfeasibleError, InvalidValueError, OutcoreError
+from .capture import Captured, capture_steady_step, capture_step, step_signature
 from .codegen import Generated, StepLocation, generate
 from .convert import Converted, convert, to_graph_json
 
@@ -540,6 +541,9 @@ class StepFunction:
         self.issue_order = issue_order
         self._expandable = False
         self._cache: dict[tuple, Compiled] = {}
+        #: plans by (graph JSON, planner budget, profile): the step with the
+        #: optimizer's state, planned ahead by :meth:`check_steady`
+        self._plans: dict[tuple, Any] = {}
         self._current: Compiled | None = None
         self._host_resident: dict[int, bool] = {}
         self._budget_bytes: int | None = None
@@ -561,33 +565,7 @@ class StepFunction:
             _use_expandable_segments()
             torch.cuda.empty_cache()
             self._expandable = True
-        conv = convert(cap)
-        if self.latency_table is not None:
-            _apply_measured_workspaces(conv, self.latency_table)
-        path = os.path.join(self._tmp.name, f"graph{len(self._cache)}.json")
-        with open(path, "w") as f:
-            json.dump(conv.graph_json, f)
-        graph = outcore.load_graph(path=path)
-        profile = self._with_tf32(self.device_profile or _device_profile_for(cap.device), cap.device)
-        memory = _device_memory_bytes(cap.device, profile)
-        if self._budget_bytes is None:
-            # Resolved once, on the first graph: later graphs of the same step
-            # (after the optimizer created its state) keep the same bytes.
-            self._budget_bytes = parse_budget(
-                self.budget, footprint_bytes=graph.footprint_bytes + conv.pinned_bytes, device_memory_bytes=memory
-            )
-        budget_bytes = self._budget_bytes
-        headroom = (int(self.headroom * budget_bytes) if isinstance(self.headroom, float) else int(self.headroom))
-        planner_budget = budget_bytes - conv.pinned_bytes - headroom
-        need, op_name = _largest_working_set(conv)
-        if planner_budget < need:
-            raise InfeasibleError(
-                f"the budget {budget_bytes} B leaves {planner_budget} B for the graph (pinned module "
-                f"state {conv.pinned_bytes} B, headroom {headroom} B), below op `{op_name}`'s working set of "
-                f"{need} B (its inputs, outputs and workspace must be on the device at once); give a budget "
-                f"of at least {need + conv.pinned_bytes + headroom} B or a smaller batch"
-            )
-        result = self._plan(graph, profile, planner_budget)
+        conv, graph, path, budget_bytes, planner_budget, result = self._planned_graph(cap, f"graph{len(self._cache)}")
         # "timeline": issued in the order the plan's predicted iteration
         # starts its steps, with the waits that order that iteration's frees
         # (``outcore._native.pin_to_timeline``): the caching allocator then
@@ -613,6 +591,71 @@ class StepFunction:
         self._cache[sig] = compiled
         self._current = compiled
         return compiled
+
+    def _planned_graph(self, cap: Captured, name: str):
+        """Converts ``cap`` and plans it under the step's budget: the
+        converted step, its graph (written as ``name``.json), the budget, the
+        planner's share of it and the plan.  A graph planned before under
+        the same budget and profile (the step with the optimizer's state,
+        checked by :meth:`check_steady`) takes that plan again."""
+        conv = convert(cap)
+        if self.latency_table is not None:
+            _apply_measured_workspaces(conv, self.latency_table)
+        text = json.dumps(conv.graph_json)
+        path = os.path.join(self._tmp.name, f"{name}.json")
+        with open(path, "w") as f:
+            f.write(text)
+        graph = outcore.load_graph(path=path)
+        profile = self._with_tf32(self.device_profile or _device_profile_for(cap.device), cap.device)
+        memory = _device_memory_bytes(cap.device, profile)
+        if self._budget_bytes is None:
+            # Resolved once, on the first graph: later graphs of the same step
+            # (after the optimizer created its state) keep the same bytes.
+            self._budget_bytes = parse_budget(
+                self.budget, footprint_bytes=graph.footprint_bytes + conv.pinned_bytes, device_memory_bytes=memory
+            )
+        budget_bytes = self._budget_bytes
+        headroom = (int(self.headroom * budget_bytes) if isinstance(self.headroom, float) else int(self.headroom))
+        planner_budget = budget_bytes - conv.pinned_bytes - headroom
+        need, op_name = _largest_working_set(conv)
+        if planner_budget < need:
+            raise InfeasibleError(
+                f"the budget {budget_bytes} B leaves {planner_budget} B for the graph (pinned module "
+                f"state {conv.pinned_bytes} B, headroom {headroom} B), below op `{op_name}`'s working set of "
+                f"{need} B (its inputs, outputs and workspace must be on the device at once); give a budget "
+                f"of at least {need + conv.pinned_bytes + headroom} B or a smaller batch"
+            )
+        key = (text, planner_budget, profile)
+        result = self._plans.get(key)
+        if result is None:
+            result = self._plan(graph, profile, planner_budget)
+            self._plans[key] = result
+        return conv, graph, path, budget_bytes, planner_budget, result
+
+    def check_steady(self, batch: Sequence[torch.Tensor]) -> None:
+        """Where the compiled step creates the optimizer's state (its first
+        step: SGD's momentum, Adam's moments), plans the step that holds it,
+        the one every later call runs (:func:`~.capture.capture_steady_step`),
+        now: a budget too small for it raises here, before any training,
+        and its plan is kept for the call that captures that step."""
+        c = self.compiled
+        try:
+            steady = capture_steady_step(self.model, self.loss_fn, self.optimizer, batch, c.captured)
+        except CaptureError as e:
+            # the state as fake tensors is this check's own device; the real
+            # state's capture at the second call stands on its own
+            warnings.warn(f"outcore: the step with the optimizer's state could not be checked ahead ({e}); "
+                          "it is captured and planned at the second call", RuntimeWarning, stacklevel=3)
+            return
+        if steady is None:
+            return
+        try:
+            self._planned_graph(steady, "steady")
+        except InfeasibleError as e:
+            raise InfeasibleError(
+                f"the step once the optimizer holds its state (every call after the first) has no plan: {e}. "
+                "The first step, which creates that state, has one; give a budget for the step with the state"
+            ) from e
 
     def _resolve_defaults(self, device: torch.device) -> None:
         """The allocator, issue order and headroom not given to the step:
@@ -1026,20 +1069,20 @@ def compile_step(
     The example batch
     is captured at once, so errors (unsupported ops, an infeasible budget) are
     raised here, before any training.  Where the optimizer has no state yet
-    (SGD's momentum, Adam's moments: its first step creates them), that is the
-    step without it; the step with the state, which holds more, is planned at
-    the second call under the same budget in bytes (a percentage resolves
-    against the first step's footprint), and a budget too small for it raises
-    there (torchvision's ResNet-18 on 32x32 images, batch 8, SGD with
-    momentum: ``window`` at 50% and ``outcore`` at 65% of the first step's
-    footprint planned the first step and not the second).  To
-    have it checked here, create the state first (one eager step, as
-    ``outcore.torch.bench`` does) or give the budget in bytes for the steady
-    step.
+    (SGD's momentum, Adam's moments: its first step creates them), the step
+    every later call runs holds it, so it is planned here too (captured with
+    that state as fake tensors, :meth:`StepFunction.check_steady`): a budget
+    that fits the first step and not that one raises here as well, and the
+    plan is kept for the second call.  A percentage resolves against the
+    first step's footprint: torchvision's ResNet-18 on 32x32 images at batch
+    8 with SGD's momentum needs 94.31 MiB with nothing moved in its first
+    step and 130.21 MiB in every later one (until 2026-12-04 that step was
+    planned only at the second call, and such a budget failed there).
     """
     step = StepFunction(model, loss_fn, optimizer, budget=budget, planner=planner,
                         device_profile=device_profile, allocator=allocator, headroom=headroom,
                         latency_table=latency_table, seed=seed, time_limit_s=time_limit_s,
                         enforce=enforce, issue_order=issue_order, moves=moves)
     step.compile(tuple(example_batch))
+    step.check_steady(tuple(example_batch))
     return step
