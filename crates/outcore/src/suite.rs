@@ -183,8 +183,6 @@ pub struct SuiteResult {
 /// the suite when it returns `false`); `options.time_limit_s` bounds each
 /// search planner.
 pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
-    // Before the first case, not at it.
-    crate::input::check_moves_counted(&suite.planners, options)?;
     if let Some(retry) = suite.retry {
         check_retry(retry, options.time_limit_s)?;
         if let Some(moves) = options.max_moves {
@@ -196,6 +194,8 @@ pub fn run_suite(suite: &Suite, options: &PlanOptions) -> Result<SuiteResult> {
             ));
         }
     }
+    // Before the first case, not at it.
+    crate::input::check_moves_counted(&suite.planners, options)?;
     let total = suite.graphs.len() * suite.devices.len() * suite.budget_percents.len();
     let total = u32::try_from(total).unwrap_or(u32::MAX);
     let mut done = 0u32;
