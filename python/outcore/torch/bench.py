@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from .models import TinyGPT, lm_loss
+from .runtime import is_out_of_memory
 
 
 def _sync(device: torch.device) -> None:
@@ -221,7 +222,7 @@ def _run_trial(method: str, model_name: str, batch: int, budget_bytes: int, devi
             out["relative_error"] = abs(info["simulated_iter_s"] - t) / t
         return out
     except (torch.OutOfMemoryError, RuntimeError) as e:
-        if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
+        if is_out_of_memory(e):
             # what ran out, and (outcore) what the plan predicted: the log is
             # all a later reader has to tell fragmentation from an unplanned buffer
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -281,10 +281,10 @@ MAX_ADAPTED_HEADROOM = 0.5
 _OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
-def _is_out_of_memory(err: BaseException) -> bool:
+def is_out_of_memory(err: BaseException) -> bool:
     """PyTorch's out-of-memory error, or a ``RuntimeError`` that says out of
-    memory (as some library calls on CUDA report it; the bench reads both
-    the same way)."""
+    memory (as some library calls on CUDA report it); the bench's failure
+    records read errors the same way."""
     return isinstance(err, _OUT_OF_MEMORY) or (
         isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
 
@@ -787,7 +787,7 @@ class StepFunction:
         except BaseException as err:
             # the caching allocator's state where it failed, before the
             # recovery takes memory back for the parameters
-            out_of_memory = _is_out_of_memory(err)
+            out_of_memory = is_out_of_memory(err)
             held = _cuda_memory_held(c.captured.device) if out_of_memory else ""
             self._recover(c)
             self.last_failure = _failed_at(gen, err)
