@@ -326,6 +326,11 @@ def test_a_budget_too_small_for_the_step_with_the_optimizers_state_raises_at_com
                         allocator="perfect", issue_order="early", headroom=0.0)
     assert "none finds no plan" in str(caught.value)
     assert "The first step, which creates that state, has one" in str(caught.value)
+    # the planner's message names a budget for the graph's share: the note
+    # of the error it raised says what the step's budget= adds to that
+    cause_notes = "\n".join(getattr(caught.value.__cause__, "__notes__", []))
+    assert "the graph was planned under" in cause_notes and "of pinned module state" in cause_notes
+    assert "has a plan under" in str(caught.value)
     assert not opt.state, "the optimizer's state was created"
     assert _same(before, _snapshot(model, opt))
 

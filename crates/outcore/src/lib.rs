@@ -19,6 +19,7 @@
 //! A plan is only ever returned (or written by the CLI) when it verifies and
 //! its simulation under its allocator has no allocation failure.
 
+mod budget_hint;
 mod colocate;
 mod colocate_run;
 mod error;

@@ -282,12 +282,26 @@ impl Comparison {
 /// Plans `graph` with the named planner for `target` and checks the plan: it is
 /// returned only if it verifies and runs under its allocator in the simulator;
 /// otherwise the error says why ([`ErrorKind::Infeasible`] names the allocator
-/// and the shortfall, [`ErrorKind::VerificationFailed`] the first violation).
+/// and the shortfall, and a budget under which some planner has a plan where
+/// one was found ([`crate::budget_hint`], a few seconds more at most);
+/// [`ErrorKind::VerificationFailed`] the first violation).
 pub fn plan(
     graph: &LoadedGraph,
     planner: &str,
     target: &Target,
     options: &PlanOptions,
+) -> Result<PlanResult> {
+    plan_hinted(graph, planner, target, options, true)
+}
+
+/// [`plan`], with the budget hint in its infeasibility error only when
+/// `hint` (a caller with a plan to fall back on needs none).
+pub(crate) fn plan_hinted(
+    graph: &LoadedGraph,
+    planner: &str,
+    target: &Target,
+    options: &PlanOptions,
+    hint: bool,
 ) -> Result<PlanResult> {
     check_time_limit_s(options.time_limit_s)?;
     // An unknown name first: its error lists the planners.
@@ -306,7 +320,15 @@ pub fn plan(
     };
     match outcome.status {
         Runnability::Feasible => {}
-        Runnability::Infeasible => return Err(infeasible(outcome.reason.unwrap_or_default())),
+        Runnability::Infeasible => {
+            let reason = outcome.reason.unwrap_or_default();
+            let hint = if hint {
+                budget_hint_text(planner, graph, cost.as_ref(), target, options)
+            } else {
+                String::new()
+            };
+            return Err(infeasible(format!("{reason}{hint}")));
+        }
         Runnability::NotRunnable => {
             return Err(ErrorKind::NotRunnable {
                 reason: outcome.reason.unwrap_or_default(),
@@ -326,6 +348,50 @@ pub fn plan(
         planner_time_s: outcome.planner_time_s,
         simulate_time_s: outcome.simulate_time_s,
     })
+}
+
+/// What [`crate::budget_hint`] found, in words for [`plan`]'s error: "" if
+/// none of its planners plans under any budget up to the ladder's top.
+fn budget_hint_text(
+    planner: &str,
+    graph: &LoadedGraph,
+    cost: &dyn CostModel,
+    target: &Target,
+    options: &PlanOptions,
+) -> String {
+    // `outcore` runs the hint's planners as seeds: under this budget they
+    // have no plan either.
+    let from_budget = planner != outcore_planners::joint::NAME;
+    let Some(hint) = crate::budget_hint::smallest_budget(graph, cost, target, options, from_budget)
+    else {
+        return String::new();
+    };
+    if hint.budget_bytes <= target.budget_bytes {
+        let or_outcore = if hint.planner == outcore_planners::joint::NAME {
+            ""
+        } else {
+            ", or with `outcore`, which starts from it"
+        };
+        return format!(
+            "; `{}` has a plan under this budget ({:.4} s/iteration): plan with it{or_outcore}",
+            hint.planner, hint.iter_time_s
+        );
+    }
+    let share = if target.footprint_bytes > 0 {
+        format!(
+            ", {:.1}% of the footprint",
+            hint.budget_bytes as f64 / target.footprint_bytes as f64 * 100.0
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "; `{}` has a plan under {} ({} bytes{share}, {:.4} s/iteration): give that budget, or lower the batch (`outcore max-batch` finds the largest batch under this one)",
+        hint.planner,
+        fmt_bytes(hint.budget_bytes),
+        hint.budget_bytes,
+        hint.iter_time_s
+    )
 }
 
 /// Plans with each named planner and judges every plan alike.

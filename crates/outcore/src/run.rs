@@ -181,7 +181,7 @@ pub fn plan_for_run(
     }
     let offsets = AllocatorSpec::Offsets(Default::default());
     let target = cpu_target(graph, budget_bytes, offsets, options)?;
-    Ok(crate::plan(graph, planner, &target, plan_options).unwrap_or(made))
+    Ok(crate::planning::plan_hinted(graph, planner, &target, plan_options, false).unwrap_or(made))
 }
 
 /// A plan that sets its own budget above the arena asked for (`ideal`

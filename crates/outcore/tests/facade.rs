@@ -554,3 +554,71 @@ fn a_plan_pinned_to_its_timeline_keeps_its_prediction_and_adds_only_waits() {
     let err = outcore::pin_to_timeline(&deviceless, None).unwrap_err();
     assert!(matches!(err.kind, ErrorKind::PlanNamesNoDevice));
 }
+
+/// The bytes a budget hint names: "... has a plan under 6.49 MiB (6801693
+/// bytes, ...".
+fn hinted_budget(msg: &str) -> Option<(String, u64)> {
+    let at = msg.find("has a plan under ")?;
+    let planner = msg[..at].rsplit('`').nth(1)?.to_string();
+    let rest = &msg[at..];
+    let open = rest.find('(')?;
+    let bytes = rest[open + 1..].split(' ').next()?.parse().ok()?;
+    Some((planner, bytes))
+}
+
+#[test]
+fn a_plan_refused_names_a_budget_under_which_one_exists() {
+    let graph = outcore::load_graph(&GraphSource::Zoo {
+        model: "tiny-cnn".into(),
+        batch: None,
+        knobs: Default::default(),
+        optimizer: None,
+    })
+    .unwrap();
+    let options = PlanOptions {
+        time_limit_s: 1.0,
+        ..PlanOptions::default()
+    };
+    // 20% of the footprint: `window`'s shortfall at one op (2.38 MiB against
+    // 2.18 MiB) is not what any planner needs; the hint names a larger
+    // budget, and the planner it names plans there.
+    let target = Target::parse(&graph, "v100-16gb-pcie3", "20%", "perfect").unwrap();
+    let err = outcore::plan(&graph, "window", &target, &options).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err.kind, ErrorKind::Infeasible { .. }), "{msg}");
+    let (planner, bytes) = hinted_budget(&msg).unwrap_or_else(|| panic!("no hint in: {msg}"));
+    assert!(bytes > target.budget_bytes, "{msg}");
+    assert!(
+        bytes <= 4 * target.budget_bytes + 1,
+        "above the ladder's top: {msg}"
+    );
+    let at_hint = Target {
+        budget_bytes: bytes,
+        ..target.clone()
+    };
+    let planned = outcore::plan(&graph, &planner, &at_hint, &options)
+        .unwrap_or_else(|e| panic!("{planner} under the hinted {bytes} B: {e}"));
+    assert!(planned.report.peak_live_bytes <= bytes);
+}
+
+#[test]
+fn a_budget_no_op_fits_gets_no_hint() {
+    let graph = tiny_cnn();
+    let target = Target::parse(&graph, "v100-16gb-pcie3", "1KiB", "perfect").unwrap();
+    let err = outcore::plan(&graph, "window", &target, &PlanOptions::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err.kind, ErrorKind::Infeasible { .. }), "{msg}");
+    // Four times 1 KiB is still below the first op's working set.
+    assert!(!msg.contains("has a plan under"), "{msg}");
+}
+
+#[test]
+fn another_planner_under_the_same_budget_is_named() {
+    // tiny-cnn (depth 8, width 8, batch 16) at 40%: `window` plans there
+    // (the executor tests' setting); `none` keeps everything and cannot.
+    let graph = tiny_cnn();
+    let target = Target::parse(&graph, "v100-16gb-pcie3", "40%", "perfect").unwrap();
+    let err = outcore::plan(&graph, "none", &target, &PlanOptions::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("has a plan under this budget"), "{msg}");
+}

@@ -628,7 +628,15 @@ class StepFunction:
         key = (text, planner_budget, profile)
         result = self._plans.get(key)
         if result is None:
-            result = self._plan(graph, profile, planner_budget)
+            try:
+                result = self._plan(graph, profile, planner_budget)
+            except InfeasibleError as e:
+                # the planner's message speaks of the graph's share; a budget
+                # it names needs the pinned state and headroom on top
+                _add_note(e, f"outcore: the graph was planned under {planner_budget} B: the budget {budget_bytes} B "
+                             f"less {conv.pinned_bytes} B of pinned module state and {headroom} B of headroom; a "
+                             "planning budget named above needs those bytes on top as budget=")
+                raise
             self._plans[key] = result
         return conv, graph, path, budget_bytes, planner_budget, result
 
