@@ -726,6 +726,17 @@ fn cmd_compare(
     let bar = progress::bar("planners", planners.len() as u64);
     options.on_progress = Some(progress::iteration_hook(bar, stop.clone()));
     let c = outcore::compare(&loaded, &planners, &target, &options)?;
+    // Where no planner listed has a plan (`ideal`, unlimited, aside), a
+    // budget under which one exists (`outcore::budget_hint`).
+    let none_fits = c
+        .results
+        .iter()
+        .all(|o| o.planner == "ideal" || !o.is_feasible());
+    let hint = if none_fits {
+        outcore::budget_hint(&loaded, &target, &options)
+    } else {
+        None
+    };
     if json_out {
         let results: Vec<Value> = c
             .results
@@ -747,9 +758,13 @@ fn cmd_compare(
             "lower_bound": c.lower_bound,
             "swap_only_bound": c.swap_only_bound,
             "results": results,
+            "budget_hint": hint,
         }))?;
     } else {
         print_comparison(&c);
+        if none_fits {
+            say!("{}", hint_line(hint.as_ref(), target.budget_bytes));
+        }
     }
     // A plan that fails verification is a planner bug: say so by the exit code.
     let broken: Vec<&str> = c.not_runnable().map(|o| o.planner.as_str()).collect();
@@ -760,6 +775,27 @@ fn cmd_compare(
         );
     }
     Ok(())
+}
+
+/// `compare`'s last line where no planner listed has a plan: the budget hint.
+fn hint_line(hint: Option<&outcore::BudgetHint>, budget_bytes: u64) -> String {
+    match hint {
+        None => {
+            "no planner listed has a plan, nor do `dtr`, `window` or `outcore` up to 4x the budget"
+                .into()
+        }
+        Some(h) if h.budget_bytes <= budget_bytes => format!(
+            "no planner listed has a plan; `{}` has one under this budget ({:.4} s/iteration)",
+            h.planner, h.iter_time_s
+        ),
+        Some(h) => format!(
+            "no planner listed has a plan; `{}` has one under {} ({} bytes, {:.4} s/iteration): give that budget, or lower the batch",
+            h.planner,
+            fmt_bytes(h.budget_bytes),
+            h.budget_bytes,
+            h.iter_time_s
+        ),
+    }
 }
 
 /// `--retry-gap` and `--retry-seconds` (clap asks for both or neither),

@@ -918,3 +918,64 @@ fn a_search_bounded_by_moves_gives_the_same_plan_whatever_the_clock() {
         500
     );
 }
+
+#[test]
+fn compare_with_no_plan_names_a_budget_under_which_one_exists() {
+    // tiny-cnn at 20% of its footprint: `none` and `capuchin` have no plan;
+    // the JSON's hint names a larger budget, and `plan` with the planner it
+    // names writes a plan under it.
+    let c = json_of(&[
+        "compare",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "v100-16gb-pcie3",
+        "--budget",
+        "20%",
+        "--planners",
+        "none,capuchin",
+        "--seconds",
+        "1",
+        "--json",
+    ]);
+    let budget = c["budget_bytes"].as_u64().unwrap();
+    let hint = &c["budget_hint"];
+    let hinted = hint["budget_bytes"].as_u64().expect("a hint");
+    assert!(hinted > budget && hinted <= 4 * budget + 1, "{hint}");
+    let planner = hint["planner"].as_str().unwrap();
+    let path = temp("hinted.json");
+    let out = outcore(&[
+        "plan",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "v100-16gb-pcie3",
+        "--budget",
+        &hinted.to_string(),
+        "--planner",
+        planner,
+        "--seconds",
+        "1",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Where a listed planner plans, no hint is computed.
+    let c = json_of(&[
+        "compare",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "v100-16gb-pcie3",
+        "--budget",
+        "100%",
+        "--planners",
+        "none",
+        "--json",
+    ]);
+    assert!(c["budget_hint"].is_null(), "{}", c["budget_hint"]);
+}

@@ -1,5 +1,6 @@
 //! Where a planner finds no plan, a budget under which one exists: the hint
-//! that [`crate::plan`]'s error carries.
+//! that [`crate::plan`]'s error carries, and that `outcore compare` prints
+//! where no planner listed has a plan ([`budget_hint`]).
 //!
 //! Why: a planner's shortfall names one op's need, which is not the budget
 //! the planner needs. ResNet-50 b32 at 12.5% of its footprint (356.15 MiB) on
@@ -55,12 +56,25 @@ pub(crate) const SEARCH_LIMIT_S: f64 = 0.5;
 pub(crate) const HINT_LIMIT_S: f64 = 10.0;
 
 /// A budget under which a planner plans: the budget in bytes, the planner
-/// and its plan's simulated iteration time.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct BudgetHint {
+/// and its plan's simulated iteration time ([`budget_hint`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BudgetHint {
     pub budget_bytes: u64,
     pub planner: String,
     pub iter_time_s: f64,
+}
+
+/// A budget, `target`'s or above it, under which `dtr`, `window` or
+/// `outcore` has a plan that verifies and simulates (module docs: a ladder,
+/// then a bisection; 10 s at most); `None` if none plans up to four times
+/// the budget or the device's memory. Not the least such budget.
+pub fn budget_hint(
+    graph: &LoadedGraph,
+    target: &Target,
+    options: &PlanOptions,
+) -> Option<BudgetHint> {
+    let cost = crate::cost_model(target.device.clone(), options.latency_table.as_ref());
+    smallest_budget(graph, cost.as_ref(), target, options, true)
 }
 
 /// The planners of the hint, with the options each plans under.

@@ -30,6 +30,7 @@ pub mod report;
 mod run;
 mod suite;
 
+pub use budget_hint::{BudgetHint, budget_hint};
 pub use colocate::{
     ColocateJobRow, ColocateResult, JOBS_FORMAT, JobList, JobSpec, TensileComparison, colocate,
     colocate_tensile, load_job_list, parse_job_list,
