@@ -342,6 +342,38 @@ def compare(
     )
 
 
+@dataclass(frozen=True)
+class BudgetHint:
+    """A budget under which ``planner`` has a plan that verifies and
+    simulates, and that plan's simulated iteration time."""
+
+    budget_bytes: int
+    planner: str
+    iter_time_s: float
+
+
+def budget_hint(
+    graph: Graph,
+    *,
+    device: str = "a100-40gb",
+    budget: Budget = "100%",
+    allocator: str = "best-fit",
+    seed: int = 0,
+    time_limit_s: float = 10.0,
+    latency_table: PathLike | None = None,
+) -> BudgetHint | None:
+    """A budget, ``budget`` itself or above it, under which ``dtr``,
+    ``window`` or ``outcore`` has a plan (a few seconds of planning, 10 s at
+    most; what :func:`plan`'s :class:`InfeasibleError` names where no plan
+    fits); ``None`` if none plans up to four times ``budget`` or the device's
+    memory.  Not the least such budget: no planner is monotone in it."""
+    args = _target_args(device, budget, allocator, seed, time_limit_s, latency_table, None)
+    d = json.loads(_native.budget_hint(graph, *args[:-1]))
+    if d is None:
+        return None
+    return BudgetHint(budget_bytes=int(d["budget_bytes"]), planner=d["planner"], iter_time_s=float(d["iter_time_s"]))
+
+
 def verify(plan: Plan, graph: Graph) -> Verification:
     """Proves (or refutes) a plan's safety on a graph with outcore's verifier."""
     return Verification._from(json.loads(_native.verify(plan, graph)))
@@ -403,6 +435,8 @@ __all__ = [
     "load_plan",
     "plan",
     "compare",
+    "budget_hint",
+    "BudgetHint",
     "verify",
     "simulate",
     "export_graph",

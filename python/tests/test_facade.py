@@ -135,3 +135,20 @@ def test_whole_numbers_out_of_range_name_the_argument():
         outcore.simulate(p, iterations=-1)
     with pytest.raises(outcore.GraphError, match="pass it as path='graphs/g.json'"):
         outcore.load_graph("graphs/g.json")
+
+
+def test_a_budget_hint_names_a_budget_under_which_the_named_planner_plans():
+    g = outcore.load_graph("tiny-cnn")
+    # 20% of the footprint: no planner plans there (the CLI and facade tests'
+    # case); the hint's budget is above it, and its planner plans under it
+    with pytest.raises(outcore.InfeasibleError, match="has a plan under"):
+        outcore.plan(g, "window", device="v100-16gb-pcie3", budget="20%", allocator="perfect", time_limit_s=1.0)
+    hint = outcore.budget_hint(g, device="v100-16gb-pcie3", budget="20%", allocator="perfect", time_limit_s=1.0)
+    assert hint is not None
+    budget = int(0.2 * g.footprint_bytes)
+    assert budget < hint.budget_bytes <= 4 * budget + 4
+    r = outcore.plan(g, hint.planner, device="v100-16gb-pcie3", budget=hint.budget_bytes, allocator="perfect",
+                     time_limit_s=1.0)
+    assert r.report.iter_time_s > 0
+    # no op fits 1 KiB, nor four times it
+    assert outcore.budget_hint(g, device="v100-16gb-pcie3", budget="1KiB") is None

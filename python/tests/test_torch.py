@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 from typing import Any
@@ -766,3 +767,28 @@ def test_settings_left_unset_take_the_devices_defaults():
     kind = step.compiled.plan_json["allocator"]
     assert (kind["kind"], kind.get("paged_segments")) == (
         ("virtual-chunks", None) if want[0] == "virtual-chunks" else ("best-fit", True)), kind
+
+
+def test_auto_with_no_planner_fitting_names_a_budget_that_plans(monkeypatch):
+    """``planner="auto"`` judges its planners with ``outcore.compare``; where
+    none fits, the error names a budget under which one plans
+    (``outcore.budget_hint``). The comparison is stubbed to find nothing, so
+    the hint (real) finds a plan under the very budget given."""
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(num_classes=10)
+    o = _sgd(m)
+    x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+    real = outcore.compare
+
+    def nothing_fits(graph, planners, **kw):
+        c = real(graph, "none", **kw)
+        failed = outcore.PlannerOutcome(planner="none", status="infeasible", reason="stubbed", verified=False,
+                                        report=None, planner_time_s=0.0)
+        return dataclasses.replace(c, results=[failed])
+
+    monkeypatch.setattr(outcore, "compare", nothing_fits)
+    before = _snapshot(m, o)
+    with pytest.raises(ot.InfeasibleError, match=r"none: stubbed; `\w+` has a plan under \d+ B"):
+        ot.compile_step(m, nn.functional.cross_entropy, o, (x, y), budget="60%", allocator="perfect",
+                        planner="auto", time_limit_s=1.0)
+    assert _same(before, _snapshot(m, o))

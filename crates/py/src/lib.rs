@@ -356,6 +356,32 @@ fn compare(
     json(&comparison)
 }
 
+/// A budget, the one given or above it, under which `dtr`, `window` or
+/// `outcore` has a plan ([`outcore::budget_hint`]); JSON of it, or `null`.
+#[pyfunction]
+#[pyo3(signature = (graph, device, budget, allocator, seed = 0, time_limit_s = 10.0, latency_table = None))]
+#[allow(clippy::too_many_arguments)]
+fn budget_hint(
+    py: Python<'_>,
+    graph: &Graph,
+    device: &str,
+    budget: &str,
+    allocator: &str,
+    seed: u64,
+    time_limit_s: f64,
+    latency_table: Option<PathBuf>,
+) -> PyRes<String> {
+    let options = options(seed, time_limit_s, latency_table, None)?;
+    let loaded = &graph.loaded;
+    let hint = py
+        .detach(|| {
+            let target = Target::parse(loaded, device, budget, allocator)?;
+            Ok::<_, outcore::Error>(outcore::budget_hint(loaded, &target, &options))
+        })
+        .map_err(to_py)?;
+    json(&hint)
+}
+
 /// Proves or refutes a plan on a graph; JSON of the verification.
 #[pyfunction]
 fn verify(plan: &PyPlan, graph: &Graph) -> PyRes<String> {
@@ -450,6 +476,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_plan, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
+    m.add_function(wrap_pyfunction!(budget_hint, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(pin_to_timeline, m)?)?;

@@ -709,8 +709,11 @@ class StepFunction:
         feasible = [r for r in comparison.results if r.feasible and r.report is not None]
         if not feasible:
             reasons = "; ".join(f"{r.planner}: {r.reason}" for r in comparison.results[:4])
+            hint = outcore.budget_hint(graph, **kw)
+            found = (f"; `{hint.planner}` has a plan under {hint.budget_bytes} B ({hint.iter_time_s:.4f} "
+                     "s/iteration)" if hint is not None else "")
             raise InfeasibleError(
-                f"no planner fits {comparison.model} into {planner_budget} B for the graph: {reasons}"
+                f"no planner fits {comparison.model} into {planner_budget} B for the graph: {reasons}{found}"
             )
         best = min(feasible, key=lambda r: (r.report.iter_time_s, r.planner))
         return outcore.plan(graph, best.planner, **kw)
