@@ -726,12 +726,11 @@ fn cmd_compare(
     let bar = progress::bar("planners", planners.len() as u64);
     options.on_progress = Some(progress::iteration_hook(bar, stop.clone()));
     let c = outcore::compare(&loaded, &planners, &target, &options)?;
-    // Where no planner listed has a plan (`ideal`, unlimited, aside), a
-    // budget under which one exists (`outcore::budget_hint`).
-    let none_fits = c
-        .results
-        .iter()
-        .all(|o| o.planner == "ideal" || !o.is_feasible());
+    // Where no planner listed has a plan (`ideal`, unlimited, aside; a list
+    // of `ideal` alone asks for the bound, not a plan), a budget under which
+    // one exists (`outcore::budget_hint`).
+    let held: Vec<_> = c.results.iter().filter(|o| o.planner != "ideal").collect();
+    let none_fits = !held.is_empty() && held.iter().all(|o| !o.is_feasible());
     let hint = if none_fits {
         outcore::budget_hint(&loaded, &target, &options)
     } else {

@@ -978,4 +978,18 @@ fn compare_with_no_plan_names_a_budget_under_which_one_exists() {
         "--json",
     ]);
     assert!(c["budget_hint"].is_null(), "{}", c["budget_hint"]);
+    // Nor for `ideal` alone (the bound's own list), whose plan ignores the budget.
+    let c = json_of(&[
+        "compare",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "v100-16gb-pcie3",
+        "--budget",
+        "20%",
+        "--planners",
+        "ideal",
+        "--json",
+    ]);
+    assert!(c["budget_hint"].is_null(), "{}", c["budget_hint"]);
 }
