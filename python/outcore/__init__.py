@@ -367,8 +367,10 @@ def budget_hint(
     most; what :func:`plan`'s :class:`InfeasibleError` names where no plan
     fits); ``None`` if none plans up to four times ``budget`` or the device's
     memory.  Not the least such budget: no planner is monotone in it."""
-    args = _target_args(device, budget, allocator, seed, time_limit_s, latency_table, None)
-    d = json.loads(_native.budget_hint(graph, *args[:-1]))
+    # the target's arguments without the move count (last), which the hint,
+    # planning on short clocks, does not take
+    args = _target_args(device, budget, allocator, seed, time_limit_s, latency_table, None)[:-1]
+    d = json.loads(_native.budget_hint(graph, *args))
     if d is None:
         return None
     return BudgetHint(budget_bytes=int(d["budget_bytes"]), planner=d["planner"], iter_time_s=float(d["iter_time_s"]))

@@ -762,7 +762,7 @@ fn cmd_compare(
     } else {
         print_comparison(&c);
         if none_fits {
-            say!("{}", hint_line(hint.as_ref(), target.budget_bytes));
+            say!("{}", hint_line(hint.as_ref(), &target));
         }
     }
     // A plan that fails verification is a planner bug: say so by the exit code.
@@ -776,23 +776,20 @@ fn cmd_compare(
     Ok(())
 }
 
-/// `compare`'s last line where no planner listed has a plan: the budget hint.
-fn hint_line(hint: Option<&outcore::BudgetHint>, budget_bytes: u64) -> String {
+/// `compare`'s last line where no planner listed has a plan: the budget hint
+/// for `target`.
+fn hint_line(hint: Option<&outcore::BudgetHint>, target: &Target) -> String {
     match hint {
         None => {
             "no planner listed has a plan, nor do `dtr`, `window` or `outcore` up to 4x the budget"
                 .into()
         }
-        Some(h) if h.budget_bytes <= budget_bytes => format!(
-            "no planner listed has a plan; `{}` has one under this budget ({:.4} s/iteration)",
-            h.planner, h.iter_time_s
-        ),
+        Some(h) if h.at_budget_of(target) => {
+            format!("no planner listed has a plan; {}", h.describe(target))
+        }
         Some(h) => format!(
-            "no planner listed has a plan; `{}` has one under {} ({} bytes, {:.4} s/iteration): give that budget, or lower the batch",
-            h.planner,
-            fmt_bytes(h.budget_bytes),
-            h.budget_bytes,
-            h.iter_time_s
+            "no planner listed has a plan; {}: give that budget, or lower the batch",
+            h.describe(target)
         ),
     }
 }

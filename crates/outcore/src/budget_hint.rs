@@ -64,6 +64,41 @@ pub struct BudgetHint {
     pub iter_time_s: f64,
 }
 
+impl BudgetHint {
+    /// Whether the hint is the budget of `target` it was asked for.
+    pub fn at_budget_of(&self, target: &Target) -> bool {
+        self.budget_bytes <= target.budget_bytes
+    }
+
+    /// The hint in words, for `target` (the one it was asked for): "`dtr`
+    /// has a plan under this budget (0.0460 s/iteration)", or "`window` has
+    /// a plan under 392.32 MiB (411379799 bytes, 13.8% of the footprint,
+    /// 0.4824 s/iteration)"; what to do about it is the caller's to say.
+    pub fn describe(&self, target: &Target) -> String {
+        if self.at_budget_of(target) {
+            return format!(
+                "`{}` has a plan under this budget ({:.4} s/iteration)",
+                self.planner, self.iter_time_s
+            );
+        }
+        let share = if target.footprint_bytes > 0 {
+            format!(
+                ", {:.1}% of the footprint",
+                self.budget_bytes as f64 / target.footprint_bytes as f64 * 100.0
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "`{}` has a plan under {} ({} bytes{share}, {:.4} s/iteration)",
+            self.planner,
+            outcore_plan::fmt_bytes(self.budget_bytes),
+            self.budget_bytes,
+            self.iter_time_s
+        )
+    }
+}
+
 /// A budget, `target`'s or above it, under which `dtr`, `window` or
 /// `outcore` has a plan that verifies and simulates (module docs: a ladder,
 /// then a bisection; 10 s at most); `None` if none plans up to four times

@@ -366,32 +366,18 @@ fn budget_hint_text(
     else {
         return String::new();
     };
-    if hint.budget_bytes <= target.budget_bytes {
-        let or_outcore = if hint.planner == outcore_planners::joint::NAME {
-            ""
-        } else {
-            ", or with `outcore`, which starts from it"
-        };
+    let what = hint.describe(target);
+    if !hint.at_budget_of(target) {
         return format!(
-            "; `{}` has a plan under this budget ({:.4} s/iteration): plan with it{or_outcore}",
-            hint.planner, hint.iter_time_s
+            "; {what}: give that budget, or lower the batch (`outcore max-batch` finds the largest batch under this one)"
         );
     }
-    let share = if target.footprint_bytes > 0 {
-        format!(
-            ", {:.1}% of the footprint",
-            hint.budget_bytes as f64 / target.footprint_bytes as f64 * 100.0
-        )
+    let or_outcore = if hint.planner == outcore_planners::joint::NAME {
+        ""
     } else {
-        String::new()
+        ", or with `outcore`, which starts from it"
     };
-    format!(
-        "; `{}` has a plan under {} ({} bytes{share}, {:.4} s/iteration): give that budget, or lower the batch (`outcore max-batch` finds the largest batch under this one)",
-        hint.planner,
-        fmt_bytes(hint.budget_bytes),
-        hint.budget_bytes,
-        hint.iter_time_s
-    )
+    format!("; {what}: plan with it{or_outcore}")
 }
 
 /// Plans with each named planner and judges every plan alike.
