@@ -1009,7 +1009,38 @@ fn cmd_max_batch(args: &MaxBatchArgs, stop: &StopFlag) -> Result<()> {
             broken.join(", ")
         );
     }
+    if result.none_trains() {
+        bail!("{}", no_batch_trains(&result));
+    }
     Ok(())
+}
+
+/// `max-batch`'s error where no planner listed plans batch 1: the budget is
+/// too small for the model, so the answer is a budget that trains batch 1
+/// (the result's hint), or the lack of one.
+fn no_batch_trains(r: &outcore::MaxBatchResult) -> String {
+    let head = format!(
+        "no planner listed plans even batch 1 of {} under {} ({} bytes)",
+        r.model,
+        fmt_bytes(r.budget_bytes),
+        r.budget_bytes
+    );
+    match &r.budget_hint {
+        None => format!(
+            "{head}, nor do `dtr`, `window` or `outcore` up to 4x that budget or the device's memory: raise --budget well above it (each row above says what its planner lacks), or train a smaller model (see --knob)"
+        ),
+        Some(h) if h.budget_bytes <= r.budget_bytes => format!(
+            "{head}, but `{}` plans batch 1 under it ({:.4} s/iteration): add it to --planners",
+            h.planner, h.iter_time_s
+        ),
+        Some(h) => format!(
+            "{head}; `{}` plans batch 1 under {} ({} bytes, {:.4} s/iteration): raise --budget to at least that, at most the device's memory",
+            h.planner,
+            fmt_bytes(h.budget_bytes),
+            h.budget_bytes,
+            h.iter_time_s
+        ),
+    }
 }
 
 fn print_max_batch(r: &outcore::MaxBatchResult) {

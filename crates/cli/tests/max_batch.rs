@@ -108,3 +108,59 @@ fn max_batch_bad_input_is_a_one_line_error() {
         assert!(stderr.contains(needle), "{args:?}: no `{needle}`: {stderr}");
     }
 }
+
+/// A budget under which no planner listed plans batch 1 is too small for the
+/// model: the table (here JSON) is still written, the exit is non-zero, the
+/// error names a budget under which batch 1 plans, and `max-batch` with the
+/// planner it names under that budget finds a batch.
+#[test]
+fn max_batch_where_batch_one_does_not_plan_fails_naming_a_budget() {
+    let args = [
+        "max-batch",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "rtx2080ti-11gb",
+        "--budget",
+        "200KB",
+        "--planners",
+        "none,capuchin",
+        "--json",
+    ];
+    let out = outcore(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(
+        stderr.contains("no planner listed plans even batch 1 of tiny-cnn"),
+        "{stderr}"
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    for row in r["rows"].as_array().expect("rows") {
+        assert!(row["max_batch"].is_null(), "{row}");
+    }
+    let hint = &r["budget_hint"];
+    let hinted = hint["budget_bytes"].as_u64().expect("a hint");
+    assert!(hinted > 200_000 && hinted <= 800_000, "{hint}");
+    assert!(stderr.contains(&format!("({hinted} bytes")), "{stderr}");
+    let planner = hint["planner"].as_str().expect("planner");
+    let hinted = hinted.to_string();
+    let again = json_of(&[
+        "max-batch",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "rtx2080ti-11gb",
+        "--budget",
+        &hinted,
+        "--planners",
+        planner,
+        "--json",
+    ]);
+    assert!(
+        again["rows"][0]["max_batch"]
+            .as_u64()
+            .is_some_and(|b| b >= 1),
+        "{again}"
+    );
+    assert!(again["budget_hint"].is_null(), "{again}");
+}

@@ -12,6 +12,7 @@
 //! verified, and simulated under the asked allocator without an allocation
 //! failure.
 
+use crate::BudgetHint;
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{GraphSource, cost_model, load_graph, planner_for};
 use crate::planning::{PlanOptions, PlannerOutcome, Runnability, Target, plan_and_check};
@@ -73,6 +74,20 @@ pub struct MaxBatchResult {
     /// How the batch was searched, in words (the monotonicity assumption).
     pub method: String,
     pub rows: Vec<MaxBatchRow>,
+    /// Where no planner listed plans batch 1 (and none failed verification):
+    /// a budget under which batch 1 has a plan ([`crate::budget_hint`] at
+    /// batch 1; `None` also when none plans up to four times the budget).
+    pub budget_hint: Option<BudgetHint>,
+}
+
+impl MaxBatchResult {
+    /// Whether no planner listed plans even batch 1 (the budget is too small
+    /// for the model, not a planner's bug: none failed verification).
+    pub fn none_trains(&self) -> bool {
+        self.rows
+            .iter()
+            .all(|r| r.max_batch.is_none() && r.not_runnable.is_none())
+    }
 }
 
 /// What one batch gave: the iteration time when feasible, else why not.
@@ -112,7 +127,7 @@ pub fn max_batch(
         let done = u32::try_from(rows.len()).unwrap_or(u32::MAX);
         crate::planning::tell_progress(options, "planners", done, total)?;
     }
-    Ok(MaxBatchResult {
+    let mut result = MaxBatchResult {
         model: request.model.clone(),
         knobs: request.knobs.clone(),
         device: request.device.name.clone(),
@@ -122,7 +137,27 @@ pub fn max_batch(
         method: "doubling from batch 1, then bisection; feasibility assumed monotone in the batch"
             .into(),
         rows,
-    })
+        budget_hint: None,
+    };
+    if result.none_trains() {
+        result.budget_hint = hint_at_batch_one(request, options)?;
+    }
+    Ok(result)
+}
+
+/// The budget hint for the model at batch 1 under the request's budget.
+fn hint_at_batch_one(
+    request: &MaxBatchRequest,
+    options: &PlanOptions,
+) -> Result<Option<BudgetHint>> {
+    let graph = load_at(request, 1)?;
+    let target = Target::new(
+        &graph,
+        request.device.clone(),
+        request.budget_bytes,
+        request.allocator.clone(),
+    )?;
+    Ok(crate::budget_hint(&graph, &target, options))
 }
 
 /// The budget lies on the device and the batch limit in the zoo's range.
