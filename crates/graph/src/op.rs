@@ -74,6 +74,10 @@ pub enum OpKind {
     Relu,
     /// `min(max(x, 0), 6)` (MobileNet).
     Relu6,
+    /// GELU in its exact form, `x Φ(x)` (`Φ` the standard normal CDF), as
+    /// PyTorch's `nn.GELU()` computes it by default (BERT, ViT). The tanh
+    /// approximation is not this kind: `GraphBuilder::gelu_tanh_eager`
+    /// spells it out op by op, as GPT-2's `gelu_new` runs in eager PyTorch.
     Gelu,
     Tanh,
     Sigmoid,

@@ -28,16 +28,49 @@ pub(super) fn silu(x: f32) -> (f32, f32) {
     (x * s, s * (1.0 + x * (1.0 - s)))
 }
 
-/// GELU (tanh approximation) and its derivative.
+/// GELU and its derivative: the exact form `x Φ(x)`, `Φ(x) + x φ(x)` (`Φ`
+/// the standard normal's distribution function, `φ` its density), which is
+/// what [`OpKind::Gelu`](outcore_graph::OpKind::Gelu) means and what
+/// PyTorch's `nn.GELU()` computes by default (BERT's and ViT's GELU). The
+/// tanh approximation is not this kind: the builder spells it out op by op
+/// (`gelu_tanh_eager`, GPT-2's `gelu_new`). Computed in f64 and rounded once,
+/// so it lies within f32 rounding of PyTorch's f32 result
+/// (`tests/torch_reference.rs`).
 pub(super) fn gelu(x: f32) -> (f32, f32) {
-    let c = (2.0f32 / std::f32::consts::PI).sqrt();
-    let u = c * (x + 0.044715 * x * x * x);
-    let t = u.tanh();
-    let du = c * (1.0 + 3.0 * 0.044715 * x * x);
-    (
-        0.5 * x * (1.0 + t),
-        0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du,
-    )
+    let x = f64::from(x);
+    let cdf = 0.5 * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2));
+    let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    ((x * cdf) as f32, (cdf + x * pdf) as f32)
+}
+
+/// The error function to about 1e-14: its Taylor series below 2.5, and
+/// above it `1 - erfc` with `erfc` from its continued fraction (60 terms,
+/// evaluated from the tail). Rust's standard library has no `erf`, and one
+/// function does not justify a maths crate.
+pub(super) fn erf(x: f64) -> f64 {
+    let z = x.abs();
+    let value = if z < 2.5 {
+        // 2/sqrt(pi) sum (-1)^n z^(2n+1) / (n! (2n+1)); the largest term at
+        // z = 2.5 is about 16, so about 1e-14 is left after cancellation.
+        let (mut power, mut sum) = (z, z);
+        for n in 1..200 {
+            power *= -z * z / f64::from(n);
+            let term = power / f64::from(2 * n + 1);
+            sum += term;
+            if term.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        sum * std::f64::consts::FRAC_2_SQRT_PI
+    } else {
+        // erfc(z) = exp(-z^2) / sqrt(pi) / (z + (1/2) / (z + 1 / (z + (3/2) / ...))).
+        let mut tail = z;
+        for k in (1..=60).rev() {
+            tail = z + f64::from(k) / 2.0 / tail;
+        }
+        1.0 - (-z * z).exp() * std::f64::consts::FRAC_2_SQRT_PI / 2.0 / tail
+    };
+    value.copysign(x)
 }
 
 /// The sum of every input, added in input order.
@@ -244,4 +277,39 @@ pub(super) fn dropout_backward(a: &Args<'_>, p: f32, want: &Wanted<'_>) -> Outpu
             .map(|(g, &m)| if m != 0 { g * scale } else { 0.0 })
             .collect(),
     )])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{erf, gelu};
+
+    /// Values from tables of the error function (Abramowitz and Stegun
+    /// 7.1; the digits as Python's `math.erf` prints them), on both sides
+    /// of the switch at 2.5 and in the tail where `erfc` carries the digits.
+    #[test]
+    fn erf_matches_tabulated_values() {
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (-1.0, -0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (2.499, 0.999_590_864_244_255_4),
+            (2.5, 0.999_593_047_982_555),
+            (3.0, 0.999_977_909_503_001_4),
+            (4.0, 0.999_999_984_582_742_1),
+            (6.0, 1.0),
+        ] {
+            assert!((erf(x) - want).abs() < 1e-13, "erf({x}) = {}", erf(x));
+        }
+    }
+
+    /// `x Φ(x)`: 0 at 0, `x` far right, 0 far left; `Φ(1) = 0.841344746`.
+    #[test]
+    fn gelu_is_the_exact_form() {
+        assert_eq!(gelu(0.0), (0.0, 0.5));
+        assert!((f64::from(gelu(1.0).0) - 0.841_344_746).abs() < 1e-7);
+        assert_eq!(gelu(10.0).0, 10.0);
+        assert!(gelu(-10.0).0.abs() < 1e-20);
+    }
 }
