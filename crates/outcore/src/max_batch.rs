@@ -150,13 +150,7 @@ fn hint_at_batch_one(
     request: &MaxBatchRequest,
     options: &PlanOptions,
 ) -> Result<Option<BudgetHint>> {
-    let graph = load_at(request, 1)?;
-    let target = Target::new(
-        &graph,
-        request.device.clone(),
-        request.budget_bytes,
-        request.allocator.clone(),
-    )?;
+    let (graph, target) = at_batch(request, 1)?;
     Ok(crate::budget_hint(&graph, &target, options))
 }
 
@@ -204,6 +198,18 @@ fn load_at(request: &MaxBatchRequest, batch: u64) -> Result<crate::LoadedGraph> 
     })
 }
 
+/// The model at `batch` and the request's target for it.
+fn at_batch(request: &MaxBatchRequest, batch: u64) -> Result<(crate::LoadedGraph, Target)> {
+    let graph = load_at(request, batch)?;
+    let target = Target::new(
+        &graph,
+        request.device.clone(),
+        request.budget_bytes,
+        request.allocator.clone(),
+    )?;
+    Ok((graph, target))
+}
+
 /// Plans the model at `batch` and judges the plan as `compare` does.
 fn probe(
     planner: &dyn Planner,
@@ -212,13 +218,7 @@ fn probe(
     options: &PlanOptions,
     batch: u64,
 ) -> Result<Probe> {
-    let graph = load_at(request, batch)?;
-    let target = Target::new(
-        &graph,
-        request.device.clone(),
-        request.budget_bytes,
-        request.allocator.clone(),
-    )?;
+    let (graph, target) = at_batch(request, batch)?;
     let outcome: PlannerOutcome = plan_and_check(planner, &graph, cost, &target, options);
     let reason = || outcome.reason.clone().unwrap_or_default();
     Ok(match (outcome.status, &outcome.report) {
