@@ -792,3 +792,34 @@ def test_auto_with_no_planner_fitting_names_a_budget_that_plans(monkeypatch):
         ot.compile_step(m, nn.functional.cross_entropy, o, (x, y), budget="60%", allocator="perfect",
                         planner="auto", time_limit_s=1.0)
     assert _same(before, _snapshot(m, o))
+
+
+def test_a_batch_sliced_from_a_dataset_leaves_the_dataset_whole_and_a_consumed_batch_is_refused():
+    """The plan releases the batch's storage after its last use.  A slice of
+    a dataset shares the dataset's storage: the step consumes a copy, and the
+    dataset keeps every byte and value.  A batch passed as it is becomes an
+    empty tensor after the step (reading it is no read of released memory),
+    and passing it again is refused by name before anything changes."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(DEVICE)
+    o = _sgd(m)
+    data_x = torch.randn(64, 16, device=DEVICE)
+    data_y = torch.randint(0, 4, (64,), device=DEVICE)
+    kept_x, kept_y = data_x.clone(), data_y.clone()
+    step = ot.compile_step(m, nn.functional.cross_entropy, o, (data_x[:8].clone(), data_y[:8].clone()),
+                           budget="200%", planner="none", allocator="perfect")
+    for k in range(3):
+        step(data_x[8 * k:8 * (k + 1)], data_y[8 * k:8 * (k + 1)])
+    assert data_x.untyped_storage().nbytes() == kept_x.numel() * 4
+    assert torch.equal(data_x, kept_x) and torch.equal(data_y, kept_y)
+
+    x, y = data_x[:8].clone(), data_y[:8].clone()
+    step(x, y)
+    assert x.numel() == 0 and y.numel() == 0, "a consumed batch is empty, not a view of released memory"
+    assert x.sum().item() == 0.0
+    before = _snapshot(m, o)
+    with pytest.raises(ot.InvalidValueError, match=r"batch `x` .* holds no data: a step consumes its batch"):
+        step(x, y)
+    assert _same(before, _snapshot(m, o))
+    with pytest.raises(ot.InvalidValueError, match=r"batch `y`: a list, not a torch.Tensor"):
+        step(data_x[:8].clone(), [0] * 8)

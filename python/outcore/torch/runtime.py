@@ -478,6 +478,35 @@ def _largest_working_set(conv: Converted) -> tuple[int, str]:
     return best
 
 
+def _batch_tensor(t: Any, name: str) -> torch.Tensor:
+    """``t`` as the step may consume it: refused when it is not a tensor or
+    an earlier step consumed it (its storage released, or emptied by
+    :func:`_empty_if_released`); a copy when it does not own exactly its
+    storage (a view: releasing its storage would release the tensor it
+    views, a whole dataset, say); else ``t`` itself."""
+    if not isinstance(t, torch.Tensor):
+        raise InvalidValueError(f"batch `{name}`: a {type(t).__name__}, not a torch.Tensor; pass the step a tensor")
+    storage_bytes = t.untyped_storage().nbytes()
+    if t.numel() == 0 or storage_bytes == 0:
+        raise InvalidValueError(
+            f"batch `{name}` (shape {tuple(t.shape)}, {storage_bytes} B of storage) holds no data: a step consumes "
+            "its batch (the plan releases its storage after its last use), so a tensor passed to an earlier "
+            "step cannot be passed again; pass a new batch, or clones (step(x.clone(), y.clone())) to keep one")
+    own_bytes = t.numel() * t.element_size()
+    if t._base is not None or t.storage_offset() != 0 or storage_bytes != own_bytes or not t.is_contiguous():
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+def _empty_if_released(t: Any) -> None:
+    """After a step: a batch tensor whose storage the plan released becomes
+    an empty tensor, so that reading it is an empty result, not a read of
+    released memory (which crashes the process)."""
+    if isinstance(t, torch.Tensor) and t.numel() > 0 and t.untyped_storage().nbytes() == 0:
+        with torch.no_grad():
+            t.set_(torch.empty(0, dtype=t.dtype, device=t.device))
+
+
 def _check_headroom(headroom: Any) -> None:
     """``headroom`` is a fraction of the budget in [0, 1) (a float) or bytes
     (a whole number >= 0): a negative one would plan above the budget it
@@ -844,12 +873,28 @@ class StepFunction:
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Trains one step and returns the loss.  The batch is consumed: the
-        plan releases the device storage of ``x`` and ``y`` after their last
-        use (pass clones to keep them).  If the step raises (out of memory,
-        say), every parameter and optimizer state the plan had moved off the
-        device is put back with its last value before the error propagates;
-        an out-of-memory error also says where in the plan it happened and
-        may raise the headroom for the next call (:meth:`_after_out_of_memory`)."""
+        plan releases the storage of ``x`` and ``y`` after their last use, and
+        afterwards (whether the step succeeded or raised) each is an empty
+        tensor, so that nothing reads released memory; pass clones to keep
+        them.  A batch tensor that does not own exactly its storage (a slice
+        or view of a larger tensor, a dataset's rows) is copied first and the
+        copy consumed, so the tensor it views is never released; a tensor an
+        earlier step consumed is refused (:func:`_batch_tensor`).  If the
+        step raises (out of memory, say), every parameter and optimizer state
+        the plan had moved off the device is put back with its last value
+        before the error propagates; an out-of-memory error also says where
+        in the plan it happened and may raise the headroom for the next call
+        (:meth:`_after_out_of_memory`)."""
+        given = (x, y)
+        x, y = _batch_tensor(x, "x"), _batch_tensor(y, "y")
+        try:
+            return self._step(x, y)
+        finally:
+            for t in given:
+                _empty_if_released(t)
+
+    def _step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """One step on a batch the step may consume (:meth:`__call__`)."""
         if self._cache.get(step_signature(self.model, self.optimizer, (x, y))) is not self._current:
             self.materialize()  # another graph: its plan may keep other tensors on the host
         c = self.compile((x, y))
