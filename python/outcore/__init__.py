@@ -14,6 +14,7 @@ it and runs it under the plan.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -377,7 +378,9 @@ def budget_hint(
 
 
 def verify(plan: Plan, graph: Graph) -> Verification:
-    """Proves (or refutes) a plan's safety on a graph with outcore's verifier."""
+    """Proves (or refutes) a plan's safety on the graph it was made for with
+    outcore's verifier; a plan made for another graph (another model, batch
+    or knob) raises :class:`PlanError` naming both fingerprints."""
     return Verification._from(json.loads(_native.verify(plan, graph)))
 
 
@@ -401,22 +404,38 @@ def simulate(
     )
 
 
-def export_graph(graph: Graph, path: PathLike) -> None:
-    """Writes a graph as ``outcore-graph/1`` JSON."""
+def _write_text(path: PathLike, text: str) -> None:
+    """Writes ``text`` to ``path`` through a temporary file beside it, renamed
+    over it once written: a write that fails (a full disk, a directory in the
+    way) leaves what was at ``path`` as it was."""
+    target = os.fspath(path)
+    tmp = f"{target}.outcore-tmp-{os.getpid()}"
     try:
-        with open(os.fspath(path), "w", encoding="utf-8") as f:
-            f.write(graph.to_json())
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
     except OSError as e:
-        raise OutcoreIOError(f"cannot write {os.fspath(path)}: {e}") from e
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise OutcoreIOError(f"cannot write {target}: {e}") from e
+
+
+def export_graph(graph: Graph, path: PathLike) -> None:
+    """Writes a graph as ``outcore-graph/1`` JSON (an existing file at
+    ``path`` is replaced only once the new one is whole)."""
+    if not isinstance(graph, Graph):
+        raise InvalidValueError(f"graph: a {type(graph).__name__}, not an outcore.Graph; load one with "
+                                "outcore.load_graph(...)")
+    _write_text(path, graph.to_json())
 
 
 def save_plan(plan: Plan, path: PathLike) -> None:
-    """Writes a plan as ``outcore-plan/1`` JSON."""
-    try:
-        with open(os.fspath(path), "w", encoding="utf-8") as f:
-            f.write(plan.to_json())
-    except OSError as e:
-        raise OutcoreIOError(f"cannot write {os.fspath(path)}: {e}") from e
+    """Writes a plan as ``outcore-plan/1`` JSON (an existing file at ``path``
+    is replaced only once the new one is whole)."""
+    if not isinstance(plan, Plan):
+        raise InvalidValueError(f"plan: a {type(plan).__name__}, not an outcore.Plan; make one with "
+                                "outcore.plan(...).plan or outcore.load_plan(path)")
+    _write_text(path, plan.to_json())
 
 
 __all__ = [

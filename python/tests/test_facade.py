@@ -152,3 +152,34 @@ def test_a_budget_hint_names_a_budget_under_which_the_named_planner_plans():
     assert r.report.iter_time_s > 0
     # no op fits 1 KiB, nor four times it
     assert outcore.budget_hint(g, device="v100-16gb-pcie3", budget="1KiB") is None
+
+
+def test_bad_arguments_to_the_file_writers_leave_an_existing_file_as_it_was(tmp_path):
+    g = outcore.load_graph("mlp", batch=4)
+    r = outcore.plan(g, "none", device="v100-16gb-pcie3", budget="100%", allocator="perfect")
+    path = tmp_path / "p.json"
+    outcore.save_plan(r.plan, path)
+    before = path.read_bytes()
+    with pytest.raises(outcore.InvalidValueError, match=r"plan: a NoneType, not an outcore.Plan"):
+        outcore.save_plan(None, path)
+    with pytest.raises(outcore.InvalidValueError, match=r"graph: a NoneType, not an outcore.Graph"):
+        outcore.export_graph(None, path)
+    with pytest.raises(outcore.OutcoreIOError, match=r"cannot write"):
+        outcore.save_plan(r.plan, tmp_path)  # a directory in the way
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"], "no temporary file left behind"
+
+
+def test_verify_refuses_a_plan_for_another_graph_by_name():
+    g8, g32 = outcore.load_graph("mlp", batch=8), outcore.load_graph("mlp", batch=32)
+    r = outcore.plan(g32, "none", device="v100-16gb-pcie3", budget="100%", allocator="perfect")
+    assert outcore.verify(r.plan, g32).passed
+    with pytest.raises(outcore.PlanError, match=r"made for another graph \(fingerprint [0-9a-f]{16}, this graph"):
+        outcore.verify(r.plan, g8)
+
+
+@pytest.mark.parametrize("limit", [float("nan"), -1.0, 0.0, float("inf")])
+def test_a_budget_hint_refuses_a_time_limit_out_of_range(limit):
+    g = outcore.load_graph("tiny-cnn")
+    with pytest.raises(outcore.InvalidValueError, match=r"time limit"):
+        outcore.budget_hint(g, device="v100-16gb-pcie3", budget="20%", time_limit_s=limit)

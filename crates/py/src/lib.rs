@@ -279,6 +279,7 @@ fn options(
     latency_table: Option<PathBuf>,
     moves: Option<i64>,
 ) -> PyRes<PlanOptions> {
+    outcore::check_time_limit_s(time_limit_s).map_err(to_py)?;
     let max_moves = moves.map(outcore::check_moves).transpose().map_err(to_py)?;
     let latency_table = latency_table
         .map(|p| outcore::load_latency_table(&p))
@@ -382,9 +383,15 @@ fn budget_hint(
     json(&hint)
 }
 
-/// Proves or refutes a plan on a graph; JSON of the verification.
+/// Proves or refutes a plan on the graph it was made for; JSON of the
+/// verification. A plan for another graph (another model, batch or knob) is
+/// an error naming both fingerprints, not a list of violations that would
+/// not say why.
 #[pyfunction]
 fn verify(plan: &PyPlan, graph: &Graph) -> PyRes<String> {
+    plan.plan
+        .check_graph(&graph.loaded.graph)
+        .map_err(|e| to_py(e.into()))?;
     json(&outcore::verify_plan(&plan.plan, &graph.loaded.graph))
 }
 
