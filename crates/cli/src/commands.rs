@@ -604,6 +604,8 @@ fn cmd_simulate(
     iterations: usize,
     json_out: bool,
 ) -> Result<()> {
+    check_output_path("--trace", trace)?;
+    check_output_path("--alloc-trace", alloc_trace)?;
     let plan = outcore::load_plan(plan_path)?;
     let options = SimulateOptions {
         iterations,
@@ -673,6 +675,30 @@ fn print_simulation(out: &outcore::SimulateResult, allocator: &str) {
     }
 }
 
+/// Fails before any work when an output file named by `flag` cannot be
+/// written where asked (a directory in the way, a parent directory that does
+/// not exist), so that a command never writes one of its files, then fails
+/// on another and loses the run.
+fn check_output_path(flag: &str, path: Option<&Path>) -> Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    if path.is_dir() {
+        bail!(
+            "{flag} {}: is a directory; give the path of a file to write",
+            path.display()
+        );
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        bail!(
+            "{flag} {}: the directory {} does not exist; create it or give another path",
+            path.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
 fn cmd_report(
     plan_path: Option<&Path>,
     compare: &[std::path::PathBuf],
@@ -680,6 +706,21 @@ fn cmd_report(
     svg_dir: Option<&Path>,
     latency_table: Option<&Path>,
 ) -> Result<()> {
+    if plan_path.is_none()
+        && let Some(table) = latency_table
+    {
+        bail!(
+            "--latency-table {}: applies to a plan's report only (--plan), not to --compare, whose runs carry their own simulated times; drop it, or report a plan",
+            table.display()
+        );
+    }
+    // The figures' directory before the report: a path that cannot be one
+    // fails the command before any file is written.
+    check_output_path("--output", Some(output))?;
+    if let Some(dir) = svg_dir {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--svg-dir {}: cannot create the directory", dir.display()))?;
+    }
     let report = match plan_path {
         Some(path) => {
             let plan = outcore::load_plan(path)?;
@@ -1184,6 +1225,8 @@ fn cmd_run(a: RunArgs, stop: &StopFlag) -> Result<()> {
         )),
     };
     options.validate()?;
+    check_output_path("--trace", a.trace.as_deref())?;
+    check_output_path("--profile-out", a.profile_out.as_deref())?;
     if a.allocator.is_none()
         && let Some(kib) = a.chunk_kib
     {

@@ -160,6 +160,19 @@ fn bad_job_lists_are_one_line_errors() {
         &["colocate", &late, "--device", "v100-16gb-pcie3"],
         "at least 0 s",
     );
+    // A graph file fixes its optimizer: one named beside it is refused, not
+    // ignored.
+    let graph = example_graph("mobilenet_v2_w025_b8_s64.json");
+    let with_optimizer = job_list(
+        "graph-optimizer.json",
+        &format!(
+            "{{\"name\": \"g\", \"graph\": {graph:?}, \"optimizer\": \"adam\", \"planner\": \"none\", \"iterations\": 1}}"
+        ),
+    );
+    fails_with(
+        &["colocate", &with_optimizer, "--device", "v100-16gb-pcie3"],
+        "none of those beside it",
+    );
     let one = job_list("one.json", ok);
     fails_with(
         &["colocate", &one, "--device", "no-such-gpu"],

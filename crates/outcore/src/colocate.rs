@@ -141,13 +141,15 @@ pub(crate) fn job_source(spec: &JobSpec) -> Result<GraphSource> {
             knobs: spec.knobs.clone(),
             optimizer: spec.optimizer.clone(),
         }),
-        (None, Some(path)) if spec.batch.is_none() && spec.knobs.is_empty() => {
+        (None, Some(path))
+            if spec.batch.is_none() && spec.knobs.is_empty() && spec.optimizer.is_none() =>
+        {
             Ok(GraphSource::File { path: path.clone() })
         }
         _ => Err(Error::invalid(
             "job",
             &spec.name,
-            "must name exactly one of `model` (with optional `batch`, `knobs`, `optimizer`) and `graph`",
+            "must name exactly one of `model` (with optional `batch`, `knobs`, `optimizer`) and `graph` (a graph file fixes its batch, knobs and optimizer, so none of those beside it)",
             "\"model\": \"resnet50\" or \"graph\": \"path/to/graph.json\"",
         )),
     }

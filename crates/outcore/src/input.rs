@@ -223,7 +223,14 @@ pub fn parse_knobs(knobs: &[String]) -> Result<BTreeMap<String, u64>> {
                 "a whole number, e.g. depth=152",
             )
         })?;
-        out.insert(name.to_string(), value);
+        if out.insert(name.to_string(), value).is_some() {
+            return Err(Error::invalid(
+                format!("knob `{name}`"),
+                k,
+                "given twice",
+                "each knob once, e.g. depth=152",
+            ));
+        }
     }
     Ok(out)
 }
@@ -253,7 +260,17 @@ pub fn parse_budget(text: &str, footprint_bytes: u64) -> Result<u64> {
             BUDGET_ACCEPTS,
         ));
     }
-    let bytes = (footprint_bytes as f64 * p / 100.0).round() as u64;
+    let exact = (footprint_bytes as f64 * p / 100.0).round();
+    // `as u64` saturates: a share past 2^64 bytes is refused, not clamped.
+    if exact >= u64::MAX as f64 {
+        return Err(Error::invalid(
+            "budget",
+            text,
+            format!("is more than 2^64 bytes of a {footprint_bytes}-byte footprint"),
+            "a smaller percentage, or a size of at most the device's memory",
+        ));
+    }
+    let bytes = exact as u64;
     if bytes == 0 {
         return Err(Error::invalid(
             "budget",
@@ -544,5 +561,26 @@ pub fn cost_model(
     match latency_table {
         None => Box::new(roofline),
         Some(table) => Box::new(MeasuredModel::new(table.clone(), roofline)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_budget, parse_knobs};
+
+    /// A share of the footprint past 2^64 bytes is refused by name, not
+    /// clamped to `u64::MAX` (`as u64` saturates).
+    #[test]
+    fn a_budget_past_two_to_the_64_is_refused_not_clamped() {
+        let e = parse_budget("2000%", 1 << 60).expect_err("2^64.3 bytes");
+        assert!(e.to_string().contains("more than 2^64 bytes"), "{e}");
+        assert_eq!(parse_budget("1000%", 1 << 60).expect("2^63.3"), 10 << 60);
+    }
+
+    #[test]
+    fn a_knob_given_twice_is_refused_by_name() {
+        let e = parse_knobs(&["depth=4".into(), "depth=3".into()]).expect_err("twice");
+        assert!(e.to_string().contains("knob `depth`"), "{e}");
+        assert!(e.to_string().contains("given twice"), "{e}");
     }
 }
