@@ -60,7 +60,7 @@ pub enum Command {
         #[arg(long = "latency-table")]
         latency_table: Option<PathBuf>,
         /// Iterations to simulate, 1 to 1000 (the report is the last one's).
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, allow_hyphen_values = true, value_parser = iterations_value)]
         iterations: usize,
         #[arg(long)]
         json: bool,
@@ -238,7 +238,7 @@ pub struct RunArgs {
     #[arg(long, required_unless_present = "plan")]
     pub planner: Option<String>,
     /// Training iterations, 1 to 100000 (a run predicted to take over an hour is refused).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, allow_hyphen_values = true, value_parser = iters_value)]
     pub iters: u32,
     /// Device-arena allocator: perfect, best-fit, best-fit-paged, size-class, virtual-chunks,
     /// or offsets (the plan laid out at exact offsets, valid for every timing)
@@ -253,7 +253,7 @@ pub struct RunArgs {
     /// Physical chunk size of `--allocator virtual-chunks`, KiB (default 2048;
     /// tiny models need small chunks such as 64); requests up to a quarter
     /// chunk share chunks.
-    #[arg(long = "chunk-kib")]
+    #[arg(long = "chunk-kib", allow_hyphen_values = true, value_parser = chunk_kib_value)]
     pub chunk_kib: Option<u64>,
     /// Throttle host<->device copies to this rate (GB/s) so overlap and stalls show.
     #[arg(long = "link-gbps")]
@@ -281,7 +281,7 @@ pub struct RunArgs {
     /// except where a search planner's 10 s limit ends its search (then how
     /// far it got depends on the machine's speed); with `--moves`,
     /// `outcore`'s plan is the same whatever the machine's speed.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = seed_value)]
     pub seed: u64,
     /// End `outcore`'s own search (`--planner outcore` or
     /// `outcore-recompute`) after N scored moves per start instead of at its
@@ -326,12 +326,12 @@ pub struct MaxBatchArgs {
     #[arg(long, default_value = "perfect")]
     pub allocator: String,
     /// The largest batch tried, 1 to 16777216.
-    #[arg(long, default_value_t = 65536, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 65536, allow_hyphen_values = true, value_parser = limit_value)]
     pub limit: u64,
     /// Seed of the planners' randomness: the same seed gives the same plan,
     /// except where `--seconds` ends a search (then how far it got depends on
     /// the machine's speed).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = seed_value)]
     pub seed: u64,
     /// Wall-clock seconds for a search-based planner at each batch tried.
     #[arg(long, default_value_t = 10.0, allow_hyphen_values = true)]
@@ -383,7 +383,7 @@ pub struct TargetArgs {
     /// except where `--seconds` ends a search (then how far it got depends on
     /// the machine's speed); with `--moves`, `outcore`'s plan is the same
     /// whatever the machine's speed.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = seed_value)]
     pub seed: u64,
     /// Wall-clock seconds for search-based planners.
     #[arg(long, default_value_t = 10.0)]
@@ -437,4 +437,42 @@ pub fn rewrite_knob_flags(argv: Vec<String>) -> Vec<String> {
         i += 1;
     }
     out
+}
+
+/// `text` as a whole number, or an error naming what is accepted (clap's own
+/// "invalid digit found in string" names neither the value's problem nor
+/// the range, and a negative number never reached a range check).
+fn whole_number(text: &str, accepted: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("`{text}` is not a whole number in the accepted range: {accepted}"))
+}
+
+/// `--seed`.
+fn seed_value(text: &str) -> Result<u64, String> {
+    whole_number(text, "0 to 18446744073709551615, e.g. 0")
+}
+
+/// `max-batch --limit` (its range is checked again with the zoo's limit).
+fn limit_value(text: &str) -> Result<u64, String> {
+    whole_number(text, "1 to 16777216, e.g. 65536")
+}
+
+/// `run --chunk-kib` (checked again when the allocator is built).
+fn chunk_kib_value(text: &str) -> Result<u64, String> {
+    whole_number(text, "a whole number of KiB in [2, 2^54], e.g. 2048")
+}
+
+/// `simulate --iterations`.
+fn iterations_value(text: &str) -> Result<usize, String> {
+    const ACCEPTED: &str = "1 to 1000, e.g. 2";
+    let n = whole_number(text, ACCEPTED)?;
+    usize::try_from(n).map_err(|_| format!("`{text}` is out of range: {ACCEPTED}"))
+}
+
+/// `run --iters`.
+fn iters_value(text: &str) -> Result<u32, String> {
+    const ACCEPTED: &str = "1 to 100000, e.g. 10";
+    let n = whole_number(text, ACCEPTED)?;
+    u32::try_from(n).map_err(|_| format!("`{text}` is out of range: {ACCEPTED}"))
 }

@@ -185,3 +185,52 @@ fn a_knob_given_twice_is_refused() {
         &["knob `depth`", "given twice"],
     );
 }
+
+/// A negative or oversized value of a whole-number flag names the flag's
+/// accepted range, where clap said "invalid digit found in string".
+#[test]
+fn whole_number_flags_name_their_range_for_a_negative_value() {
+    let run = [
+        "run",
+        "--model",
+        "tiny-cnn",
+        "--planner",
+        "none",
+        "--budget",
+        "100%",
+    ];
+    let cases: [(Vec<&str>, &str); 5] = [
+        ([&run[..], &["--iters", "-1"]].concat(), "1 to 100000"),
+        (
+            [&run[..], &["--iters", "99999999999"]].concat(),
+            "1 to 100000",
+        ),
+        (
+            vec![
+                "plan", "--model", "tiny-cnn", "--budget", "50%", "--seed", "-1",
+            ],
+            "0 to 18446744073709551615",
+        ),
+        (
+            vec![
+                "max-batch",
+                "--model",
+                "tiny-cnn",
+                "--device",
+                "v100-16gb-pcie3",
+                "--limit",
+                "-1",
+            ],
+            "1 to 16777216",
+        ),
+        (
+            vec!["simulate", "p.json", "--iterations", "-1"],
+            "1 to 1000",
+        ),
+    ];
+    for (args, range) in cases {
+        let flag = args[args.len() - 2];
+        let value = args[args.len() - 1];
+        refused(&args, &[flag, &format!("`{value}`"), range]);
+    }
+}
