@@ -234,3 +234,86 @@ fn whole_number_flags_name_their_range_for_a_negative_value() {
         refused(&args, &[flag, &format!("`{value}`"), range]);
     }
 }
+
+/// A latency table measured on one graph given with another is refused
+/// naming both (its entries were ignored in silence, leaving the roofline
+/// model the user asked to replace); on its own graph it prices the plan.
+#[test]
+fn a_latency_table_of_another_graph_is_refused() {
+    let dir = temp_dir("latency-table");
+    let table = dir.join("t.json").display().to_string();
+    let run = outcore(&[
+        "run",
+        "--model",
+        "tiny-cnn",
+        "--planner",
+        "none",
+        "--budget",
+        "200%",
+        "--iters",
+        "1",
+        "--profile-out",
+        &table,
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let plan = dir.join("p.json").display().to_string();
+    let with = |model: &str| {
+        outcore(&[
+            "plan",
+            "--model",
+            model,
+            "--device",
+            "v100-16gb-pcie3",
+            "--budget",
+            "100%",
+            "--planner",
+            "none",
+            "--latency-table",
+            &table,
+            "-o",
+            &plan,
+        ])
+    };
+    assert!(with("tiny-cnn").status.success());
+    for args in [
+        vec![
+            "plan",
+            "--model",
+            "resnet18",
+            "--device",
+            "v100-16gb-pcie3",
+            "--budget",
+            "100%",
+            "--planner",
+            "none",
+            "--latency-table",
+            &table,
+            "-o",
+            &plan,
+        ],
+        vec![
+            "compare",
+            "--model",
+            "tiny-cnn",
+            "--depth",
+            "2",
+            "--device",
+            "v100-16gb-pcie3",
+            "--budget",
+            "100%",
+            "--planners",
+            "none",
+            "--latency-table",
+            &table,
+        ],
+    ] {
+        refused(
+            &args,
+            &["latency table of `tiny-cnn`", "was taken on another graph"],
+        );
+    }
+}

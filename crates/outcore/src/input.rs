@@ -552,6 +552,36 @@ pub fn load_latency_table(path: &Path) -> Result<MeasuredTable> {
     Ok(MeasuredTable::from_json_file(path)?)
 }
 
+/// Refuses a latency table taken on another graph: one whose entries name
+/// ops the graph does not have at those positions (another model, or knobs
+/// that change the ops), which would otherwise be ignored in silence, leaving
+/// a plan priced by the roofline model the user asked to replace. A table
+/// from another device is accepted: it prices the ops, the device its memory
+/// and link (`outcore run`'s CPU tables over a GPU profile, deliberately).
+pub fn check_latency_table(table: Option<&MeasuredTable>, graph: &Graph) -> Result<()> {
+    let Some(table) = table else { return Ok(()) };
+    if table.entries.is_empty() {
+        return Ok(());
+    }
+    let coverage = table.coverage(graph);
+    if coverage.matched > 0
+        && coverage.name_mismatches.is_empty()
+        && coverage.out_of_range.is_empty()
+    {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "latency table of",
+        &table.graph_model,
+        format!(
+            "was taken on another graph than `{}` ({} entries): {coverage}",
+            graph.meta.model,
+            table.entries.len()
+        ),
+        "a table measured on this graph (`outcore run --profile-out`, or outcore.torch's profile()); drop the latency table to price ops by the roofline model",
+    ))
+}
+
 /// The roofline model on `device`, with the measured latencies over it when given.
 pub fn cost_model(
     device: DeviceProfile,

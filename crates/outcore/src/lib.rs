@@ -38,10 +38,11 @@ pub use colocate::{
 pub use colocate_run::{ColocateRunOptions, ColocateRunResult, ColocateRunRow, colocate_run};
 pub use error::{Error, ErrorKind, Result};
 pub use input::{
-    GraphSource, LoadedGraph, check_moves, check_time_limit_s, cost_model, graph_of_plan,
-    load_device, load_graph, load_latency_table, load_plan, parse_allocator, parse_budget,
-    parse_knobs, parse_optimizer, parse_planner_list, parse_size, planner_draws_own_progress,
-    record_graph_source, strip_bom, virtual_chunks_allocator, write_plan,
+    GraphSource, LoadedGraph, check_latency_table, check_moves, check_time_limit_s, cost_model,
+    graph_of_plan, load_device, load_graph, load_latency_table, load_plan, parse_allocator,
+    parse_budget, parse_knobs, parse_optimizer, parse_planner_list, parse_size,
+    planner_draws_own_progress, record_graph_source, strip_bom, virtual_chunks_allocator,
+    write_plan,
 };
 pub use max_batch::{MaxBatchRequest, MaxBatchResult, MaxBatchRow, max_batch};
 pub use planning::{

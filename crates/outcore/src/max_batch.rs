@@ -112,8 +112,10 @@ pub fn max_batch(
         .map(|name| planner_for(name, options))
         .collect::<Result<Vec<_>>>()?;
     crate::input::check_moves_counted(planners, options)?;
-    // Fail on a bad model or knob before any planning.
-    load_at(request, 1)?;
+    // Fail on a bad model or knob, or a latency table of another graph,
+    // before any planning.
+    let first = load_at(request, 1)?;
+    crate::input::check_latency_table(options.latency_table.as_ref(), &first.graph)?;
     let cost = cost_model(request.device.clone(), options.latency_table.as_ref());
     let total = u32::try_from(chosen.len()).unwrap_or(u32::MAX);
     let mut rows = Vec::with_capacity(chosen.len());

@@ -4,7 +4,8 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::input::{
-    LoadedGraph, check_moves_counted, check_time_limit_s, cost_model, graph_of_plan, planner_for,
+    LoadedGraph, check_latency_table, check_moves_counted, check_time_limit_s, cost_model,
+    graph_of_plan, planner_for,
 };
 use outcore_cost::{CostModel, DeviceProfile, MeasuredTable, RooflineModel};
 use outcore_graph::{Graph, OpId};
@@ -307,6 +308,7 @@ pub(crate) fn plan_hinted(
     // An unknown name first: its error lists the planners.
     let planner_impl = planner_for(planner, options)?;
     check_moves_counted(std::slice::from_ref(&planner), options)?;
+    check_latency_table(options.latency_table.as_ref(), &graph.graph)?;
     let cost = cost_model(target.device.clone(), options.latency_table.as_ref());
     let outcome = plan_and_check(planner_impl.as_ref(), graph, cost.as_ref(), target, options);
     let infeasible = |reason: String| -> Error {
@@ -393,6 +395,7 @@ pub fn compare(
         .map(|name| planner_for(name, options))
         .collect::<Result<Vec<_>>>()?;
     check_moves_counted(planners, options)?;
+    check_latency_table(options.latency_table.as_ref(), &graph.graph)?;
     let cost = cost_model(target.device.clone(), options.latency_table.as_ref());
     let g = &graph.graph;
     let ideal_time_s = (0..g.ops.len())
@@ -673,6 +676,7 @@ pub fn simulate_plan(plan: &Plan, options: &SimulateOptions) -> Result<SimulateR
     if let Some(err) = verification.error() {
         return Err(err);
     }
+    check_latency_table(options.latency_table.as_ref(), &graph)?;
     let cost = cost_model(device, options.latency_table.as_ref());
     let sim_options = SimOptions {
         iterations: options.iterations,
@@ -728,6 +732,7 @@ pub(crate) fn verified_graph_and_cost(
     if let Some(err) = verify_plan(plan, &graph).error() {
         return Err(err);
     }
+    check_latency_table(latency_table, &graph)?;
     Ok((graph, cost_model(device, latency_table)))
 }
 
