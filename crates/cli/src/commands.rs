@@ -1138,11 +1138,17 @@ fn cmd_alloc_replay(
         .transpose()
         .context("--capacity")?;
     let out = outcore::alloc_replay(trace, allocator, capacity_bytes)?;
+    // The allocator as asked (`best-fit-paged`), not only its algorithm
+    // (`best-fit`), which the report records.
+    let name = outcore::parse_allocator(allocator)?.name().to_string();
     if json_out {
-        return print_json(&serde_json::to_value(&out)?);
+        let mut v = serde_json::to_value(&out)?;
+        v["algorithm"] = v["allocator"].clone();
+        v["allocator"] = json!(name);
+        return print_json(&v);
     }
     let report = &out.report;
-    say!("allocator          {}", report.allocator);
+    say!("allocator          {name} ({} algorithm)", report.allocator);
     say!(
         "operations         {} in {:.4} s",
         report.ops,

@@ -293,7 +293,7 @@ fn plan_then_simulate_with_traces_and_replay() {
     let t: Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace")).expect("json");
     assert!(t["traceEvents"].as_array().is_some_and(|e| e.len() > 10));
-    for allocator in ["best-fit", "virtual-chunks", "size-class"] {
+    for allocator in ["best-fit", "best-fit-paged", "virtual-chunks", "size-class"] {
         let r = json_of(&[
             "alloc-replay",
             alloc.to_str().expect("utf8"),
@@ -311,6 +311,14 @@ fn plan_then_simulate_with_traces_and_replay() {
             assert!(r.get(key).is_some(), "{allocator}: missing {key}");
         }
         assert_eq!(r["failures"], 0, "{allocator}");
+        // Named as asked; `algorithm` is what it is a configuration of.
+        assert_eq!(r["allocator"], allocator);
+        let algorithm = if allocator == "best-fit-paged" {
+            "best-fit"
+        } else {
+            allocator
+        };
+        assert_eq!(r["algorithm"], algorithm);
     }
 }
 
