@@ -79,6 +79,23 @@ def _whole(what: str, value: Any) -> int | None:
     return number
 
 
+def _moves(value: Any) -> int | None:
+    """``moves`` (``None`` passes) as a whole number the native layer takes
+    (a signed 64-bit one, so that a negative count reaches its range check
+    and is named there), else :class:`InvalidValueError`: the extension's
+    own conversion raises a bare ``OverflowError``."""
+    if value is None:
+        return None
+    try:
+        number = value.__index__() if not isinstance(value, bool) else None
+    except (AttributeError, TypeError):
+        number = None
+    if number is None or not -(2**63) <= number < 2**63:
+        raise InvalidValueError(f"moves `{value!r}`: not a whole number in range; accepted: a whole number "
+                                "of moves in [0, 1000000000], e.g. 2000, or None to end the search by time")
+    return number
+
+
 def _target_args(
     device: str,
     budget: Budget,
@@ -90,7 +107,8 @@ def _target_args(
 ) -> tuple[Any, ...]:
     """The arguments :func:`plan` and :func:`compare` pass to the native layer
     after the graph and the planner names, checked and converted."""
-    return (device, _budget_text(budget), allocator, _whole("seed", seed), time_limit_s, _path(latency_table), moves)
+    return (device, _budget_text(budget), allocator, _whole("seed", seed), time_limit_s, _path(latency_table),
+            _moves(moves))
 
 
 def zoo_models() -> list[dict[str, Any]]:
@@ -131,6 +149,9 @@ def load_graph(
 ) -> Graph:
     """Builds a zoo model (``model``) or reads a graph file (``path``:
     ``outcore-graph/1`` or ``dnn-train-graph/1``), validated."""
+    if knobs is not None and not isinstance(knobs, Mapping):
+        raise InvalidValueError(f"knobs `{knobs!r}`: a {type(knobs).__name__}, not a mapping; accepted: a dict of "
+                                "knob name to whole number, e.g. knobs={'depth': 50}")
     knob_values = {name: _whole(f"knob `{name}`", v) for name, v in knobs.items()} if knobs else None
     try:
         return _native.load_graph(model, _path(path), _whole("batch", batch), knob_values, optimizer)

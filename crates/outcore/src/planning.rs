@@ -86,7 +86,8 @@ impl Target {
 /// its speeds the backend's defaults.
 pub const CPU_REFERENCE_DEVICE: &str = "cpu-reference";
 
-/// A `virtual-chunks` chunk larger than the budget could hold no tensor at all.
+/// A `virtual-chunks` chunk, or a best-fit allocator's smallest segment,
+/// larger than the budget: no tensor could be placed at all.
 pub(crate) fn check_chunk_fits(allocator: &AllocatorSpec, budget_bytes: u64) -> Result<()> {
     if let AllocatorSpec::VirtualChunks(config) = allocator
         && config.chunk_bytes > budget_bytes
@@ -99,6 +100,27 @@ pub(crate) fn check_chunk_fits(allocator: &AllocatorSpec, budget_bytes: u64) -> 
                 fmt_bytes(budget_bytes)
             ),
             "a chunk of at most the budget, usually far smaller: 2048 KiB (CUDA's granularity), or 64 for tiny models",
+        ));
+    }
+    // PyTorch's caching allocator takes device memory in segments, the
+    // smallest its small pool's (2 MiB): under a smaller budget no tensor
+    // gets one, and every planner's plan fails in the allocator with a
+    // message about one allocation rather than the budget.
+    if let AllocatorSpec::BestFit(config) = allocator
+        && config.small_segment_bytes > budget_bytes
+    {
+        return Err(Error::invalid(
+            "budget",
+            fmt_bytes(budget_bytes),
+            format!(
+                "smaller than the {} allocator's smallest segment ({}, its small pool's, as PyTorch's caching allocator takes them): no tensor fits",
+                allocator.name(),
+                fmt_bytes(config.small_segment_bytes)
+            ),
+            format!(
+                "a budget of at least {} with this allocator, or the `perfect` allocator for a model this small (allocator=\"perfect\" in Python, --allocator perfect on the command line)",
+                fmt_bytes(config.small_segment_bytes)
+            ),
         ));
     }
     Ok(())
