@@ -135,6 +135,18 @@ const COPY_LATENCY_S: f64 = 10e-6;
 /// overhead in eager frameworks (PyTorch dispatch + cudaLaunchKernel), so 5 us.
 const KERNEL_LAUNCH_S: f64 = 5e-6;
 
+/// A profile's number as an error message shows it: as written for
+/// ordinary magnitudes, in exponent form for huge or tiny ones (`1e300`,
+/// not its 301 digits).
+fn number_text(value: f64) -> String {
+    let magnitude = value.abs();
+    if value.is_finite() && magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
+}
+
 /// Both-directions total of a PCIe link from its one-way rate, by SwapAdvisor's
 /// measured ratio (20 GB/s both ways for 12 GB/s one way); see the module docs.
 /// Rounded to whole bytes/s so that the number survives a JSON round trip exactly.
@@ -439,7 +451,7 @@ impl DeviceProfile {
                 return bad(
                     field,
                     "must be a positive rate in (0, 1e18] bytes/s or FLOP/s; give the measured or datasheet rate in base units (e.g. 2.5e10 for 25 GB/s)",
-                    value.to_string(),
+                    number_text(value),
                 );
             }
         }
@@ -450,7 +462,18 @@ impl DeviceProfile {
             return bad(
                 "peak_flops_tf32",
                 "must be a rate in [0, 1e18] FLOP/s, 0 when the device has no TF32",
-                self.peak_flops_tf32.to_string(),
+                number_text(self.peak_flops_tf32),
+            );
+        }
+        let (one_way_max, one_way_sum) = (
+            self.h2d_bytes_per_s.max(self.d2h_bytes_per_s),
+            self.h2d_bytes_per_s + self.d2h_bytes_per_s,
+        );
+        if !(one_way_max..=one_way_sum).contains(&self.duplex_bytes_per_s) {
+            return bad(
+                "duplex_bytes_per_s",
+                "must lie between the larger one-way rate and the sum of both (copies in both directions at once move at least what one direction does alone, and at most both at full rate); give the measured both-directions total, e.g. 20/12 of the one-way rate for PCIe",
+                number_text(self.duplex_bytes_per_s),
             );
         }
         let overheads: [(&'static str, f64); 2] = [
@@ -462,7 +485,7 @@ impl DeviceProfile {
                 return bad(
                     field,
                     "must be a time in [0, 1] seconds; give the per-call overhead in seconds (e.g. 5e-6 for 5 us)",
-                    value.to_string(),
+                    number_text(value),
                 );
             }
         }
@@ -529,6 +552,39 @@ mod tests {
         assert_eq!(p.h2d_duplex_bytes_per_s(), 12e9);
         p.d2h_bytes_per_s = 8e9;
         assert_eq!(p.d2h_duplex_bytes_per_s(), 8e9);
+    }
+
+    /// A both-directions total below the one-way rate (1 B/s beside 12
+    /// GB/s) or above both directions at full rate is refused by name; the
+    /// built-in profiles lie inside.
+    #[test]
+    fn a_duplex_rate_outside_the_one_way_rates_is_refused() {
+        for p in DeviceProfile::builtins() {
+            p.validate().expect("built-in profiles are consistent");
+        }
+        let pcie = DeviceProfile::builtin("v100-16gb-pcie3").unwrap();
+        for duplex in [1.0, 11e9, 24.5e9] {
+            let mut p = pcie.clone();
+            p.duplex_bytes_per_s = duplex;
+            let e = p.validate().expect_err("inconsistent").to_string();
+            assert!(e.contains("duplex_bytes_per_s"), "{e}");
+            assert!(e.contains("between the larger one-way rate"), "{e}");
+        }
+        let mut p = pcie;
+        p.duplex_bytes_per_s = 24e9;
+        p.validate().expect("both directions at full rate");
+    }
+
+    /// Huge numbers in an error are written in exponent form.
+    #[test]
+    fn an_error_writes_a_huge_number_in_exponent_form() {
+        let mut p = DeviceProfile::builtin("v100-16gb-pcie3").unwrap();
+        p.copy_latency_s = 1e300;
+        let e = p.validate().expect_err("out of range").to_string();
+        assert!(e.contains("1e300"), "{e}");
+        assert_eq!(super::number_text(5e-6), "5e-6");
+        assert_eq!(super::number_text(0.5), "0.5");
+        assert_eq!(super::number_text(2.5e10), "25000000000");
     }
 
     #[test]

@@ -415,6 +415,13 @@ impl<M: CostModel> MeasuredModel<M> {
             if let Some(duplex) = c.duplex_bytes_per_s {
                 device.duplex_bytes_per_s = duplex;
             }
+            // A table without a duplex measurement keeps the profile's, held
+            // between the measured one-way rates and their sum, where
+            // `DeviceProfile::validate` asks it to be.
+            device.duplex_bytes_per_s = device.duplex_bytes_per_s.clamp(
+                device.h2d_bytes_per_s.max(device.d2h_bytes_per_s),
+                device.h2d_bytes_per_s + device.d2h_bytes_per_s,
+            );
         }
         let mut by_op = HashMap::new();
         for (i, e) in table.entries.iter().enumerate() {
