@@ -823,3 +823,16 @@ def test_a_batch_sliced_from_a_dataset_leaves_the_dataset_whole_and_a_consumed_b
     assert _same(before, _snapshot(m, o))
     with pytest.raises(ot.InvalidValueError, match=r"batch `y`: a list, not a torch.Tensor"):
         step(data_x[:8].clone(), [0] * 8)
+
+
+@pytest.mark.parametrize("headroom", [10**12, 2**64])
+def test_headroom_bytes_of_the_whole_budget_are_refused_and_change_nothing(headroom):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(DEVICE)
+    o = _sgd(m)
+    before = _snapshot(m, o)
+    x, y = torch.randn(8, 16, device=DEVICE), torch.randint(0, 4, (8,), device=DEVICE)
+    with pytest.raises(ot.InvalidValueError, match=rf"headroom `{headroom}`: {headroom} B .* not below the budget"):
+        ot.compile_step(m, nn.functional.cross_entropy, o, (x, y), budget="200%", planner="none",
+                        allocator="perfect", headroom=headroom)
+    assert _same(before, _snapshot(m, o))

@@ -645,6 +645,11 @@ class StepFunction:
             )
         budget_bytes = self._budget_bytes
         headroom = (int(self.headroom * budget_bytes) if isinstance(self.headroom, float) else int(self.headroom))
+        if headroom >= budget_bytes:
+            raise InvalidValueError(
+                f"headroom `{self.headroom}`: {headroom} B kept from the planner is not below the budget of "
+                f"{budget_bytes} B, so the graph would get nothing; accepted: a whole number of bytes below the "
+                "budget, or a fraction of it in [0, 1) such as 0.08")
         planner_budget = budget_bytes - conv.pinned_bytes - headroom
         need, op_name = _largest_working_set(conv)
         if planner_budget < need:
