@@ -160,6 +160,14 @@ fn bad_job_lists_are_one_line_errors() {
         &["colocate", &late, "--device", "v100-16gb-pcie3"],
         "at least 0 s",
     );
+    let never = job_list(
+        "never.json",
+        "{\"name\": \"a\", \"model\": \"mlp\", \"planner\": \"none\", \"iterations\": 1, \"arrival_s\": 1e20}",
+    );
+    fails_with(
+        &["colocate", &never, "--device", "v100-16gb-pcie3"],
+        "job `a` arrives at 100000000000000000000 s; an arrival time must be at least 0 s and at most 1e6 s",
+    );
     // A graph file fixes its optimizer: one named beside it is refused, not
     // ignored.
     let graph = example_graph("mobilenet_v2_w025_b8_s64.json");

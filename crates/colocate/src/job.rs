@@ -9,6 +9,13 @@ use outcore_plan::{Plan, verify};
 /// staggered arrivals, and a bound on how long one simulation can take.
 pub const MAX_ITERATIONS: usize = 10_000;
 
+/// The latest a job may arrive, in seconds (11.6 days). Why a bound: the
+/// simulated clock is f64 seconds, whose step at 1e6 s is about 1e-10 s, fine
+/// for kernels of microseconds; at 1e20 s it is hours, and every iteration
+/// time rounds to 0 (a reviewer's job list reported "the vanilla run's time
+/// cost is 0").
+pub const MAX_ARRIVAL_S: f64 = 1e6;
+
 /// One training job: a graph, its verified plan, how many iterations it runs,
 /// when it arrives and its priority.
 #[derive(Debug, Clone)]
@@ -22,8 +29,8 @@ pub struct Job {
 }
 
 impl Job {
-    /// A job, checked: 1 to [`MAX_ITERATIONS`] iterations, a finite arrival time of at
-    /// least 0 s, a priority in [0, 1], and a plan made for `graph` that
+    /// A job, checked: 1 to [`MAX_ITERATIONS`] iterations, an arrival time in
+    /// [0, [`MAX_ARRIVAL_S`]] s, a priority in [0, 1], and a plan made for `graph` that
     /// passes `verify()` (under its own budget).
     ///
     /// `priority` is TENSILE's max swapping rate (Sec. IV-C: the share of the
@@ -46,7 +53,7 @@ impl Job {
                 iterations,
             });
         }
-        if !arrival_s.is_finite() || arrival_s < 0.0 {
+        if !(0.0..=MAX_ARRIVAL_S).contains(&arrival_s) {
             return err(ColocateErrorKind::BadArrival {
                 job: name,
                 arrival_s,
@@ -178,7 +185,7 @@ pub enum ColocateErrorKind {
     )]
     BadIterations { job: String, iterations: usize },
     #[error(
-        "job `{job}` arrives at {arrival_s} s; an arrival time must be finite and at least 0 s"
+        "job `{job}` arrives at {arrival_s} s; an arrival time must be at least 0 s and at most {MAX_ARRIVAL_S:e} s (11.6 days: later, the simulated clock's f64 seconds no longer resolve a kernel's microseconds)"
     )]
     BadArrival { job: String, arrival_s: f64 },
     #[error(
