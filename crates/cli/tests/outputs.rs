@@ -317,3 +317,19 @@ fn a_latency_table_of_another_graph_is_refused() {
         );
     }
 }
+
+/// A plan given to `report --compare` is named as a plan, with the flag
+/// that reports it.
+#[test]
+fn report_of_compare_output_names_a_plan_given_instead() {
+    let dir = temp_dir("report-plan");
+    let plan = plan_file(&dir);
+    let out = dir.join("x.html").display().to_string();
+    refused(
+        &["report", "--compare", &plan, "-o", &out],
+        &[
+            "a `outcore-plan/1` file, not compare's output",
+            "--plan FILE",
+        ],
+    );
+}

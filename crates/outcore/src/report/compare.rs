@@ -146,6 +146,20 @@ fn parse_run(v: &Value, origin: &str) -> Result<CompareRun> {
 pub fn parse_compare(text: &str, origin: &str) -> Result<Vec<CompareRun>> {
     let v: Value = serde_json::from_str(crate::strip_bom(text))
         .map_err(|e| bad(origin, "(the file)", &format!("not JSON: {e}")))?;
+    // Another of outcore's files (each names its format; compare's output has
+    // none): say which, where a missing field would name the symptom.
+    if let Some(format) = v.get("format").and_then(Value::as_str) {
+        let fix = if format == "outcore-plan/1" {
+            "; report a plan with `outcore report --plan FILE`"
+        } else {
+            ""
+        };
+        return Err(bad(
+            origin,
+            "(the file)",
+            &format!("a `{format}` file, not compare's output{fix}"),
+        ));
+    }
     match &v {
         Value::Array(items) if !items.is_empty() => {
             items.iter().map(|i| parse_run(i, origin)).collect()
