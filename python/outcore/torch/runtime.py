@@ -493,8 +493,9 @@ def _batch_tensor(t: Any, name: str) -> torch.Tensor:
             "its batch (the plan releases its storage after its last use), so a tensor passed to an earlier "
             "step cannot be passed again; pass a new batch, or clones (step(x.clone(), y.clone())) to keep one")
     own_bytes = t.numel() * t.element_size()
-    if t._base is not None or t.storage_offset() != 0 or storage_bytes != own_bytes or not t.is_contiguous():
-        return t.clone(memory_format=torch.contiguous_format)
+    if t._base is not None or t.storage_offset() != 0 or storage_bytes != own_bytes:
+        # the copy keeps a dense layout's strides (channels-last stays so)
+        return t.clone()
     return t
 
 
