@@ -59,6 +59,17 @@ def _budget_text(budget: Budget) -> str:
 _U64_MAX = 2**64 - 1
 
 
+def _integer(value: Any) -> int | None:
+    """``value`` as a Python integer (anything with ``__index__`` but a
+    bool), else ``None``."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return value.__index__()
+    except (AttributeError, TypeError):
+        return None
+
+
 def _whole(what: str, value: Any) -> int | None:
     """``value`` (``None`` passes) as a whole number in [0, 2^64 - 1] for the
     native layer, else :class:`InvalidValueError` naming ``what``: the
@@ -67,10 +78,7 @@ def _whole(what: str, value: Any) -> int | None:
     The native layer checks each value's own range after this one."""
     if value is None:
         return None
-    try:
-        number = value.__index__() if not isinstance(value, bool) else None
-    except (AttributeError, TypeError):
-        number = None
+    number = _integer(value)
     if number is None or not 0 <= number <= _U64_MAX:
         raise InvalidValueError(
             f"{what} `{value!r}`: not a whole number in range; accepted: a whole number in "
@@ -86,10 +94,7 @@ def _moves(value: Any) -> int | None:
     own conversion raises a bare ``OverflowError``."""
     if value is None:
         return None
-    try:
-        number = value.__index__() if not isinstance(value, bool) else None
-    except (AttributeError, TypeError):
-        number = None
+    number = _integer(value)
     if number is None or not -(2**63) <= number < 2**63:
         raise InvalidValueError(f"moves `{value!r}`: not a whole number in range; accepted: a whole number "
                                 "of moves in [0, 1000000000], e.g. 2000, or None to end the search by time")
