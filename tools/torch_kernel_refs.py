@@ -145,9 +145,7 @@ def _forward(kind: str, attrs: dict, xs: list[torch.Tensor], step: int):
         return [y, mean, rstd]
     if kind == "softmax_cross_entropy":
         return [F.cross_entropy(xs[0], xs[1]), torch.log_softmax(xs[0], dim=-1)]
-    if kind == "sgd":
-        return _optimizer_step(kind, a, xs, step)
-    if kind == "adam":
+    if kind in ("sgd", "adam"):
         return _optimizer_step(kind, a, xs, step)
     raise ValueError(f"unknown kind {kind}")
 

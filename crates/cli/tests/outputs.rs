@@ -28,6 +28,17 @@ fn refused(args: &[&str], needles: &[&str]) {
     }
 }
 
+/// `run` of tiny-cnn with nothing moved, under its whole footprint.
+const TINY_RUN: [&str; 7] = [
+    "run",
+    "--model",
+    "tiny-cnn",
+    "--planner",
+    "none",
+    "--budget",
+    "100%",
+];
+
 fn temp_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("outcore-outputs-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -112,15 +123,9 @@ fn run_with_a_directory_as_an_output_fails_before_writing_its_other_output() {
     let dir = temp_dir("run");
     let (trace, trace_text) = kept_file(&dir, "t.json");
     let profile = dir.display().to_string();
-    refused(
+    let args = [
+        &TINY_RUN[..],
         &[
-            "run",
-            "--model",
-            "tiny-cnn",
-            "--planner",
-            "none",
-            "--budget",
-            "100%",
             "--iters",
             "1",
             "--trace",
@@ -128,26 +133,13 @@ fn run_with_a_directory_as_an_output_fails_before_writing_its_other_output() {
             "--profile-out",
             &profile,
         ],
-        &["--profile-out", "is a directory"],
-    );
+    ]
+    .concat();
+    refused(&args, &["--profile-out", "is a directory"]);
     assert_eq!(std::fs::read(&trace).unwrap(), b"the user's own bytes");
     let missing = dir.join("no-such-dir").join("t.json").display().to_string();
-    refused(
-        &[
-            "run",
-            "--model",
-            "tiny-cnn",
-            "--planner",
-            "none",
-            "--budget",
-            "100%",
-            "--iters",
-            "1",
-            "--trace",
-            &missing,
-        ],
-        &["--trace", "does not exist"],
-    );
+    let args = [&TINY_RUN[..], &["--iters", "1", "--trace", &missing]].concat();
+    refused(&args, &["--trace", "does not exist"]);
 }
 
 #[test]
@@ -190,15 +182,7 @@ fn a_knob_given_twice_is_refused() {
 /// accepted range, where clap said "invalid digit found in string".
 #[test]
 fn whole_number_flags_name_their_range_for_a_negative_value() {
-    let run = [
-        "run",
-        "--model",
-        "tiny-cnn",
-        "--planner",
-        "none",
-        "--budget",
-        "100%",
-    ];
+    let run = TINY_RUN;
     let cases: [(Vec<&str>, &str); 5] = [
         ([&run[..], &["--iters", "-1"]].concat(), "1 to 100000"),
         (
