@@ -880,9 +880,9 @@ class StepFunction:
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Trains one step and returns the loss.  The batch is consumed: the
         plan releases the storage of ``x`` and ``y`` after their last use, and
-        afterwards (whether the step succeeded or raised) each is an empty
-        tensor, so that nothing reads released memory; pass clones to keep
-        them.  A batch tensor that does not own exactly its storage (a slice
+        afterwards (whether the step succeeded or raised) each whose storage
+        was released is an empty tensor, so that nothing reads released
+        memory; pass clones to keep them.  A batch tensor that does not own exactly its storage (a slice
         or view of a larger tensor, a dataset's rows) is copied first and the
         copy consumed, so the tensor it views is never released; a tensor an
         earlier step consumed is refused (:func:`_batch_tensor`).  If the
